@@ -1,0 +1,47 @@
+# tokenring — see README.md.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+HTTP    ?= 127.0.0.1:8080
+
+.PHONY: build run test test-short bench fuzz cluster vet clean
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: one node on built-in defaults (no config, no Redis) on $(HTTP).
+run: build
+	$(BIN)/tokenringd -http $(HTTP)
+
+## test: the whole suite with the race detector (what CI runs).
+test: build
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## test-short: the fast unit tests only.
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+## bench: the benchmarks quoted in BENCHMARKS.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/ ./ring/ ./node/
+	$(GO) test -run '^$$' -bench . -benchmem ./router/
+
+## fuzz: a short run of every fuzz target.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzRestoreBudget -fuzztime 20s ./limiter/
+	$(GO) test -run '^$$' -fuzz FuzzParseLease -fuzztime 10s ./router/
+	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
+	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
+
+## cluster: three nodes on loopback; Ctrl-C stops them all.
+cluster: build
+	./scripts/cluster.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf $(BIN)

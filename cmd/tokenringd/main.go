@@ -1,0 +1,236 @@
+// Command tokenringd runs one tokenring node: the decision API, admin and
+// metrics on -http, the peer protocol on -peer, and gossip membership on
+// -gossip. Every flag can also be given as an environment variable
+// TOKENRING_<NAME> (e.g. TOKENRING_JOIN); a flag on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/gossip"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tokenringd:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// flags are tokenringd's command line (DESIGN.md "tokenringd flags").
+type flags struct {
+	config, name, http, peer, gossip, join, redis string
+	gossipProfile, logLevel                       string
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("tokenringd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "YAML config `file` (built-in defaults when empty)")
+	fs.StringVar(&f.name, "name", "", "node `name`, unique in the cluster (default: host-httpport)")
+	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "`addr` for the client API, LLM proxy, admin and metrics")
+	fs.StringVar(&f.peer, "peer", "", "`addr` for the node-to-node protocol (default: 127.0.0.1, a free port)")
+	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "memberlist bind `addr`")
+	fs.StringVar(&f.join, "join", "", "gossip `addrs` of existing members, comma separated (none: a new cluster)")
+	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db)")
+	fs.StringVar(&f.gossipProfile, "gossip-profile", "lan", "memberlist timings: lan, or local (fast failure detection, loopback tests)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return f, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	var envErr error
+	fs.VisitAll(func(fl *flag.Flag) {
+		env := "TOKENRING_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[fl.Name] {
+			if err := fl.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%w: %s: %v", errUsage, env, err)
+			}
+		}
+	})
+	return f, envErr
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	f, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("%w: -log-level: %v", errUsage, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg := config.Default()
+	if f.config != "" {
+		if cfg, err = config.Load(f.config, getenv); err != nil {
+			return fmt.Errorf("config %s: %w", f.config, err)
+		}
+	}
+	if f.redis != "" {
+		if u, err := url.Parse(f.redis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return fmt.Errorf("%w: -redis: want redis://host:port[/db], got %q", errUsage, f.redis)
+		}
+		log.Warn("redis checkpoints are not implemented yet; -redis is accepted and ignored", "redis", f.redis)
+	}
+	httpLn, err := net.Listen("tcp", f.http)
+	if err != nil {
+		return fmt.Errorf("listen -http %s: %w", f.http, err)
+	}
+	defer httpLn.Close()
+	if f.name == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(httpLn.Addr().String())
+		f.name = host + "-" + port
+	}
+	log = log.With("node", f.name)
+
+	limits := keyLimits(cfg)
+	n, err := node.New(node.Config{
+		Name:      f.name,
+		PeerAddr:  f.peer,
+		Policy:    limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
+		LimitsFor: limits,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+
+	gcfg := gossip.DefaultLANConfig()
+	if f.gossipProfile == "local" {
+		gcfg = gossip.DefaultLocalConfig()
+	} else if f.gossipProfile != "lan" {
+		return fmt.Errorf("%w: -gossip-profile: want lan or local, got %q", errUsage, f.gossipProfile)
+	}
+	gcfg.Name = f.name
+	if gcfg.BindAddr, gcfg.BindPort, err = splitHostPort(f.gossip); err != nil {
+		return fmt.Errorf("%w: -gossip: %v", errUsage, err)
+	}
+	gcfg.Meta = gossip.Meta{HTTP: httpLn.Addr().String(), Peer: n.PeerAddr(), BootID: bootID()}
+	if f.join != "" {
+		gcfg.Join = strings.Split(f.join, ",")
+	}
+	gcfg.Logger = log
+	members, err := n.Join(ctx, gcfg)
+	if err != nil {
+		return err
+	}
+	defer members.Shutdown()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(n.Collectors()...)
+	counter, err := prompt.NewCounter()
+	if err != nil {
+		return err
+	}
+	r, err := router.New(n, router.Config{
+		Limits: limits,
+		PoolFor: func(model string) (string, bool) {
+			_, _, ok := cfg.Pool(model)
+			return model, ok
+		},
+		Counter:        counter,
+		Fallback:       router.FallbackPolicy(cfg.Fallback),
+		ForwardTimeout: cfg.ForwardTimeout,
+		AdminToken:     cfg.AdminToken,
+		Ready:          n.Ready,
+		Registry:       reg,
+		Gatherer:       reg,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(httpLn) }()
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: leaving the cluster")
+	if err := members.Leave(5 * time.Second); err != nil {
+		log.Warn("leave", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// keyLimits maps limiter keys to the configured limits: "t:<tenant>" to the
+// tenant's (or the default), "p:<model>" to the pool's.
+func keyLimits(cfg config.Config) func(string) limiter.Limits {
+	conv := func(l config.Limits) limiter.Limits {
+		return limiter.Limits{Requests: l.RPM, Tokens: l.TPM, Concurrency: l.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL}
+	}
+	return func(key string) limiter.Limits {
+		if pool, ok := strings.CutPrefix(key, "p:"); ok {
+			_, l, _ := cfg.Pool(pool)
+			return conv(l)
+		}
+		tenant, _ := strings.CutPrefix(key, "t:")
+		return conv(cfg.TenantLimits(tenant))
+	}
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	var p int
+	if _, err := fmt.Sscan(port, &p); err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return host, p, nil
+}
+
+// bootID identifies this process's life: a restarted node has lost its RAM
+// state, and peers can tell by the changed boot id.
+func bootID() string {
+	return fmt.Sprintf("%x-%x", time.Now().UnixNano(), os.Getpid())
+}

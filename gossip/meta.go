@@ -1,0 +1,72 @@
+package gossip
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Meta is the metadata a node gossips about itself. The gossip layer
+// carries it and does not interpret it.
+type Meta struct {
+	HTTP string // client API, LLM proxy and admin address
+	Peer string // node-to-node protocol address
+
+	// BootID is different every time the process starts, so that peers
+	// can tell a restarted node (which has lost its in-memory state) from
+	// one that only went quiet. Start fills an empty one with 16 random
+	// hex digits.
+	BootID string
+}
+
+// metaVersion is the first byte of an encoded Meta. A later version may
+// append fields; decoders ignore bytes after the fields they know, so only
+// an incompatible change needs a new version.
+const metaVersion = 1
+
+// bootIDLen is the length of a generated BootID.
+const bootIDLen = 16
+
+// encode returns the compact encoding of m: the version byte, then each
+// field as a uvarint length and its bytes.
+func (m Meta) encode() []byte {
+	b := make([]byte, 0, 1+3*binary.MaxVarintLen16+len(m.HTTP)+len(m.Peer)+len(m.BootID))
+	b = append(b, metaVersion)
+	for _, s := range []string{m.HTTP, m.Peer, m.BootID} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+var errShortMeta = errors.New("truncated")
+
+// decodeMeta is the inverse of encode.
+func decodeMeta(b []byte) (Meta, error) {
+	if len(b) == 0 {
+		return Meta{}, errors.New("gossip: decode meta: empty")
+	}
+	if b[0] != metaVersion {
+		return Meta{}, fmt.Errorf("gossip: decode meta: unknown version %d", b[0])
+	}
+	b = b[1:]
+	var fields [3]string
+	for i := range fields {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return Meta{}, fmt.Errorf("gossip: decode meta: field %d: %w", i, errShortMeta)
+		}
+		fields[i] = string(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
+	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2]}, nil
+}
+
+// newBootID returns bootIDLen random hex digits.
+func newBootID() string {
+	var b [bootIDLen / 2]byte
+	_, _ = rand.Read(b[:]) // never fails, per crypto/rand
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,124 @@
+// Package limiter is the arithmetic of tokenring: sliding windows for requests
+// and tokens, two-phase token reservations, concurrency slots with a TTL, and
+// priority wait queues, all for one key at a time, plus a sharded table of keys.
+//
+// Nothing here does I/O, starts a goroutine or reads the clock: every method
+// takes the current time as a parameter, so a test drives it with a fake clock
+// the way etcd's raft is driven without a network. Waiters are not blocked
+// here; a Budget hands back Grants and the caller does any blocking.
+package limiter
+
+import "time"
+
+// Limits are one key's limits. A zero (or negative) Requests, Tokens or
+// Concurrency means that dimension is unlimited.
+type Limits struct {
+	Requests    int64         // requests admitted per Window
+	Tokens      int64         // prompt+completion tokens per Window
+	Concurrency int64         // requests in flight (slots)
+	Window      time.Duration // sliding window length; zero means DefaultWindow
+	LeaseTTL    time.Duration // slot lifetime without renew; zero means DefaultLeaseTTL
+}
+
+// Defaults for zero fields of Limits and Policy.
+const (
+	DefaultWindow           = 60 * time.Second
+	DefaultLeaseTTL         = 120 * time.Second
+	DefaultBuckets          = 60
+	DefaultMaxTokens        = 4096
+	DefaultQueueLen         = 1024
+	DefaultAging            = 5 * time.Second
+	DefaultCompletionFactor = 1.5
+)
+
+// Policy holds the settings shared by every Budget of a table: they are
+// per-deployment, not per-key. A zero field takes the Default of the same name.
+type Policy struct {
+	Buckets          int           // buckets per window: granularity of the sliding window
+	DefaultMaxTokens int64         // completion estimate when a request has no max_tokens
+	QueueLen         int           // waiters per key before queue_full
+	Aging            time.Duration // a batch waiter ranks as an interactive one enqueued Aging later
+}
+
+// Dimension names what refused a request.
+type Dimension uint8
+
+const (
+	None        Dimension = iota // admitted
+	Requests                     // request window full
+	Tokens                       // token window full
+	Concurrency                  // no free slot
+	QueueFull                    // the wait queue is at QueueLen
+)
+
+// String returns "requests", "tokens", "concurrency", "queue_full" or "" for None.
+func (d Dimension) String() string {
+	switch d {
+	case Requests:
+		return "requests"
+	case Tokens:
+		return "tokens"
+	case Concurrency:
+		return "concurrency"
+	case QueueFull:
+		return "queue_full"
+	}
+	return ""
+}
+
+// Priority is a waiter's class. Interactive waiters go before batch waiters,
+// FIFO within a class, with aging (Policy.Aging) so batch is never starved.
+type Priority uint8
+
+const (
+	Interactive Priority = iota
+	Batch
+)
+
+// Request asks a Budget to admit one request.
+type Request struct {
+	PromptTokens int64 // T_in, counted by the caller
+	MaxTokens    int64 // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
+	Reserve      int64 // if > 0, reserve exactly this many tokens (a pool following its tenant's estimate)
+	Priority     Priority
+	Wait         time.Duration // how long the caller may queue; 0 answers at once
+}
+
+// Usage is what the provider reported for a finished request.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// DimStatus is one dimension as seen by a caller: OpenAI's x-ratelimit-* and
+// the IETF RateLimit fields. Limit 0 means unlimited. Reset is the time until
+// the dimension is fully free again (window slid, slots expired).
+type DimStatus struct {
+	Limit     int64
+	Remaining int64
+	Reset     time.Duration
+}
+
+// Status is a key's three dimensions.
+type Status struct {
+	Requests, Tokens, Concurrency DimStatus
+}
+
+// Decision is the answer to an Acquire, or a Grant delivered later to a waiter.
+type Decision struct {
+	Allowed    bool
+	Queued     bool          // not decided yet: the request waits; Ticket identifies it
+	Ticket     uint64        // set when Queued; the later Grant carries it
+	Lease      uint64        // set when Allowed: settle, renew or cancel with it
+	Reserved   int64         // tokens reserved when Allowed
+	Reason     Dimension     // set when refused
+	RetryAfter time.Duration // when refused: when enough capacity will be free
+	Status     Status        // the key after this decision
+}
+
+// Grant is the outcome for a queued request: admitted (Decision.Allowed) or
+// refused because its deadline passed (Reason set, RetryAfter honest).
+type Grant struct {
+	Ticket   uint64
+	Decision Decision
+}

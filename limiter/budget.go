@@ -1,0 +1,525 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// ewmaAlpha is the weight of the newest completion in a key's running
+// average of completion tokens.
+const ewmaAlpha = 0.2
+
+// defaultPolicy is what a nil *Policy means. It is never modified.
+var defaultPolicy Policy
+
+func (p *Policy) buckets() int {
+	if p == nil || p.Buckets <= 0 {
+		return DefaultBuckets
+	}
+	return min(p.Buckets, maxBuckets)
+}
+
+func (p *Policy) defaultMaxTokens() int64 {
+	if p == nil || p.DefaultMaxTokens <= 0 {
+		return DefaultMaxTokens
+	}
+	return p.DefaultMaxTokens
+}
+
+func (p *Policy) queueLen() int {
+	if p == nil || p.QueueLen <= 0 {
+		return DefaultQueueLen
+	}
+	return p.QueueLen
+}
+
+func (p *Policy) aging() int64 {
+	if p == nil || p.Aging <= 0 {
+		return int64(DefaultAging)
+	}
+	return int64(p.Aging)
+}
+
+// normalize fills the zero fields of l with the defaults and turns negative
+// limits into 0 (unlimited).
+func (l Limits) normalize() Limits {
+	l.Requests = max(l.Requests, 0)
+	l.Tokens = max(l.Tokens, 0)
+	l.Concurrency = max(l.Concurrency, 0)
+	if l.Window <= 0 {
+		l.Window = DefaultWindow
+	}
+	if l.LeaseTTL <= 0 {
+		l.LeaseTTL = DefaultLeaseTTL
+	}
+	return l
+}
+
+// lease is one admitted request that has not been settled, released or
+// cancelled, and whose slot has not expired. Every lease holds one
+// concurrency slot.
+type lease struct {
+	bucket   int64 // absolute bucket of the reservation, or gone
+	reserved int64 // tokens charged at admission (T_est)
+	expiry   int64 // unix ns; the slot is free at and after this time
+}
+
+// Budget is one key's limiter state: a sliding window of admitted requests, a
+// sliding window of tokens with two-phase reservations, concurrency slots
+// held by leases with a TTL, and a priority wait queue.
+//
+// Units: requests and tokens are counted over Limits.Window, kept as
+// Policy.Buckets time buckets (see the window arithmetic in window.go); every
+// admission charges 1 request and T_est tokens to the current bucket and
+// takes one slot until it is settled, released, cancelled or its lease
+// expires (Limits.LeaseTTL after admission or the last Renew).
+//
+// Invariants: in any interval of length Window the requests admitted, and the
+// tokens they are finally charged (when no usage exceeded its reservation),
+// never exceed the limits; slots in use never exceed Limits.Concurrency (a
+// SetLimits that lowers it revokes nothing: new admissions wait until enough
+// slots are free); while waiters are queued no new request is admitted ahead
+// of them.
+//
+// Time is always a parameter. A Budget never moves backwards: a time earlier
+// than one already seen is treated as that latest time for the windows.
+//
+// Waiters are only admitted by Wake: after anything that frees capacity
+// (Settle, Release, Cancel, CancelWait, SetLimits, or the time NextWake
+// names), call Wake to hand out the grants.
+//
+// Create one with NewBudget or RestoreBudget; the zero value is not usable.
+// A Budget is not safe for concurrent use; the Table serialises access.
+type Budget struct {
+	pol    *Policy // shared by every Budget of a table; never nil
+	lim    Limits  // normalised
+	width  int64   // bucket width, ns
+	nb     int     // buckets per window (N); the ring holds N+1
+	head   int64   // absolute index of the newest bucket
+	cnt    []int64 // requests ring then tokens ring, 2(N+1) counters
+	sumReq int64   // sum of the requests ring
+	sumTok int64   // sum of the tokens ring
+	ewma   float64 // running average of settled completion tokens; < 0: no history
+	seq    uint64  // last lease id or ticket handed out
+
+	leases   map[uint64]lease // allocated on first admission
+	minExp   int64            // ≤ every lease's expiry (exact after a scan)
+	maxExp   int64            // ≥ every lease's expiry
+	maxStale bool             // maxExp may be above the true maximum
+
+	q *waitQueue // allocated on first queueing
+}
+
+// NewBudget returns the state of one key with limits l, whose window starts
+// empty at now. p holds settings shared by every Budget of a table and must
+// not be modified while Budgets use it; nil means the defaults. Zero fields of
+// l and *p take the defaults in this package.
+func NewBudget(l Limits, p *Policy, now time.Time) *Budget {
+	if p == nil {
+		p = &defaultPolicy
+	}
+	l = l.normalize()
+	nb := p.buckets()
+	b := &Budget{
+		pol:   p,
+		lim:   l,
+		nb:    nb,
+		width: bucketWidth(int64(l.Window), nb),
+		cnt:   make([]int64, 2*(nb+1)),
+		ewma:  -1,
+	}
+	b.head = floorDiv(now.UnixNano(), b.width)
+	return b
+}
+
+// Limits returns the key's limits, with the defaults filled in.
+func (b *Budget) Limits() Limits { return b.lim }
+
+// SetLimits changes the key's limits. What is already counted stays counted:
+// a smaller window forgets only what lies before it, a different bucket width
+// moves each bucket's units no earlier in time. Leases keep their expiry and
+// queued waiters keep their place; call Wake afterwards, since raised limits
+// may admit them.
+func (b *Budget) SetLimits(l Limits) {
+	l = l.normalize()
+	nb := b.pol.buckets()
+	b.rebucket(bucketWidth(int64(l.Window), nb), nb)
+	b.lim = l
+}
+
+// tick brings the Budget to time t: the window slides, expired slots are
+// reclaimed.
+func (b *Budget) tick(t int64) {
+	b.advance(t)
+	b.reclaim(t)
+}
+
+// reclaim drops every lease whose slot has expired at t. It scans the leases
+// only when the earliest expiry has passed, so its cost is paid by the
+// leases it frees (plus one scan each time the earliest lease was settled).
+func (b *Budget) reclaim(t int64) {
+	if len(b.leases) == 0 || t < b.minExp {
+		return
+	}
+	b.rescan(t)
+}
+
+// rescan deletes the leases expired at t and recomputes minExp and maxExp
+// exactly.
+func (b *Budget) rescan(t int64) {
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for id, l := range b.leases {
+		if t >= l.expiry {
+			delete(b.leases, id)
+			continue
+		}
+		lo, hi = min(lo, l.expiry), max(hi, l.expiry)
+	}
+	b.minExp, b.maxExp, b.maxStale = lo, hi, false
+}
+
+// putLease stores lease id, keeping minExp and maxExp bounds.
+func (b *Budget) putLease(id uint64, l lease) {
+	if b.leases == nil {
+		b.leases = make(map[uint64]lease)
+	}
+	if len(b.leases) == 0 {
+		b.minExp, b.maxExp, b.maxStale = l.expiry, l.expiry, false
+	} else {
+		b.minExp = min(b.minExp, l.expiry)
+		if l.expiry >= b.maxExp {
+			b.maxExp, b.maxStale = l.expiry, false
+		}
+	}
+	b.leases[id] = l
+}
+
+// dropLease frees lease id's slot.
+func (b *Budget) dropLease(id uint64, l lease) {
+	delete(b.leases, id)
+	if l.expiry >= b.maxExp {
+		b.maxStale = true
+	}
+}
+
+// estimate is T_est for r: Reserve if set, else the prompt plus the smaller of
+// max_tokens (or the policy default) and 1.5× this key's average completion
+// (max_tokens when the key has no history yet).
+func (b *Budget) estimate(r Request) int64 {
+	if r.Reserve > 0 {
+		return clampUnits(r.Reserve)
+	}
+	c := r.MaxTokens
+	if c <= 0 {
+		c = b.pol.defaultMaxTokens()
+	}
+	c = clampUnits(c)
+	if b.ewma >= 0 {
+		c = min(c, int64(math.Ceil(DefaultCompletionFactor*b.ewma)))
+	}
+	return clampUnits(clampUnits(r.PromptTokens) + c)
+}
+
+// neverFits reports whether a request reserving tok tokens exceeds the token
+// limit on its own.
+func (b *Budget) neverFits(tok int64) bool {
+	return b.lim.Tokens > 0 && tok > b.lim.Tokens
+}
+
+// blocking is the first dimension, in the order requests, tokens,
+// concurrency, that has no room for n now; None if n fits.
+func (b *Budget) blocking(n need) Dimension {
+	if l := b.lim.Requests; l > 0 && b.sumReq+n.req > l {
+		return Requests
+	}
+	if l := b.lim.Tokens; l > 0 && b.sumTok+n.tok > l {
+		return Tokens
+	}
+	if l := b.lim.Concurrency; l > 0 && int64(len(b.leases))+n.slots > l {
+		return Concurrency
+	}
+	return None
+}
+
+// fitAfter returns how long after t every dimension has room for n if
+// nothing else happens (no admission, settle or release): 0 if n fits now.
+// Each dimension only frees up with time, so this is the latest of the three
+// times. ok is false if n can never fit.
+func (b *Budget) fitAfter(t int64, n need) (wait int64, ok bool) {
+	wr, ok1 := b.fitWindow(t, 0, b.lim.Requests, b.sumReq, n.req)
+	wt, ok2 := b.fitWindow(t, b.nb+1, b.lim.Tokens, b.sumTok, n.tok)
+	ws, ok3 := b.fitSlots(t, n.slots)
+	return max(wr, wt, ws), ok1 && ok2 && ok3
+}
+
+// fitSlots returns how long after t n more slots are free: the time the
+// (in use + n − limit)-th earliest lease expires.
+func (b *Budget) fitSlots(t int64, n int64) (wait int64, ok bool) {
+	l := b.lim.Concurrency
+	if l <= 0 {
+		return 0, true
+	}
+	if n > l {
+		return 0, false
+	}
+	excess := int64(len(b.leases)) + n - l
+	if excess <= 0 {
+		return 0, true
+	}
+	var buf [64]int64
+	exp := buf[:0]
+	for _, ls := range b.leases {
+		exp = append(exp, ls.expiry)
+	}
+	kth := selectKth(exp, int(excess-1))
+	return max(0, kth-t), true
+}
+
+// fitBehind returns how long after t a request needing n fits once the
+// queue head (needing hn, fitting hw after t) has been admitted at t+hw.
+func (b *Budget) fitBehind(t int64, hn need, hw int64, n need) int64 {
+	th := t + hw
+	kh := max(b.head, floorDiv(th, b.width))
+	wr := b.fitWindowWith(t, 0, b.lim.Requests, b.sumReq, n.req, kh, hn.req)
+	wt := b.fitWindowWith(t, b.nb+1, b.lim.Tokens, b.sumTok, n.tok, kh, hn.tok)
+	var ws int64
+	if l := b.lim.Concurrency; l > 0 {
+		if excess := int64(len(b.leases)) + hn.slots + n.slots - l; excess > 0 {
+			var buf [64]int64
+			exp := append(buf[:0], th+int64(b.lim.LeaseTTL))
+			for _, ls := range b.leases {
+				exp = append(exp, ls.expiry)
+			}
+			ws = max(0, selectKth(exp, int(min(excess, int64(len(exp)))-1))-t)
+		}
+	}
+	return max(hw, wr, wt, ws)
+}
+
+// selectKth returns the k-th smallest element (0-based) of s, reordering s.
+func selectKth(s []int64, k int) int64 {
+	lo, hi := 0, len(s)-1
+	for lo < hi {
+		p := s[(lo+hi)/2]
+		i, j := lo, hi
+		for i <= j {
+			for s[i] < p {
+				i++
+			}
+			for s[j] > p {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return s[k]
+		}
+	}
+	return s[k]
+}
+
+// Acquire asks to admit request r at now.
+//
+// The request reserves T_est tokens (see Request and the package design),
+// and is admitted if the request window has room for one more, the token
+// window for T_est more, a concurrency slot is free, and no waiter is queued
+// (no barging). Admission charges both windows in the current bucket and
+// returns a lease holding one slot until now+LeaseTTL; settle, release,
+// cancel or renew it by Decision.Lease.
+//
+// Otherwise, if r.Wait > 0 and the queue has room, the request is queued
+// until now+r.Wait and the Decision says Queued with a Ticket; its outcome is
+// a later Grant from Wake. If not, it is refused: Reason is the first
+// dimension without room (requests, tokens, concurrency), or the blocking
+// dimension of the queue head while waiters are queued, or QueueFull; and
+// RetryAfter is the exact time until the request would fit if nothing else
+// happened. A request whose T_est exceeds the token limit can never fit: it
+// is refused at once with Reason Tokens and RetryAfter = Window.
+func (b *Budget) Acquire(now time.Time, r Request) Decision {
+	t := now.UnixNano()
+	b.tick(t)
+	tok := b.estimate(r)
+	n := oneRequest(tok)
+	if b.neverFits(tok) {
+		return b.refuse(t, Tokens, int64(b.lim.Window))
+	}
+	if b.q.len() > 0 {
+		reason, wait := b.behindQueue(t, n)
+		if r.Wait > 0 && b.q.len() < b.pol.queueLen() {
+			return b.enqueue(t, r, tok, reason)
+		}
+		if r.Wait > 0 {
+			reason = QueueFull
+		}
+		return b.refuse(t, reason, wait)
+	}
+	if d := b.blocking(n); d != None {
+		if r.Wait > 0 {
+			return b.enqueue(t, r, tok, d)
+		}
+		wait, _ := b.fitAfter(t, n)
+		return b.refuse(t, d, wait)
+	}
+	return b.admit(t, tok)
+}
+
+// admit charges one request reserving tok tokens at t (after tick) and
+// creates its lease.
+func (b *Budget) admit(t int64, tok int64) Decision {
+	k := b.head
+	b.addReq(k, 1)
+	b.addTok(k, tok)
+	b.seq++
+	id := b.seq
+	b.putLease(id, lease{bucket: k, reserved: tok, expiry: t + int64(b.lim.LeaseTTL)})
+	return Decision{Allowed: true, Lease: id, Reserved: tok, Status: b.status(t)}
+}
+
+// refuse is a refusal at t.
+func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
+	return Decision{Reason: reason, RetryAfter: time.Duration(wait), Status: b.status(t)}
+}
+
+// Settle completes lease with the usage the provider reported, at now.
+// The difference between the actual tokens (prompt+completion) and the
+// reservation is applied to the bucket the reservation was charged to: a
+// credit gives capacity back, a debit charges the excess. If that bucket has
+// left the window, a credit is dropped (nothing is counted there any more)
+// and a debit is charged to the current bucket. The completion tokens update
+// the key's average completion. The slot is freed.
+//
+// Settle returns false and changes nothing if the lease is unknown, already
+// settled, released or cancelled, or expired (its slot was reclaimed; the
+// reservation stays charged as reserved). Settle is idempotent.
+func (b *Budget) Settle(now time.Time, id uint64, u Usage) bool {
+	t := now.UnixNano()
+	b.tick(t)
+	l, ok := b.leases[id]
+	if !ok {
+		return false
+	}
+	completion := clampUnits(u.CompletionTokens)
+	delta := clampUnits(clampUnits(u.PromptTokens)+completion) - l.reserved
+	switch {
+	case b.live(l.bucket):
+		b.addTok(l.bucket, delta)
+	case delta > 0:
+		b.addTok(b.head, delta)
+	}
+	if b.ewma < 0 {
+		b.ewma = float64(completion)
+	} else {
+		b.ewma += ewmaAlpha * (float64(completion) - b.ewma)
+	}
+	b.dropLease(id, l)
+	return true
+}
+
+// Release frees lease's slot at now and keeps its tokens charged as
+// reserved: the request completed but no usage was reported. It returns
+// false and changes nothing if the lease is unknown, finished or expired.
+func (b *Budget) Release(now time.Time, id uint64) bool {
+	b.tick(now.UnixNano())
+	l, ok := b.leases[id]
+	if !ok {
+		return false
+	}
+	b.dropLease(id, l)
+	return true
+}
+
+// Cancel rolls an admission back completely at now: its request and its
+// reserved tokens are removed from the bucket they were charged to (if that
+// bucket is still in the window) and its slot is freed, as if it had never
+// been admitted. Use it when another key (a pool) refused after this one
+// admitted. It returns false and changes nothing if the lease is unknown,
+// finished or expired.
+func (b *Budget) Cancel(now time.Time, id uint64) bool {
+	b.tick(now.UnixNano())
+	l, ok := b.leases[id]
+	if !ok {
+		return false
+	}
+	if b.live(l.bucket) {
+		b.addReq(l.bucket, -1)
+		b.addTok(l.bucket, -l.reserved)
+	}
+	b.dropLease(id, l)
+	return true
+}
+
+// Renew extends lease's slot to now+LeaseTTL (never shortening it) and
+// returns the new expiry. It returns false if the lease is unknown, finished
+// or already expired at now.
+func (b *Budget) Renew(now time.Time, id uint64) (time.Time, bool) {
+	t := now.UnixNano()
+	b.tick(t)
+	l, ok := b.leases[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	exp := t + int64(b.lim.LeaseTTL)
+	if exp <= l.expiry {
+		return time.Unix(0, l.expiry), true
+	}
+	l.expiry = exp
+	b.leases[id] = l
+	if exp >= b.maxExp {
+		b.maxExp, b.maxStale = exp, false
+	}
+	return now.Add(b.lim.LeaseTTL), true
+}
+
+// Status returns the key's three dimensions at now. Limit 0 means unlimited,
+// and then Remaining is 0 too. Reset is the time until the dimension is
+// completely free if nothing else is admitted: the newest counted bucket
+// leaves the window, the last slot expires.
+func (b *Budget) Status(now time.Time) Status {
+	t := now.UnixNano()
+	b.tick(t)
+	return b.status(t)
+}
+
+func (b *Budget) status(t int64) Status {
+	return Status{
+		Requests:    dimStatus(b.lim.Requests, b.sumReq, b.resetWindow(t, 0)),
+		Tokens:      dimStatus(b.lim.Tokens, b.sumTok, b.resetWindow(t, b.nb+1)),
+		Concurrency: dimStatus(b.lim.Concurrency, int64(len(b.leases)), b.slotReset(t)),
+	}
+}
+
+func dimStatus(limit, used, reset int64) DimStatus {
+	d := DimStatus{Limit: limit, Reset: time.Duration(reset)}
+	if limit > 0 {
+		d.Remaining = max(limit-used, 0)
+	}
+	return d
+}
+
+// slotReset is the time after t until the last slot in use expires.
+func (b *Budget) slotReset(t int64) int64 {
+	if len(b.leases) == 0 {
+		return 0
+	}
+	if b.maxStale {
+		b.rescan(t)
+	}
+	return max(0, b.maxExp-t)
+}
+
+// Idle reports whether the key holds nothing at now: no units counted in
+// either window, no lease, no waiter. An idle Budget is equivalent to a new
+// one, and a Table may drop it.
+func (b *Budget) Idle(now time.Time) bool {
+	b.tick(now.UnixNano())
+	return b.sumReq == 0 && b.sumTok == 0 && len(b.leases) == 0 && b.q.len() == 0
+}

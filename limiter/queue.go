@@ -1,0 +1,308 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// waiter is a queued request.
+type waiter struct {
+	ticket   uint64
+	tok      int64     // T_est, fixed when it was queued
+	enq      int64     // unix ns when it was queued
+	deadline int64     // unix ns; refused at and after this time
+	dim      Dimension // what blocked it when it was queued; never None
+}
+
+// fifo is one priority class: waiters in arrival order, w[h:] live.
+type fifo struct {
+	w []waiter
+	h int
+}
+
+func (f *fifo) len() int { return len(f.w) - f.h }
+
+func (f *fifo) front() *waiter {
+	if f.h == len(f.w) {
+		return nil
+	}
+	return &f.w[f.h]
+}
+
+func (f *fifo) push(w waiter) {
+	if f.h > 0 && len(f.w) == cap(f.w) {
+		// Reuse the space of popped waiters before growing.
+		n := copy(f.w, f.w[f.h:])
+		f.w, f.h = f.w[:n], 0
+	}
+	f.w = append(f.w, w)
+}
+
+func (f *fifo) pop() {
+	f.w[f.h] = waiter{}
+	f.h++
+	if f.h == len(f.w) {
+		f.w, f.h = f.w[:0], 0
+	}
+}
+
+// remove deletes the live waiter at index i of f.w, keeping the order.
+func (f *fifo) remove(i int) {
+	copy(f.w[i:], f.w[i+1:])
+	f.w[len(f.w)-1] = waiter{}
+	f.w = f.w[:len(f.w)-1]
+	if f.h == len(f.w) {
+		f.w, f.h = f.w[:0], 0
+	}
+}
+
+// waitQueue holds a key's waiters in two FIFOs, interactive and batch. The
+// head is the front with the smaller effective time, where a batch waiter's
+// effective time is its arrival plus Policy.Aging (interactive wins a tie):
+// interactive goes first, FIFO within a class, and a batch waiter is never
+// overtaken by an interactive one that arrived more than Aging after it.
+// Choosing the head is O(1).
+type waitQueue struct {
+	cls     [2]fifo // by Priority: Interactive, Batch
+	minDL   int64   // ≤ every waiter's deadline
+	dlStale bool    // minDL may be below the true minimum
+}
+
+// len is the number of waiters; a nil queue is empty.
+func (q *waitQueue) len() int {
+	if q == nil {
+		return 0
+	}
+	return q.cls[0].len() + q.cls[1].len()
+}
+
+// head returns the waiter to admit next and its class; q must not be empty.
+func (q *waitQueue) head(aging int64) (int, *waiter) {
+	i, b := q.cls[Interactive].front(), q.cls[Batch].front()
+	switch {
+	case i == nil:
+		return int(Batch), b
+	case b == nil:
+		return int(Interactive), i
+	case b.enq+aging < i.enq:
+		return int(Batch), b
+	}
+	return int(Interactive), i
+}
+
+// minDeadline is the earliest deadline of a waiter; q must not be empty.
+func (q *waitQueue) minDeadline() int64 {
+	if q.dlStale {
+		q.minDL = math.MaxInt64
+		for c := range q.cls {
+			f := &q.cls[c]
+			for i := f.h; i < len(f.w); i++ {
+				q.minDL = min(q.minDL, f.w[i].deadline)
+			}
+		}
+		q.dlStale = false
+	}
+	return q.minDL
+}
+
+// removed notes that a waiter with deadline dl left the queue.
+func (q *waitQueue) removed(dl int64) {
+	if dl <= q.minDL {
+		q.dlStale = true
+	}
+}
+
+// enqueue queues r (reserving tok, blocked by dim) at t.
+func (b *Budget) enqueue(t int64, r Request, tok int64, dim Dimension) Decision {
+	if b.q == nil {
+		b.q = new(waitQueue)
+	}
+	c := Batch
+	if r.Priority == Interactive {
+		c = Interactive
+	}
+	dl := t + int64(r.Wait)
+	if dl < t { // overflow: wait "forever"
+		dl = math.MaxInt64
+	}
+	if b.q.len() == 0 {
+		b.q.minDL, b.q.dlStale = dl, false
+	} else {
+		b.q.minDL = min(b.q.minDL, dl)
+	}
+	b.seq++
+	b.q.cls[c].push(waiter{ticket: b.seq, tok: tok, enq: t, deadline: dl, dim: dim})
+	return Decision{Queued: true, Ticket: b.seq, Status: b.status(t)}
+}
+
+// behindQueue answers a request needing n that cannot be admitted before the
+// queue head: Reason is the blocking dimension of the head, and the wait is
+// the time until the request fits after the head has been admitted as soon
+// as it fits, if nothing else happens. No queued request can be admitted
+// sooner, so retrying earlier is pointless.
+func (b *Budget) behindQueue(t int64, n need) (Dimension, int64) {
+	_, h := b.q.head(b.pol.aging())
+	if b.neverFits(h.tok) {
+		// The head will be refused at the next Wake; it delays nobody.
+		own, _ := b.fitAfter(t, n)
+		return Tokens, own
+	}
+	hn := oneRequest(h.tok)
+	hw, _ := b.fitAfter(t, hn)
+	wait := b.fitBehind(t, hn, hw, n)
+	reason := b.blocking(hn)
+	if reason == None {
+		// The head fits already and only waits for a Wake.
+		if reason = b.blocking(hn.plus(n)); reason == None {
+			reason = h.dim
+		}
+	}
+	if reason == None { // not reached: every waiter's dim is set
+		reason = Requests
+	}
+	return reason, wait
+}
+
+// answer is the refusal of queued waiter w at t: its own blocking dimension
+// and fit time if it is the head (or can never fit), else as behind the head.
+func (b *Budget) answer(t int64, w *waiter, isHead bool) Decision {
+	if b.neverFits(w.tok) {
+		return b.refuse(t, Tokens, int64(b.lim.Window))
+	}
+	n := oneRequest(w.tok)
+	if isHead {
+		d := b.blocking(n)
+		if d == None {
+			d = w.dim // it fits; only a Wake was missing
+		}
+		wait, _ := b.fitAfter(t, n)
+		return b.refuse(t, d, wait)
+	}
+	d, wait := b.behindQueue(t, n)
+	return b.refuse(t, d, wait)
+}
+
+// Wake brings the key to now and hands out what changed for waiters,
+// appending one Grant per waiter that left the queue to dst and returning
+// it. Expired slots are reclaimed; then, in queue order, the head is admitted
+// if it fits, or refused if its deadline has come (or if it can never fit,
+// after SetLimits lowered the token limit), until the head neither fits nor
+// has expired (head-of-line: a later waiter is never admitted while the head
+// does not fit); then every other waiter whose deadline has come is
+// refused. A refusal carries the dimension that blocks the waiter and an
+// honest RetryAfter, as for Acquire.
+//
+// Call Wake at the time NextWake names and after anything that frees
+// capacity. It is cheap when nothing is queued.
+func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
+	t := now.UnixNano()
+	b.tick(t)
+	if b.q.len() == 0 {
+		return dst
+	}
+	aging := b.pol.aging()
+	for b.q.len() > 0 {
+		c, w := b.q.head(aging)
+		g := Grant{Ticket: w.ticket}
+		switch {
+		case !b.neverFits(w.tok) && b.blocking(oneRequest(w.tok)) == None:
+			g.Decision = b.admit(t, w.tok)
+		case b.neverFits(w.tok) || t >= w.deadline:
+			g.Decision = b.answer(t, w, true)
+		default:
+			return b.expireWaiters(t, dst)
+		}
+		b.q.removed(w.deadline)
+		b.q.cls[c].pop()
+		dst = append(dst, g)
+	}
+	return dst
+}
+
+// expireWaiters refuses every waiter whose deadline is at or before t. The
+// head must not be one of them.
+func (b *Budget) expireWaiters(t int64, dst []Grant) []Grant {
+	if t < b.q.minDeadline() {
+		return dst
+	}
+	for c := range b.q.cls {
+		f := &b.q.cls[c]
+		for i := f.h; i < len(f.w); {
+			w := &f.w[i]
+			if w.deadline > t {
+				i++
+				continue
+			}
+			dst = append(dst, Grant{Ticket: w.ticket, Decision: b.answer(t, w, false)})
+			b.q.removed(w.deadline)
+			f.remove(i)
+		}
+	}
+	return dst
+}
+
+// NextWake returns the earliest time at or after now at which Wake could
+// change something for a waiter if nothing else happens: a waiter's deadline,
+// or the time the queue head fits as the window slides or slots expire
+// (now if it fits already). It returns false when nothing is queued. A
+// Settle, Release or Cancel can make the head fit earlier: call Wake after
+// those too.
+func (b *Budget) NextWake(now time.Time) (time.Time, bool) {
+	if b.q.len() == 0 {
+		return time.Time{}, false
+	}
+	t := now.UnixNano()
+	b.tick(t)
+	next := b.q.minDeadline()
+	_, h := b.q.head(b.pol.aging())
+	if b.neverFits(h.tok) {
+		next = t
+	} else if wait, _ := b.fitAfter(t, oneRequest(h.tok)); t+wait < next {
+		next = t + wait
+	}
+	if next <= t {
+		return now, true
+	}
+	return now.Add(time.Duration(next - t)), true
+}
+
+// CancelWait removes the waiter holding ticket (its caller gave up) and
+// reports whether it was queued. No Grant is produced for it. Call Wake
+// afterwards: the waiters behind it may fit now.
+func (b *Budget) CancelWait(now time.Time, ticket uint64) bool {
+	if b.q.len() == 0 {
+		return false
+	}
+	for c := range b.q.cls {
+		f := &b.q.cls[c]
+		for i := f.h; i < len(f.w); i++ {
+			if f.w[i].ticket == ticket {
+				b.q.removed(f.w[i].deadline)
+				f.remove(i)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Waiters returns the number of queued waiters.
+func (b *Budget) Waiters() int { return b.q.len() }
+
+// DrainWaiters refuses every queued waiter at now, in queue order, as if its
+// deadline had come, appending the Grants to dst. Use it before Table.Take
+// hands the key to another node: waiters are connections at this node and
+// are not part of a snapshot.
+func (b *Budget) DrainWaiters(now time.Time, dst []Grant) []Grant {
+	t := now.UnixNano()
+	b.tick(t)
+	aging := b.pol.aging()
+	for b.q.len() > 0 {
+		c, w := b.q.head(aging)
+		g := Grant{Ticket: w.ticket, Decision: b.answer(t, w, true)}
+		b.q.removed(w.deadline)
+		b.q.cls[c].pop()
+		dst = append(dst, g)
+	}
+	return dst
+}

@@ -1,0 +1,209 @@
+package limiter
+
+import (
+	"bytes"
+	"encoding"
+	"errors"
+	"testing"
+	"time"
+)
+
+var (
+	_ encoding.BinaryAppender  = (*Budget)(nil)
+	_ encoding.BinaryMarshaler = (*Budget)(nil)
+)
+
+var snapLimits = Limits{Requests: 10, Tokens: 5000, Concurrency: 4, Window: 10 * sec, LeaseTTL: 30 * sec}
+
+// sampleSnapshots returns snapshots of Budgets in various states: new,
+// with leases in and out of the window, with history, after a long gap.
+func sampleSnapshots(t testing.TB) [][]byte {
+	var out [][]byte
+	snap := func(b *Budget) {
+		data, err := b.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	b := NewBudget(snapLimits, pol10, t0)
+	snap(b)
+	l1 := b.Acquire(at(0), Request{PromptTokens: 100, MaxTokens: 200}).Lease
+	b.Acquire(at(500*ms), Request{Reserve: 300})
+	snap(b)
+	b.Settle(at(2*sec), l1, Usage{PromptTokens: 100, CompletionTokens: 80})
+	l3 := b.Acquire(at(3*sec), Request{PromptTokens: 50}).Lease
+	b.Renew(at(4*sec), l3)
+	snap(b)
+	b.Acquire(at(15*sec), Request{PromptTokens: 10}) // earlier buckets left the window
+	snap(b)
+	b.Status(at(time.Hour))
+	snap(b)
+	u := NewBudget(Limits{Window: 10 * sec}, pol10, time.Unix(-100, 0)) // before 1970, unlimited
+	u.Acquire(time.Unix(-50, 0), Request{Reserve: 1})
+	snap(u)
+	return out
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for i, data := range sampleSnapshots(t) {
+		if data[0] != snapshotV1 {
+			t.Fatalf("%d: version byte %d", i, data[0])
+		}
+		b, err := RestoreBudget(data, snapLimits, pol10)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		again, _ := b.AppendBinary([]byte("prefix"))
+		if !bytes.Equal(again[6:], data) || string(again[:6]) != "prefix" {
+			t.Fatalf("%d: round trip differs:\n%x\n%x", i, data, again[6:])
+		}
+	}
+}
+
+func TestSnapshotBehavesTheSame(t *testing.T) {
+	b := NewBudget(snapLimits, pol10, t0)
+	l := b.Acquire(at(0), Request{PromptTokens: 100, MaxTokens: 900}).Lease
+	b.Acquire(at(sec), Request{Reserve: 3000})
+	b.Settle(at(2*sec), l, Usage{PromptTokens: 100, CompletionTokens: 40})
+	data, _ := b.MarshalBinary()
+	c, err := RestoreBudget(data, snapLimits, pol10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, now := range []time.Duration{2 * sec, 5 * sec, 11 * sec, 12 * sec} {
+		r := Request{PromptTokens: 500, MaxTokens: 2000}
+		if db, dc := b.Acquire(at(now), r), c.Acquire(at(now), r); db != dc {
+			t.Fatalf("at %v: %+v vs %+v", now, db, dc)
+		}
+	}
+}
+
+func TestSnapshotRestoreUnderNewLimits(t *testing.T) {
+	b := NewBudget(snapLimits, pol10, t0)
+	x := b.Acquire(at(0), Request{Reserve: 1000})
+	b.Acquire(at(sec), Request{Reserve: 1000})
+	data, _ := b.MarshalBinary()
+	// Tighter limits apply at once; a 20 s window with the default 60
+	// buckets re-buckets what is counted without losing any of it.
+	l := Limits{Requests: 1, Tokens: 1500, Window: 20 * sec}
+	c, err := RestoreBudget(data, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Status(at(2 * sec))
+	if st.Requests.Remaining != 0 || st.Tokens.Remaining != 0 || st.Concurrency.Limit != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	if c.Limits() != l.normalize() {
+		t.Fatalf("limits %+v", c.Limits())
+	}
+	// The leases followed their units: cancelling x gives its tokens back.
+	if !c.Cancel(at(2*sec), x.Lease) {
+		t.Fatal("cancel after restore")
+	}
+	if st := c.Status(at(2 * sec)); st.Tokens.Remaining != 500 || st.Requests.Remaining != 0 {
+		t.Fatalf("after cancel %+v", st)
+	}
+	// [t0+1s, t0+2s) moved to a 1/3 s bucket ending at t0+2s: it leaves
+	// the 20 s window (61 buckets of 1/3 s... 20.33 s later) at 22.33 s.
+	if st := c.Status(at(22*sec + 333333334)); st.Tokens.Remaining != 1500 {
+		t.Fatalf("after the window %+v", st)
+	}
+}
+
+func TestSnapshotRejectsGarbage(t *testing.T) {
+	good := sampleSnapshots(t)[2]
+	if _, err := RestoreBudget(good, snapLimits, pol10); err != nil {
+		t.Fatal(err)
+	}
+	// Every strict prefix is truncated.
+	for n := range len(good) {
+		if _, err := RestoreBudget(good[:n], snapLimits, pol10); !errors.Is(err, errSnapshot) {
+			t.Fatalf("prefix of %d bytes: %v", n, err)
+		}
+	}
+	bad := map[string][]byte{
+		"trailing byte": append(bytes.Clone(good), 0),
+		"version 2":     append([]byte{2}, good[1:]...),
+		"version 0":     append([]byte{0}, good[1:]...),
+		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0},
+		"huge head":     {1, 2, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"too many":      {1, 2, 0xff, 0xff, 0x03},
+	}
+	// A lease id beyond the sequence, duplicated ids, a bucket beyond the
+	// window, a count above the cap: built from a real snapshot layout.
+	b := NewBudget(Limits{Window: 2 * sec}, &Policy{Buckets: 1}, time.Unix(0, 0))
+	b.Acquire(time.Unix(0, 0), Request{Reserve: 5})
+	one, _ := b.MarshalBinary()
+	// one = 1, width(2s), N=1, head=0, [0 0] [1 5], ewma 0, seq 1, count 1, id 1, age 1, 5, expiry
+	if !bytes.Equal(one[:13], []byte{1, 0x80, 0xd0, 0xac, 0xf3, 0x0e, 1, 0, 0, 0, 1, 5, 0}) {
+		t.Fatalf("layout changed: %x", one)
+	}
+	mut := func(i int, v ...byte) []byte {
+		c := bytes.Clone(one[:i])
+		c = append(c, v...)
+		return append(c, one[i+len(v):]...)
+	}
+	bad["lease beyond sequence"] = mut(14, 0)      // seq 0 < id 1
+	bad["lease id zero"] = mut(16, 0)              // id 0
+	bad["lease age beyond window"] = mut(17, 3)    // N+1 = 2 buckets
+	bad["bad average flag"] = mut(12, 2)           //
+	bad["negative average"] = append(mut(12, 1), 0) // flag 1 but bytes are the rest
+	bad["count above cap"] = append(append(bytes.Clone(one[:10]), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01), one[11:]...)
+	bad["two leases, one present"] = mut(15, 2)
+	for name, data := range bad {
+		if _, err := RestoreBudget(data, snapLimits, nil); !errors.Is(err, errSnapshot) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := RestoreBudget(nil, snapLimits, nil); err == nil {
+		t.Error("empty input restored")
+	}
+}
+
+// FuzzRestoreBudget feeds arbitrary bytes to RestoreBudget: it must return
+// an error or a Budget that works, never panic; and whatever it accepts
+// must snapshot back to a stable form.
+func FuzzRestoreBudget(f *testing.F) {
+	for _, s := range sampleSnapshots(f) {
+		f.Add(s)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1})
+	f.Add([]byte{1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := RestoreBudget(data, snapLimits, pol10)
+		if err != nil {
+			if b != nil {
+				t.Fatal("budget and error")
+			}
+			return
+		}
+		s1, _ := b.MarshalBinary()
+		c, err := RestoreBudget(s1, snapLimits, pol10)
+		if err != nil {
+			t.Fatalf("own snapshot rejected: %v", err)
+		}
+		if s2, _ := c.MarshalBinary(); !bytes.Equal(s1, s2) {
+			t.Fatalf("unstable snapshot:\n%x\n%x", s1, s2)
+		}
+		// The restored Budget must work: exercise it near its own time.
+		now := time.Unix(0, b.head*b.width)
+		d := b.Acquire(now, Request{PromptTokens: 10, MaxTokens: 10, Wait: sec})
+		for id := range b.leases {
+			b.Renew(now, id)
+			b.Settle(now, id, Usage{PromptTokens: 1, CompletionTokens: 2})
+		}
+		b.Cancel(now, d.Lease)
+		b.Wake(now.Add(time.Minute), nil)
+		b.Status(now.Add(time.Hour))
+		b.SetLimits(Limits{Tokens: 100, Window: 7 * sec})
+		b.Idle(now.Add(2 * time.Hour))
+		// A different geometry at restore must be accepted as well.
+		if _, err := RestoreBudget(data, Limits{Window: time.Hour}, &Policy{Buckets: 7}); err != nil {
+			t.Fatalf("rejected under other limits: %v", err)
+		}
+	})
+}

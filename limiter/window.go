@@ -1,0 +1,224 @@
+package limiter
+
+import "math"
+
+// The two sliding windows of a Budget (requests and tokens) share one ring of
+// time-bucketed counters, stored in Budget.cnt: cnt[0:N+1] counts requests and
+// cnt[N+1:2N+2] counts tokens, where N is the number of buckets per window.
+//
+// Time is cut into buckets of width w = ceil(Window/N) nanoseconds; bucket k
+// (an absolute index, k = floor(unixNano/w)) covers [k·w, (k+1)·w). At a time t
+// in bucket c the window counts buckets c−N … c: exactly the N+1 buckets whose
+// range intersects (t−N·w, t] ⊇ (t−Window, t]. Bucket k therefore stops
+// counting at (k+N+1)·w, its end plus the window. An admission at time s is
+// counted by every check made at a time t with t−Window < s, so in any interval
+// of length Window the admitted units never exceed the limit (conservatively:
+// up to one bucket width longer than strictly needed). Memory is constant per
+// key whatever the rate; sliding the ring costs O(1) amortised per operation,
+// and at most N+1 counter resets after any gap.
+//
+// Counts only ever receive amounts that were added to the same bucket before
+// (credits, cancels) or non-negative amounts, so they stay ≥ 0; they are
+// clamped to [0, maxUnits] so that sums can never overflow even for garbage
+// usage reports.
+
+const (
+	// maxUnits caps one bucket's count and one request's token amount
+	// (2.8e14 tokens), so sums over maxBuckets+1 buckets fit in an int64.
+	maxUnits = 1 << 48
+	// maxBuckets caps Policy.Buckets.
+	maxBuckets = 1 << 12
+	// gone marks a lease whose bucket is no longer in the window (after a
+	// change of bucket width): its credits are dropped, its debits go to the
+	// current bucket, exactly as for a bucket that slid out.
+	gone = math.MinInt64
+)
+
+// clampUnits limits a caller-supplied token amount to [0, maxUnits].
+func clampUnits(x int64) int64 {
+	if x < 0 {
+		return 0
+	}
+	if x > maxUnits {
+		return maxUnits
+	}
+	return x
+}
+
+// floorDiv is a/b rounded towards −∞ (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// ringIndex maps absolute bucket k to its slot in a ring of m counters.
+func ringIndex(k int64, m int) int {
+	r := k % int64(m)
+	if r < 0 {
+		r += int64(m)
+	}
+	return int(r)
+}
+
+// bucketWidth is ceil(window/n) in nanoseconds, at least 1, so that n buckets
+// always cover at least the whole window.
+func bucketWidth(window int64, n int) int64 {
+	w := (window + int64(n) - 1) / int64(n)
+	if w < 1 {
+		w = 1
+	}
+	return w
+}
+
+// need is what one admission (or several, summed) takes from each dimension.
+type need struct {
+	req, tok, slots int64
+}
+
+// oneRequest is the need of a single request reserving tok tokens.
+func oneRequest(tok int64) need { return need{req: 1, tok: tok, slots: 1} }
+
+func (a need) plus(b need) need {
+	return need{a.req + b.req, a.tok + b.tok, a.slots + b.slots}
+}
+
+// advance slides the window so that its newest bucket is the one holding t.
+// Time never goes backwards for a Budget: an earlier t (a clock step back, a
+// state restored on a node whose clock lags) leaves the window where it is.
+func (b *Budget) advance(t int64) {
+	c := floorDiv(t, b.width)
+	if c <= b.head {
+		return
+	}
+	if c-b.head > int64(b.nb) {
+		clear(b.cnt)
+		b.sumReq, b.sumTok = 0, 0
+	} else {
+		m := b.nb + 1
+		for k := b.head + 1; k <= c; k++ {
+			i := ringIndex(k, m)
+			b.sumReq -= b.cnt[i]
+			b.sumTok -= b.cnt[m+i]
+			b.cnt[i], b.cnt[m+i] = 0, 0
+		}
+	}
+	b.head = c
+}
+
+// live reports whether absolute bucket k is still counted by the window.
+func (b *Budget) live(k int64) bool {
+	return k <= b.head && k >= b.head-int64(b.nb)
+}
+
+// addReq adds d requests to live bucket k.
+func (b *Budget) addReq(k, d int64) {
+	i := ringIndex(k, b.nb+1)
+	v := min(max(b.cnt[i]+d, 0), maxUnits)
+	b.sumReq += v - b.cnt[i]
+	b.cnt[i] = v
+}
+
+// addTok adds d tokens (negative: a credit) to live bucket k.
+func (b *Budget) addTok(k, d int64) {
+	i := b.nb + 1 + ringIndex(k, b.nb+1)
+	v := min(max(b.cnt[i]+d, 0), maxUnits)
+	b.sumTok += v - b.cnt[i]
+	b.cnt[i] = v
+}
+
+// fitWindow returns how long after t the window starting at cnt[base] (requests
+// base 0, tokens base N+1), currently summing to sum, has room for n more
+// units under limit: 0 if it fits now. ok is false if it can never fit
+// (n > limit). The answer is exact: it is the expiry time of the oldest bucket
+// whose departure brings the sum low enough.
+func (b *Budget) fitWindow(t int64, base int, limit, sum, n int64) (wait int64, ok bool) {
+	if limit <= 0 {
+		return 0, true
+	}
+	if n > limit {
+		return 0, false
+	}
+	excess := sum + n - limit
+	if excess <= 0 {
+		return 0, true
+	}
+	N := int64(b.nb)
+	for k := b.head - N; k <= b.head; k++ {
+		excess -= b.cnt[base+ringIndex(k, b.nb+1)]
+		if excess <= 0 {
+			return max(0, (k+N+1)*b.width-t), true
+		}
+	}
+	// Unreachable while sum is the sum of the buckets; stay conservative.
+	return max(0, (b.head+N+1)*b.width-t), true
+}
+
+// fitWindowWith is fitWindow for a window holding extra more units in
+// bucket extraK (≥ head, so it leaves the window last): the queue head,
+// admitted later. It assumes n ≤ limit and extra ≤ limit.
+func (b *Budget) fitWindowWith(t int64, base int, limit, sum, n, extraK, extra int64) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	excess := sum + extra + n - limit
+	if excess <= 0 {
+		return 0
+	}
+	N := int64(b.nb)
+	for k := b.head - N; k <= b.head; k++ {
+		excess -= b.cnt[base+ringIndex(k, b.nb+1)]
+		if excess <= 0 {
+			return max(0, (k+N+1)*b.width-t)
+		}
+	}
+	return max(0, (extraK+N+1)*b.width-t)
+}
+
+// resetWindow returns how long after t the window starting at cnt[base] is
+// empty: the expiry of its newest non-zero bucket, 0 if it is empty.
+func (b *Budget) resetWindow(t int64, base int) int64 {
+	N := int64(b.nb)
+	for k := b.head; k >= b.head-N; k-- {
+		if b.cnt[base+ringIndex(k, b.nb+1)] != 0 {
+			return max(0, (k+N+1)*b.width-t)
+		}
+	}
+	return 0
+}
+
+// rebucket changes the bucket width and count (after a change of Window or
+// Policy.Buckets) without losing anything that is still counted: old bucket k
+// moves to the new bucket holding its last instant, which ends no earlier, so
+// its units are counted at least as long as before (conservative), and its
+// leases follow it. Old buckets that end before the new window are dropped,
+// and leases whose bucket is no longer counted are marked gone.
+func (b *Budget) rebucket(width int64, nb int) {
+	if width == b.width && nb == b.nb {
+		return
+	}
+	oldW, oldN, oldHead, old := b.width, b.nb, b.head, b.cnt
+	remap := func(k int64) int64 { return floorDiv((k+1)*oldW-1, width) }
+	b.width, b.nb, b.head = width, nb, remap(oldHead)
+	b.cnt = make([]int64, 2*(nb+1))
+	b.sumReq, b.sumTok = 0, 0
+	for k := oldHead - int64(oldN); k <= oldHead; k++ {
+		nk := remap(k)
+		if !b.live(nk) {
+			continue
+		}
+		i := ringIndex(k, oldN+1)
+		b.addReq(nk, old[i])
+		b.addTok(nk, old[oldN+1+i])
+	}
+	for id, l := range b.leases {
+		if l.bucket >= oldHead-int64(oldN) && l.bucket <= oldHead && b.live(remap(l.bucket)) {
+			l.bucket = remap(l.bucket)
+		} else {
+			l.bucket = gone
+		}
+		b.leases[id] = l
+	}
+}

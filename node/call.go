@@ -1,0 +1,234 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// Op is the operation a Call asks a key's owner to perform.
+type Op uint8
+
+// The operations of the decision protocol. Each acts on one key.
+const (
+	OpAcquire Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
+	OpSettle                // settle a lease with the reported usage and free its slot
+	OpRelease               // free a lease's slot, keeping its tokens charged as reserved
+	OpCancel                // roll an admission back completely
+	OpRenew                 // extend a lease's slot
+	OpStatus                // report the key's limits and usage
+	opMax
+)
+
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status"}
+
+func (o Op) String() string {
+	if o < opMax {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Call is one decision for one key, executed by the key's owner. It is the unit
+// the router hands to the node and the node forwards to peers.
+type Call struct {
+	Op    Op
+	Key   string          // the limiter key, e.g. "t:acme" or "p:gpt-4o-mini"
+	Req   limiter.Request // OpAcquire
+	Lease uint64          // OpSettle, OpRelease, OpCancel, OpRenew
+	Usage limiter.Usage   // OpSettle
+	Hops  uint8           // how many times this call was forwarded already
+}
+
+// Answer is the owner's reply to a Call.
+type Answer struct {
+	Decision limiter.Decision // OpAcquire; Status for every op
+	OK       bool             // settle/release/cancel/renew found the lease
+	Expires  time.Time        // OpRenew: the slot's new expiry
+	Owner    string           // the node that decided
+}
+
+// Wire format. Every value is self-delimiting: unsigned and signed varints,
+// strings as a uvarint length and bytes. Version 1.
+
+var errShort = errors.New("truncated message")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendDim(b []byte, d limiter.DimStatus) []byte {
+	b = binary.AppendVarint(b, d.Limit)
+	b = binary.AppendVarint(b, d.Remaining)
+	return binary.AppendVarint(b, int64(d.Reset))
+}
+
+// AppendCall encodes c onto b.
+func AppendCall(b []byte, c *Call) []byte {
+	b = append(b, byte(c.Op), c.Hops)
+	b = appendString(b, c.Key)
+	b = binary.AppendUvarint(b, c.Lease)
+	b = binary.AppendVarint(b, c.Req.PromptTokens)
+	b = binary.AppendVarint(b, c.Req.MaxTokens)
+	b = binary.AppendVarint(b, c.Req.Reserve)
+	b = append(b, byte(c.Req.Priority))
+	b = binary.AppendVarint(b, int64(c.Req.Wait))
+	b = binary.AppendVarint(b, c.Usage.PromptTokens)
+	return binary.AppendVarint(b, c.Usage.CompletionTokens)
+}
+
+// AppendAnswer encodes a onto b.
+func AppendAnswer(b []byte, a *Answer) []byte {
+	d := &a.Decision
+	var flags byte
+	if d.Allowed {
+		flags |= 1
+	}
+	if d.Queued {
+		flags |= 2
+	}
+	if a.OK {
+		flags |= 4
+	}
+	b = append(b, flags, byte(d.Reason))
+	b = binary.AppendUvarint(b, d.Ticket)
+	b = binary.AppendUvarint(b, d.Lease)
+	b = binary.AppendVarint(b, d.Reserved)
+	b = binary.AppendVarint(b, int64(d.RetryAfter))
+	b = appendDim(b, d.Status.Requests)
+	b = appendDim(b, d.Status.Tokens)
+	b = appendDim(b, d.Status.Concurrency)
+	var exp int64
+	if !a.Expires.IsZero() {
+		exp = a.Expires.UnixNano()
+	}
+	b = binary.AppendVarint(b, exp)
+	return appendString(b, a.Owner)
+}
+
+// reader decodes the wire format; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.err = errShort
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) dim() limiter.DimStatus {
+	return limiter.DimStatus{Limit: r.varint(), Remaining: r.varint(), Reset: time.Duration(r.varint())}
+}
+
+func (r *reader) call(c *Call) error {
+	c.Op = Op(r.byte())
+	c.Hops = r.byte()
+	c.Key = r.string()
+	c.Lease = r.uvarint()
+	c.Req.PromptTokens = r.varint()
+	c.Req.MaxTokens = r.varint()
+	c.Req.Reserve = r.varint()
+	c.Req.Priority = limiter.Priority(r.byte())
+	c.Req.Wait = time.Duration(r.varint())
+	c.Usage.PromptTokens = r.varint()
+	c.Usage.CompletionTokens = r.varint()
+	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {
+		r.err = fmt.Errorf("unknown op %d", c.Op)
+	}
+	return r.err
+}
+
+func (r *reader) answer(a *Answer) error {
+	d := &a.Decision
+	flags := r.byte()
+	d.Allowed, d.Queued, a.OK = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	d.Reason = limiter.Dimension(r.byte())
+	d.Ticket = r.uvarint()
+	d.Lease = r.uvarint()
+	d.Reserved = r.varint()
+	d.RetryAfter = time.Duration(r.varint())
+	d.Status.Requests = r.dim()
+	d.Status.Tokens = r.dim()
+	d.Status.Concurrency = r.dim()
+	if exp := r.varint(); exp != 0 {
+		a.Expires = time.Unix(0, exp)
+	}
+	a.Owner = r.string()
+	return r.err
+}
+
+// DecodeCall decodes one Call encoded by AppendCall; trailing bytes are an error.
+func DecodeCall(b []byte) (Call, error) {
+	var c Call
+	r := reader{b: b}
+	if err := r.call(&c); err != nil {
+		return Call{}, fmt.Errorf("decode call: %w", err)
+	}
+	if len(r.b) != 0 {
+		return Call{}, fmt.Errorf("decode call: %d trailing bytes", len(r.b))
+	}
+	return c, nil
+}
+
+// DecodeAnswer decodes one Answer encoded by AppendAnswer.
+func DecodeAnswer(b []byte) (Answer, error) {
+	var a Answer
+	r := reader{b: b}
+	if err := r.answer(&a); err != nil {
+		return Answer{}, fmt.Errorf("decode answer: %w", err)
+	}
+	if len(r.b) != 0 {
+		return Answer{}, fmt.Errorf("decode answer: %d trailing bytes", len(r.b))
+	}
+	return a, nil
+}

@@ -1,0 +1,196 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// local executes Calls against the keys this node holds. It owns the limiter
+// table and the blocking the limiter leaves to its caller: waiters parked on
+// channels and a timer per key with waiters.
+type local struct {
+	name  string
+	table *limiter.Table
+	now   func() time.Time
+
+	mu      sync.Mutex                         // guards waiters, timers and closed
+	waiters map[waiterID]chan limiter.Decision // one per queued ticket, buffered 1
+	timers  map[string]*time.Timer             // one per key with waiters
+	closed  bool
+}
+
+type waiterID struct {
+	key    string
+	ticket uint64
+}
+
+func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
+	return &local{
+		name:    name,
+		table:   table,
+		now:     now,
+		waiters: make(map[waiterID]chan limiter.Decision),
+		timers:  make(map[string]*time.Timer),
+	}
+}
+
+// do executes c here. An acquire that queues blocks until it is granted, its
+// deadline passes (a refusal) or ctx ends (the waiter is withdrawn and ctx's
+// error returned).
+func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
+	now := l.now()
+	a := Answer{Owner: l.name}
+	var grants []limiter.Grant
+	var next time.Time
+	var wake bool
+	var ch chan limiter.Decision
+	switch c.Op {
+	case OpAcquire:
+		l.table.Do(c.Key, now, func(b *limiter.Budget) {
+			a.Decision = b.Acquire(now, c.Req)
+			if a.Decision.Queued {
+				ch = make(chan limiter.Decision, 1)
+				l.mu.Lock()
+				l.waiters[waiterID{c.Key, a.Decision.Ticket}] = ch
+				l.mu.Unlock()
+				next, wake = b.NextWake(now)
+			}
+		})
+		if ch != nil {
+			l.schedule(c.Key, next, wake)
+			return l.await(ctx, c.Key, a, ch)
+		}
+		return a, nil
+	case OpSettle, OpRelease, OpCancel:
+		l.table.Peek(c.Key, func(b *limiter.Budget) {
+			switch c.Op {
+			case OpSettle:
+				a.OK = b.Settle(now, c.Lease, c.Usage)
+			case OpRelease:
+				a.OK = b.Release(now, c.Lease)
+			default:
+				a.OK = b.Cancel(now, c.Lease)
+			}
+			if a.OK {
+				grants = b.Wake(now, nil)
+				next, wake = b.NextWake(now)
+			}
+			a.Decision.Status = b.Status(now)
+		})
+		if a.OK {
+			l.deliver(c.Key, grants)
+			l.schedule(c.Key, next, wake)
+		}
+		return a, nil
+	case OpRenew:
+		l.table.Peek(c.Key, func(b *limiter.Budget) {
+			a.Expires, a.OK = b.Renew(now, c.Lease)
+			a.Decision.Status = b.Status(now)
+		})
+		return a, nil
+	case OpStatus:
+		l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) })
+		return a, nil
+	}
+	return a, fmt.Errorf("call %s on %q: unknown op", c.Op, c.Key)
+}
+
+// await blocks a queued acquire until its grant arrives or ctx ends.
+func (l *local) await(ctx context.Context, key string, a Answer, ch chan limiter.Decision) (Answer, error) {
+	ticket := a.Decision.Ticket
+	select {
+	case d := <-ch:
+		a.Decision = d
+		return a, nil
+	case <-ctx.Done():
+	}
+	withdrawn := false
+	l.table.Peek(key, func(b *limiter.Budget) { withdrawn = b.CancelWait(l.now(), ticket) })
+	if !withdrawn {
+		// The grant was already taken from the queue and is on its way:
+		// receive it and roll back an admission nobody will use.
+		if d := <-ch; d.Allowed {
+			l.table.Peek(key, func(b *limiter.Budget) { b.Cancel(l.now(), d.Lease) })
+		}
+	}
+	l.mu.Lock()
+	delete(l.waiters, waiterID{key, ticket})
+	l.mu.Unlock()
+	return a, fmt.Errorf("wait on %q: %w", key, ctx.Err())
+}
+
+// deliver hands grants to their waiters. Channels are buffered, so it never blocks.
+func (l *local) deliver(key string, grants []limiter.Grant) {
+	if len(grants) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range grants {
+		id := waiterID{key, g.Ticket}
+		if ch, ok := l.waiters[id]; ok {
+			delete(l.waiters, id)
+			ch <- g.Decision
+		}
+	}
+}
+
+// schedule arms key's timer for the limiter's next wake-up, or stops it.
+func (l *local) schedule(key string, at time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.timers[key]
+	if !ok || l.closed {
+		if t != nil {
+			t.Stop()
+			delete(l.timers, key)
+		}
+		return
+	}
+	d := at.Sub(l.now())
+	if d < 0 {
+		d = 0
+	}
+	if t != nil {
+		t.Reset(d)
+		return
+	}
+	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
+}
+
+// wake runs the limiter's Wake for key and delivers what it grants.
+func (l *local) wake(key string) {
+	now := l.now()
+	var grants []limiter.Grant
+	var next time.Time
+	var ok bool
+	l.table.Peek(key, func(b *limiter.Budget) {
+		grants = b.Wake(now, nil)
+		next, ok = b.NextWake(now)
+	})
+	l.deliver(key, grants)
+	l.schedule(key, next, ok)
+}
+
+// waiting reports how many requests are queued on this node.
+func (l *local) waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiters)
+}
+
+// close stops every timer. Queued waiters are refused by their own deadlines
+// or contexts.
+func (l *local) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for k, t := range l.timers {
+		t.Stop()
+		delete(l.timers, k)
+	}
+}

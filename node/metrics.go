@@ -1,0 +1,33 @@
+package node
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collectors returns the node's Prometheus collectors, for the caller to
+// register (nothing is registered globally).
+func (n *Node) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_keys", Help: "Keys whose limiter state this node holds.",
+		}, func() float64 { return float64(n.table.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_waiters", Help: "Requests queued on this node waiting for capacity.",
+		}, func() float64 { return float64(n.local.waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_forwarded_calls_total", Help: "Calls forwarded to their owner on another node.",
+		}, func() float64 { return float64(n.stats.calls.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_forward_frames_total", Help: "Frames written to peers; forwarded calls ÷ frames is the batching factor.",
+		}, func() float64 { return float64(n.stats.frames.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_peer_unreachable_total", Help: "Connections to peers that failed (refused, timed out).",
+		}, func() float64 { return float64(n.stats.downs.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_members", Help: "Members in this node's ring.",
+		}, func() float64 {
+			if r := n.ring.Load(); r != nil {
+				return float64(len(r.Members()))
+			}
+			return 0
+		}),
+	}
+}

@@ -1,0 +1,245 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestCallRoundTrip(t *testing.T) {
+	c := Call{Op: OpSettle, Key: "t:acme", Lease: 1 << 40, Hops: 1,
+		Req:   limiter.Request{PromptTokens: 1200, MaxTokens: 512, Reserve: 7, Priority: limiter.Batch, Wait: 3 * time.Second},
+		Usage: limiter.Usage{PromptTokens: 1100, CompletionTokens: 20}}
+	got, err := DecodeCall(AppendCall(nil, &c))
+	if err != nil || got != c {
+		t.Fatalf("call round trip: %+v %v", got, err)
+	}
+	a := Answer{OK: true, Owner: "n2", Expires: time.Unix(0, 1_700_000_000_123_456_789),
+		Decision: limiter.Decision{Allowed: true, Ticket: 3, Lease: 9, Reserved: 1712, Reason: limiter.Tokens, RetryAfter: 1500 * time.Millisecond,
+			Status: limiter.Status{Requests: limiter.DimStatus{Limit: 60, Remaining: 59, Reset: time.Minute}}}}
+	gotA, err := DecodeAnswer(AppendAnswer(nil, &a))
+	if err != nil || !gotA.Expires.Equal(a.Expires) {
+		t.Fatalf("answer round trip: %+v %v", gotA, err)
+	}
+	gotA.Expires = a.Expires
+	if gotA != a {
+		t.Fatalf("answer round trip: %+v, want %+v", gotA, a)
+	}
+	if _, err := DecodeCall([]byte{byte(OpAcquire)}); err == nil {
+		t.Fatal("truncated call decoded")
+	}
+	if _, err := DecodeCall(append(AppendCall(nil, &c), 0)); err == nil {
+		t.Fatal("trailing bytes accepted")
+	}
+}
+
+func FuzzDecodeCall(f *testing.F) {
+	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{PromptTokens: 5}}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeCall(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeCall(AppendCall(nil, &c))
+		if err != nil || again != c {
+			t.Fatalf("re-encode of %+v: %+v %v", c, again, err)
+		}
+	})
+}
+
+func FuzzDecodeItems(f *testing.F) {
+	f.Add(encodeFrame(nil, frameCalls, []item{{id: 1, body: []byte("x")}})[5:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		items, err := decodeItems(b, nil)
+		if err == nil {
+			for _, it := range items {
+				if len(it.body) > len(b) {
+					t.Fatal("item longer than frame")
+				}
+			}
+		}
+	})
+}
+
+// cluster is n in-process nodes sharing one hand-built ring.
+type cluster struct {
+	nodes []*Node
+	ring  *ring.Ring
+}
+
+func newCluster(t testing.TB, n int, limits func(string) limiter.Limits, batch BatchConfig) *cluster {
+	t.Helper()
+	c := &cluster{}
+	var members []ring.Member
+	for i := range n {
+		nd, err := New(Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits, Batch: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		c.nodes = append(c.nodes, nd)
+		members = append(members, ring.Member{Name: nd.Name(), Peer: nd.PeerAddr()})
+	}
+	r, err := ring.New(ring.Config{}, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ring = r
+	for _, nd := range c.nodes {
+		nd.SetRing(r)
+	}
+	return c
+}
+
+// keyOwnedBy returns a key whose owner is node i.
+func (c *cluster) keyOwnedBy(t testing.TB, i int) string {
+	for k := range 10000 {
+		key := fmt.Sprintf("t:tenant-%d", k)
+		if m, _ := c.ring.Owner(key); m.Name == c.nodes[i].Name() {
+			return key
+		}
+	}
+	t.Fatal("no key found")
+	return ""
+}
+
+func TestForwardedDecisionsAreExact(t *testing.T) {
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 300, Tokens: 1 << 40, Concurrency: 1 << 20}
+	}
+	c := newCluster(t, 3, limits, BatchConfig{})
+	key := c.keyOwnedBy(t, 0)
+	var allowed, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 900 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nd := c.nodes[i%3]
+			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if a.Owner != "n1" {
+				t.Errorf("decided by %s, want the owner n1", a.Owner)
+			}
+			if a.Decision.Allowed {
+				allowed.Add(1)
+			} else {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() != 300 || refused.Load() != 600 {
+		t.Fatalf("allowed %d refused %d, want exactly 300 and 600", allowed.Load(), refused.Load())
+	}
+	if got := c.nodes[1].Keys() + c.nodes[2].Keys(); got != 0 {
+		t.Fatalf("non-owners hold %d keys", got)
+	}
+}
+
+func TestForwardedSettleAndWait(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Concurrency: 1} }
+	c := newCluster(t, 2, limits, BatchConfig{})
+	key := c.keyOwnedBy(t, 0)
+	via := c.nodes[1]
+	ctx := context.Background()
+	first, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key})
+	if err != nil || !first.Decision.Allowed {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	// A waiter parked at the owner must not hold up other calls on the
+	// same connection.
+	done := make(chan Answer, 1)
+	go func() {
+		a, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: 10 * time.Second}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- a
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.nodes[0].Waiting() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never queued at the owner")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	other := c.keyOwnedBy(t, 0) + "-other"
+	if a, err := via.Do(ctx, &Call{Op: OpStatus, Key: other}); err != nil || a.Owner == "" {
+		t.Fatalf("status behind a waiter: %+v %v", a, err)
+	}
+	if a, err := via.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: first.Decision.Lease, Usage: limiter.Usage{PromptTokens: 1}}); err != nil || !a.OK {
+		t.Fatalf("settle: %+v %v", a, err)
+	}
+	if a := <-done; !a.Decision.Allowed {
+		t.Fatalf("waiter not admitted after settle: %+v", a)
+	}
+}
+
+func TestUnreachableOwnerFailsFast(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
+	nd, err := New(Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there any more: connections are refused
+	r, err := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: nd.PeerAddr()}, {Name: "n2", Peer: dead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.SetRing(r)
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("t:%d", i)
+		if m, _ := r.Owner(key); m.Name == "n2" {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = nd.Do(ctx, &Call{Op: OpAcquire, Key: key})
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("err = %v, want ErrPeerDown", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("a refused connection waited for the deadline")
+	}
+}
+
+func TestHopLimit(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{} }
+	c := newCluster(t, 2, limits, BatchConfig{})
+	// Give the two nodes contradicting rings: each thinks the other owns
+	// everything. The call must stop after MaxHops instead of looping.
+	r1, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n2", Peer: c.nodes[1].PeerAddr()}})
+	r2, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: c.nodes[0].PeerAddr()}})
+	c.nodes[0].SetRing(r1)
+	c.nodes[1].SetRing(r2)
+	_, err := c.nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: "t:x"})
+	if err == nil || !strings.Contains(err.Error(), ErrNoOwner.Error()) {
+		t.Fatalf("err = %v, want the hop limit", err)
+	}
+}

@@ -1,0 +1,333 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrPeerDown is returned (wrapped) when a peer cannot be reached: the
+// connection was refused or broke. Callers fall back at once instead of
+// waiting for a timeout.
+var ErrPeerDown = errors.New("peer down")
+
+// Dialer opens connections to peers; net.Dialer's DialContext satisfies it.
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// result is what a pending forwarded call receives.
+type result struct {
+	answer Answer
+	err    error
+}
+
+// peerClient is the persistent, multiplexed connection to one peer. Calls
+// from many goroutines share it; the writer batches them into frames.
+type peerClient struct {
+	addr  string
+	dial  Dialer
+	batch BatchConfig
+	log   *slog.Logger
+	stats *peerStats
+
+	mu      sync.Mutex // guards conn, q, pending, nextID, done
+	conn    net.Conn
+	q       chan item
+	done    chan struct{} // closed when the current connection is torn down
+	pending map[uint64]chan result
+	nextID  uint64
+	closed  bool
+	wg      sync.WaitGroup // the connection's reader and writer
+}
+
+func newPeerClient(addr string, dial Dialer, batch BatchConfig, log *slog.Logger, stats *peerStats) *peerClient {
+	return &peerClient{addr: addr, dial: dial, batch: batch, log: log, stats: stats, pending: make(map[uint64]chan result)}
+}
+
+// peerStats counts the peer protocol's traffic, for metrics and benchmarks.
+type peerStats struct {
+	frames atomic.Int64 // call frames written
+	calls  atomic.Int64 // calls forwarded
+	downs  atomic.Int64 // forwards failed because the peer was unreachable
+}
+
+func (s *peerStats) frame(items int) {
+	s.frames.Add(1)
+	s.calls.Add(int64(items))
+}
+
+// connect returns the live connection's queue, dialing if there is none.
+// Callers hold p.mu.
+func (p *peerClient) connect(ctx context.Context) (chan item, error) {
+	if p.closed {
+		return nil, fmt.Errorf("peer %s: %w: client closed", p.addr, ErrPeerDown)
+	}
+	if p.conn != nil {
+		return p.q, nil
+	}
+	conn, err := p.dial(ctx, "tcp", p.addr)
+	if err != nil {
+		p.stats.downs.Add(1)
+		return nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	p.conn = conn
+	p.q = make(chan item, 4096)
+	p.done = make(chan struct{})
+	q, done := p.q, p.done
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		err := writeFrames(conn, frameCalls, q, p.batch, done, p.stats.frame)
+		if err != nil {
+			p.fail(conn, err)
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.fail(conn, p.readAnswers(conn))
+	}()
+	return q, nil
+}
+
+// readAnswers dispatches answers to pending calls until the connection fails.
+func (p *peerClient) readAnswers(conn net.Conn) error {
+	r := bufio.NewReaderSize(conn, 64<<10)
+	var buf []byte
+	var items []item
+	for {
+		var kind byte
+		var err error
+		kind, items, buf, err = readFrame(r, buf, items)
+		if err != nil {
+			return err
+		}
+		if kind != frameAnswers {
+			return fmt.Errorf("unexpected frame kind %d", kind)
+		}
+		for _, it := range items {
+			var res result
+			if it.status == itemError {
+				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
+			} else {
+				res.answer, res.err = DecodeAnswer(it.body)
+			}
+			p.mu.Lock()
+			ch := p.pending[it.id]
+			delete(p.pending, it.id)
+			p.mu.Unlock()
+			if ch != nil {
+				ch <- res
+			}
+		}
+	}
+}
+
+// fail tears conn down (if it is still the current one) and fails every
+// pending call with ErrPeerDown. The next call dials again.
+func (p *peerClient) fail(conn net.Conn, cause error) {
+	p.mu.Lock()
+	if p.conn != conn {
+		p.mu.Unlock()
+		return
+	}
+	p.conn = nil
+	close(p.done)
+	pending := p.pending
+	p.pending = make(map[uint64]chan result)
+	closed := p.closed
+	p.mu.Unlock()
+	conn.Close()
+	if cause != nil && !closed {
+		p.log.Debug("peer connection lost", "peer", p.addr, "err", cause)
+	}
+	err := fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, cause)
+	for _, ch := range pending {
+		ch <- result{err: err}
+	}
+}
+
+// call forwards c and waits for its answer or ctx's end.
+func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
+	body := AppendCall(nil, c)
+	ch := make(chan result, 1)
+	p.mu.Lock()
+	q, err := p.connect(ctx)
+	if err != nil {
+		p.mu.Unlock()
+		return Answer{}, err
+	}
+	p.nextID++
+	id := p.nextID
+	p.pending[id] = ch
+	done := p.done
+	p.mu.Unlock()
+
+	select {
+	case q <- item{id: id, body: body}:
+	case <-done:
+	case <-ctx.Done():
+		p.forget(id)
+		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
+	}
+	select {
+	case res := <-ch:
+		return res.answer, res.err
+	case <-ctx.Done():
+		p.forget(id)
+		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
+	}
+}
+
+func (p *peerClient) forget(id uint64) {
+	p.mu.Lock()
+	delete(p.pending, id)
+	p.mu.Unlock()
+}
+
+// close tears the connection down and waits for its goroutines.
+func (p *peerClient) close() {
+	p.mu.Lock()
+	p.closed = true
+	conn := p.conn
+	p.mu.Unlock()
+	if conn != nil {
+		p.fail(conn, errors.New("closed"))
+	}
+	p.wg.Wait()
+}
+
+// peerServer serves forwarded calls on a listener.
+type peerServer struct {
+	ln     net.Listener
+	handle func(ctx context.Context, c *Call) (Answer, error)
+	inline func(c *Call) bool // calls cheap enough to run on the reader goroutine
+	batch  BatchConfig
+	log    *slog.Logger
+
+	mu    sync.Mutex // guards conns
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func (s *peerServer) serve() {
+	defer s.wg.Done()
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.conns == nil {
+			s.mu.Unlock()
+			conn.Close()
+			return
+		}
+		s.conns[conn] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(conn)
+			s.mu.Lock()
+			delete(s.conns, conn)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+func (s *peerServer) serveConn(conn net.Conn) {
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan item, 4096)
+	stop := make(chan struct{})
+	var calls sync.WaitGroup // calls running on their own goroutines
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		if err := writeFrames(conn, frameAnswers, out, s.batch, stop, nil); err != nil {
+			conn.Close()
+			for { // keep draining so no call blocks in reply
+				select {
+				case <-out:
+				case <-stop:
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		calls.Wait()
+		close(stop)
+		writer.Wait()
+	}()
+	reply := func(id uint64, a Answer, err error) {
+		it := item{id: id}
+		if err != nil {
+			it.status, it.body = itemError, []byte(err.Error())
+		} else {
+			it.body = AppendAnswer(nil, &a)
+		}
+		select {
+		case out <- it:
+		case <-stop:
+		}
+	}
+	r := bufio.NewReaderSize(conn, 64<<10)
+	var buf []byte
+	var items []item
+	for {
+		var kind byte
+		var err error
+		kind, items, buf, err = readFrame(r, buf, items)
+		if err != nil {
+			return
+		}
+		if kind != frameCalls {
+			s.log.Warn("peer sent unexpected frame", "remote", conn.RemoteAddr().String(), "kind", kind)
+			return
+		}
+		for _, it := range items {
+			c, err := DecodeCall(it.body)
+			if err != nil {
+				reply(it.id, Answer{}, err)
+				continue
+			}
+			if s.inline(&c) {
+				a, err := s.handle(ctx, &c)
+				reply(it.id, a, err)
+				continue
+			}
+			calls.Add(1)
+			go func(id uint64, c Call) {
+				defer calls.Done()
+				a, err := s.handle(ctx, &c)
+				reply(id, a, err)
+			}(it.id, c)
+		}
+	}
+}
+
+// close stops accepting, closes every connection and waits for their goroutines.
+func (s *peerServer) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+}

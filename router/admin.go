@@ -1,0 +1,64 @@
+package router
+
+import (
+	"net/http"
+)
+
+// memberJSON is one member in GET /admin/ring.
+type memberJSON struct {
+	Name       string `json:"name"`
+	HTTP       string `json:"http"`
+	Peer       string `json:"peer"`
+	Gossip     string `json:"gossip"`
+	Partitions int    `json:"partitions"`
+}
+
+func (r *Router) adminRing(w http.ResponseWriter, _ *http.Request) {
+	rg := r.cluster.Ring()
+	if rg == nil {
+		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
+		return
+	}
+	counts := rg.Partitions()
+	members := []memberJSON{}
+	for _, m := range rg.Members() {
+		members = append(members, memberJSON{Name: m.Name, HTTP: m.HTTP, Peer: m.Peer, Gossip: m.Gossip, Partitions: counts[m.Name]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"self":            r.cluster.Name(),
+		"partition_count": rg.PartitionCount(),
+		"version":         rg.Version(),
+		"members":         members,
+	})
+}
+
+func (r *Router) adminOwner(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	var key, name, field string
+	switch {
+	case q.Has("tenant"):
+		field, name = "tenant", q.Get("tenant")
+		key = TenantKey(name)
+	case q.Has("pool"):
+		field, name = "pool", q.Get("pool")
+		key = PoolKey(name)
+	default:
+		writeError(w, http.StatusBadRequest, "give ?tenant=NAME or ?pool=NAME")
+		return
+	}
+	if err := checkName(field, name, true); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rg := r.cluster.Ring()
+	if rg == nil {
+		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
+		return
+	}
+	owner, ok := rg.Owner(key)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "the ring has no members")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{field: name, "key": key, "partition": rg.Partition(key), "owner": owner.Name})
+}

@@ -1,0 +1,506 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/prompt"
+)
+
+// Input bounds. Anything outside is refused with a 400 and changes nothing.
+const (
+	maxBody      = 1 << 20          // bytes of a request body
+	maxName      = 256              // bytes of a tenant or model name
+	maxTokens    = 100_000_000      // prompt_tokens, max_tokens, usage fields
+	maxWait      = 10 * time.Minute // wait_ms
+	maxLeaseText = 1024
+)
+
+func (r *Router) routes() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/acquire", r.post(r.acquire))
+	mux.HandleFunc("/v1/complete", r.post(r.complete))
+	mux.HandleFunc("/v1/renew", r.post(r.renew))
+	mux.HandleFunc("/v1/tenants/{tenant}", r.get(r.tenant))
+	mux.HandleFunc("/admin/ring", r.admin(r.get(r.adminRing)))
+	mux.HandleFunc("/admin/owner", r.admin(r.get(r.adminOwner)))
+	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.HandleFunc("/readyz", r.get(func(w http.ResponseWriter, _ *http.Request) {
+		if !r.cfg.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}))
+	if r.cfg.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
+	})
+	r.mux = mux
+}
+
+func (r *Router) post(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed, use POST")
+			return
+		}
+		req.Body = http.MaxBytesReader(w, req.Body, maxBody)
+		h(w, req)
+	}
+}
+
+func (r *Router) get(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.Header().Set("Allow", http.MethodGet)
+			writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed, use GET")
+			return
+		}
+		h(w, req)
+	}
+}
+
+func (r *Router) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if r.cfg.AdminToken != "" && req.Header.Get("Authorization") != "Bearer "+r.cfg.AdminToken {
+			writeError(w, http.StatusUnauthorized, "admin endpoints need Authorization: Bearer <admin_token>")
+			return
+		}
+		h(w, req)
+	}
+}
+
+// decodeBody decodes a JSON body strictly into v, or writes the 4xx and
+// returns false.
+func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
+	dec := json.NewDecoder(req.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err == nil {
+		if _, rest := io.Copy(io.Discard, req.Body); rest != nil {
+			err = rest
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit))
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+	return false
+}
+
+func checkName(field, s string, required bool) error {
+	switch {
+	case s == "" && required:
+		return fmt.Errorf("%s is required", field)
+	case len(s) > maxName:
+		return fmt.Errorf("%s longer than %d bytes", field, maxName)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%s contains a control character", field)
+		}
+	}
+	return nil
+}
+
+func checkCount(field string, v int64) error {
+	if v < 0 || v > maxTokens {
+		return fmt.Errorf("%s must be between 0 and %d, got %d", field, maxTokens, v)
+	}
+	return nil
+}
+
+// acquireRequest is the body of POST /v1/acquire.
+type acquireRequest struct {
+	Tenant       string           `json:"tenant"`
+	Model        string           `json:"model"`
+	PromptTokens *int64           `json:"prompt_tokens"`
+	Prompt       *string          `json:"prompt"`
+	Messages     []prompt.Message `json:"messages"`
+	MaxTokens    *int64           `json:"max_tokens"`
+	Priority     string           `json:"priority"`
+	WaitMS       int64            `json:"wait_ms"`
+}
+
+// admission is a validated acquire.
+type admission struct {
+	tenant, model string
+	req           limiter.Request
+}
+
+func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
+	a := admission{tenant: in.Tenant, model: in.Model}
+	if err := checkName("tenant", in.Tenant, true); err != nil {
+		return a, err
+	}
+	if err := checkName("model", in.Model, false); err != nil {
+		return a, err
+	}
+	given := 0
+	for _, set := range []bool{in.PromptTokens != nil, in.Prompt != nil, in.Messages != nil} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		return a, errors.New("give only one of prompt_tokens, prompt and messages")
+	}
+	switch {
+	case in.PromptTokens != nil:
+		if err := checkCount("prompt_tokens", *in.PromptTokens); err != nil {
+			return a, err
+		}
+		a.req.PromptTokens = *in.PromptTokens
+	case in.Prompt != nil || in.Messages != nil:
+		if r.cfg.Counter == nil {
+			return a, errors.New("this node cannot count prompts; send prompt_tokens")
+		}
+		if in.Prompt != nil {
+			a.req.PromptTokens = int64(r.cfg.Counter.Text(in.Model, *in.Prompt))
+		} else {
+			if len(in.Messages) == 0 {
+				return a, errors.New("messages must not be empty")
+			}
+			a.req.PromptTokens = int64(r.cfg.Counter.Messages(in.Model, in.Messages))
+		}
+	}
+	if in.MaxTokens != nil {
+		if err := checkCount("max_tokens", *in.MaxTokens); err != nil {
+			return a, err
+		}
+		if *in.MaxTokens == 0 {
+			return a, errors.New("max_tokens must be at least 1 when given")
+		}
+		a.req.MaxTokens = *in.MaxTokens
+	}
+	switch in.Priority {
+	case "", "interactive":
+		a.req.Priority = limiter.Interactive
+	case "batch":
+		a.req.Priority = limiter.Batch
+	default:
+		return a, fmt.Errorf("priority must be interactive or batch, got %q", in.Priority)
+	}
+	if in.WaitMS < 0 || in.WaitMS > maxWait.Milliseconds() {
+		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", maxWait.Milliseconds(), in.WaitMS)
+	}
+	a.req.Wait = time.Duration(in.WaitMS) * time.Millisecond
+	return a, nil
+}
+
+// dimJSON is one dimension of "limits".
+type dimJSON struct {
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	ResetMS   int64 `json:"reset_ms"`
+}
+
+// limitsJSON is the "limits" object: one dimJSON per dimension.
+type limitsJSON struct {
+	Requests    dimJSON `json:"requests"`
+	Tokens      dimJSON `json:"tokens"`
+	Concurrency dimJSON `json:"concurrency"`
+}
+
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func dim(d limiter.DimStatus) dimJSON {
+	return dimJSON{Limit: d.Limit, Remaining: d.Remaining, ResetMS: ceilMS(d.Reset)}
+}
+
+func limitsOf(s limiter.Status) limitsJSON {
+	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
+}
+
+// acquireResponse is the answer of POST /v1/acquire.
+type acquireResponse struct {
+	Allowed        bool       `json:"allowed"`
+	Lease          string     `json:"lease,omitempty"`
+	ReservedTokens int64      `json:"reserved_tokens,omitempty"`
+	Reason         string     `json:"reason,omitempty"`
+	RetryAfterMS   int64      `json:"retry_after_ms,omitempty"`
+	Limits         limitsJSON `json:"limits"`
+	Pool           *poolJSON  `json:"pool,omitempty"`
+	Fallback       bool       `json:"fallback,omitempty"`
+	Owner          string     `json:"owner,omitempty"`
+}
+
+// poolJSON reports the pool's side of a decision.
+type poolJSON struct {
+	Name   string     `json:"name"`
+	Limits limitsJSON `json:"limits"`
+}
+
+func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
+	var in acquireRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	adm, err := r.parseAcquire(&in)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := r.admit(req.Context(), adm)
+	if err != nil {
+		writeError(w, 499, "request cancelled: "+err.Error())
+		return
+	}
+	if !res.Allowed {
+		setRetryAfter(w, res.RetryAfterMS)
+		writeJSON(w, http.StatusTooManyRequests, res)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// setRetryAfter sets the Retry-After header in whole seconds, rounded up.
+func setRetryAfter(w http.ResponseWriter, ms int64) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ms+999)/1000), 10))
+}
+
+// admit runs a validated acquire: the tenant's key first, then the pool's;
+// a pool refusal rolls the tenant's admission back.
+func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, error) {
+	start := r.cfg.Now()
+	tc := node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req}
+	to, err := r.decide(ctx, &tc, adm.req.PromptTokens+adm.req.MaxTokens)
+	if err != nil {
+		return acquireResponse{}, err
+	}
+	td := to.answer.Decision
+	res := acquireResponse{Limits: limitsOf(td.Status), Owner: to.answer.Owner, Fallback: to.fallback}
+	if !td.Allowed {
+		res.Reason, res.RetryAfterMS = td.Reason.String(), max(1, ceilMS(td.RetryAfter))
+		r.metrics.decision("tenant", res.Reason, to.fallback)
+		return res, nil
+	}
+	l := lease{Tenant: adm.tenant, TenantLease: td.Lease, TenantFallback: to.fallback, Node: r.cluster.Name()}
+	res.ReservedTokens = td.Reserved
+	if pool, ok := r.cfg.PoolFor(adm.model); ok {
+		preq := adm.req
+		preq.Reserve = td.Reserved
+		preq.Wait = max(0, adm.req.Wait-r.cfg.Now().Sub(start))
+		pc := node.Call{Op: node.OpAcquire, Key: PoolKey(pool), Req: preq}
+		po, err := r.decide(ctx, &pc, td.Reserved)
+		if err != nil || !po.answer.Decision.Allowed {
+			r.undo(tc.Key, to, node.OpCancel)
+			if err != nil {
+				return acquireResponse{}, err
+			}
+			pd := po.answer.Decision
+			res.Reason, res.RetryAfterMS = pd.Reason.String(), max(1, ceilMS(pd.RetryAfter))
+			res.Pool = &poolJSON{Name: pool, Limits: limitsOf(pd.Status)}
+			res.Fallback = res.Fallback || po.fallback
+			res.ReservedTokens = 0
+			r.metrics.decision("pool", res.Reason, po.fallback)
+			return res, nil
+		}
+		l.Pool, l.PoolLease, l.PoolFallback = pool, po.answer.Decision.Lease, po.fallback
+		res.Pool = &poolJSON{Name: pool, Limits: limitsOf(po.answer.Decision.Status)}
+		res.Fallback = res.Fallback || po.fallback
+	}
+	res.Allowed = true
+	res.Lease = l.String()
+	r.metrics.decision("", "", res.Fallback)
+	return res, nil
+}
+
+// undo rolls back (or releases) one side of an admission.
+func (r *Router) undo(key string, o outcome, op node.Op) {
+	if o.fallback {
+		r.degraded.release(key, o.answer.Decision.Lease)
+		return
+	}
+	c := node.Call{Op: op, Key: key, Lease: o.answer.Decision.Lease}
+	if _, err := r.decide(context.Background(), &c, 0); err != nil {
+		r.log.Warn("rollback failed; the slot expires by its TTL", "key", key, "err", err)
+	}
+}
+
+// completeRequest is the body of POST /v1/complete and /v1/renew.
+type completeRequest struct {
+	Tenant string `json:"tenant"`
+	Lease  string `json:"lease"`
+	Usage  *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		TotalTokens      int64 `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
+	if err := checkName("tenant", in.Tenant, true); err != nil {
+		return lease{}, err
+	}
+	if in.Lease == "" {
+		return lease{}, errors.New("lease is required")
+	}
+	if len(in.Lease) > maxLeaseText {
+		return lease{}, errors.New("lease is too long")
+	}
+	l, err := parseLease(in.Lease)
+	if err != nil {
+		return lease{}, err
+	}
+	if l.Tenant != in.Tenant {
+		return lease{}, errors.New("lease belongs to another tenant")
+	}
+	return l, nil
+}
+
+// leaseSide is one key of a lease: the tenant's or the pool's.
+type leaseSide struct {
+	key      string
+	id       uint64
+	fallback bool
+}
+
+func (l lease) sides() []leaseSide {
+	s := []leaseSide{{TenantKey(l.Tenant), l.TenantLease, l.TenantFallback}}
+	if l.Pool != "" {
+		s = append(s, leaseSide{PoolKey(l.Pool), l.PoolLease, l.PoolFallback})
+	}
+	return s
+}
+
+// leaseCall runs op for both sides of l: the tenant's key and the pool's.
+// ok is true when every side found its lease. Status and expiry are the
+// tenant's.
+func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
+	ok = true
+	for i, s := range l.sides() {
+		var found bool
+		var a node.Answer
+		switch {
+		case s.fallback && op == node.OpRenew:
+			found = true // local slots live one lease TTL; a degraded period is short
+		case s.fallback:
+			found = r.degraded.release(s.key, s.id)
+		default:
+			c := node.Call{Op: op, Key: s.key, Lease: s.id, Usage: usage}
+			o, err := r.decide(ctx, &c, 0)
+			found, a = err == nil && !o.fallback && o.answer.OK, o.answer
+		}
+		ok = ok && found
+		if i == 0 {
+			status, expires = a.Decision.Status, a.Expires
+		}
+	}
+	return ok, status, expires
+}
+
+func (r *Router) complete(w http.ResponseWriter, req *http.Request) {
+	var in completeRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	l, err := r.parseLeaseRequest(&in)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	op := node.OpRelease
+	var usage limiter.Usage
+	if in.Usage != nil {
+		u := in.Usage
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
+			if err := checkCount(f.name, f.v); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	}
+	ok, status, _ := r.leaseCall(req.Context(), l, op, usage)
+	writeJSON(w, http.StatusOK, map[string]any{"settled": ok, "limits": limitsOf(status)})
+}
+
+func (r *Router) renew(w http.ResponseWriter, req *http.Request) {
+	var in completeRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	if in.Usage != nil {
+		writeError(w, http.StatusBadRequest, "renew takes no usage")
+		return
+	}
+	l, err := r.parseLeaseRequest(&in)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ok, status, expires := r.leaseCall(req.Context(), l, node.OpRenew, limiter.Usage{})
+	if !ok {
+		writeError(w, http.StatusNotFound, "lease not found: completed, expired or unknown")
+		return
+	}
+	out := map[string]any{"renewed": true, "limits": limitsOf(status)}
+	if !expires.IsZero() {
+		out["expires_in_ms"] = ceilMS(expires.Sub(r.cfg.Now()))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("tenant")
+	if err := checkName("tenant", name, true); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	c := node.Call{Op: node.OpStatus, Key: TenantKey(name)}
+	o, err := r.decide(req.Context(), &c, 0)
+	if err != nil {
+		writeError(w, 499, "request cancelled: "+err.Error())
+		return
+	}
+	if o.fallback {
+		writeError(w, http.StatusServiceUnavailable, "the tenant's owner is unreachable")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": o.answer.Owner, "limits": limitsOf(o.answer.Decision.Status)})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

@@ -1,0 +1,508 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a settable clock shared by the node and the router.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// server is one node with its router behind an httptest server.
+type server struct {
+	*httptest.Server
+	node *node.Node
+}
+
+type setup struct {
+	tenants map[string]limiter.Limits // by tenant; "" is the default
+	pools   map[string]limiter.Limits // by model (= pool name)
+	now     func() time.Time
+}
+
+func (s setup) limits(key string) limiter.Limits {
+	switch {
+	case strings.HasPrefix(key, "p:"):
+		return s.pools[key[2:]]
+	case strings.HasPrefix(key, "t:"):
+		if l, ok := s.tenants[key[2:]]; ok {
+			return l
+		}
+	}
+	return s.tenants[""]
+}
+
+func start(t *testing.T, s setup) *server {
+	t.Helper()
+	if s.now == nil {
+		s.now = time.Now
+	}
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(n, Config{
+		Limits: s.limits,
+		PoolFor: func(model string) (string, bool) {
+			_, ok := s.pools[model]
+			return model, ok
+		},
+		Now: s.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(r)
+	t.Cleanup(func() {
+		hs.Close()
+		n.Close()
+	})
+	return &server{Server: hs, node: n}
+}
+
+// reply is a decoded answer of any endpoint.
+type reply struct {
+	Code           int
+	Header         http.Header
+	Allowed        bool       `json:"allowed"`
+	Lease          string     `json:"lease"`
+	ReservedTokens int64      `json:"reserved_tokens"`
+	Reason         string     `json:"reason"`
+	RetryAfterMS   int64      `json:"retry_after_ms"`
+	Limits         limitsJSON `json:"limits"`
+	Pool           *poolJSON  `json:"pool"`
+	Settled        bool       `json:"settled"`
+	Renewed        bool       `json:"renewed"`
+	Error          string     `json:"error"`
+}
+
+func (s *server) do(t testing.TB, method, path, body string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{Code: resp.StatusCode, Header: resp.Header}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("%s %s: %d %q is not JSON: %v", method, path, resp.StatusCode, raw, err)
+	}
+	return r
+}
+
+func (s *server) acquire(t testing.TB, body string) reply {
+	return s.do(t, http.MethodPost, "/v1/acquire", body)
+}
+
+func (s *server) complete(t testing.TB, tenant, lease string, usage string) reply {
+	body := fmt.Sprintf(`{"tenant":%q,"lease":%q}`, tenant, lease)
+	if usage != "" {
+		body = fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":%s}`, tenant, lease, usage)
+	}
+	return s.do(t, http.MethodPost, "/v1/complete", body)
+}
+
+func (s *server) status(t testing.TB, tenant string) reply {
+	return s.do(t, http.MethodGet, "/v1/tenants/"+tenant, "")
+}
+
+// burst fires n acquires with body at once and counts the answers.
+func (s *server) burst(t *testing.T, n int, body func(i int) string) (allowed []reply, refused []reply) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			r := s.acquire(t, body(i))
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Allowed {
+				allowed = append(allowed, r)
+			} else {
+				refused = append(refused, r)
+			}
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return allowed, refused
+}
+
+func checkRefused(t *testing.T, refused []reply, reason string) {
+	t.Helper()
+	for _, r := range refused {
+		if r.Code != http.StatusTooManyRequests || r.Reason != reason || r.RetryAfterMS <= 0 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("refusal = %d reason %q retry_after_ms %d Retry-After %q, want 429 %q with retry-after > 0",
+				r.Code, r.Reason, r.RetryAfterMS, r.Header.Get("Retry-After"), reason)
+		}
+	}
+}
+
+func TestExactRequests(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Requests: 50}}})
+	allowed, refused := s.burst(t, 200, func(int) string { return `{"tenant":"acme","prompt_tokens":10,"max_tokens":10}` })
+	if len(allowed) != 50 || len(refused) != 150 {
+		t.Fatalf("allowed %d refused %d, want exactly 50 and 150", len(allowed), len(refused))
+	}
+	checkRefused(t, refused, "requests")
+	if st := s.status(t, "acme"); st.Limits.Requests.Remaining != 0 || st.Limits.Requests.Limit != 50 {
+		t.Fatalf("status after burst: %+v", st.Limits.Requests)
+	}
+}
+
+func TestExactTokens(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Tokens: 10_000}}})
+	// Each reserves 100 prompt + 100 max_tokens = 200: 10,000/200 = 50 fit.
+	allowed, refused := s.burst(t, 200, func(int) string { return `{"tenant":"acme","prompt_tokens":100,"max_tokens":100}` })
+	if len(allowed) != 50 || len(refused) != 150 {
+		t.Fatalf("allowed %d refused %d, want exactly 50 and 150", len(allowed), len(refused))
+	}
+	for _, a := range allowed {
+		if a.ReservedTokens != 200 {
+			t.Fatalf("reserved %d, want 200", a.ReservedTokens)
+		}
+	}
+	checkRefused(t, refused, "tokens")
+}
+
+func TestExactConcurrency(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 10}}})
+	allowed, refused := s.burst(t, 200, func(int) string { return `{"tenant":"acme","prompt_tokens":1}` })
+	if len(allowed) != 10 || len(refused) != 190 {
+		t.Fatalf("allowed %d refused %d, want exactly 10 and 190", len(allowed), len(refused))
+	}
+	checkRefused(t, refused, "concurrency")
+	// complete frees exactly one slot
+	if r := s.complete(t, "acme", allowed[0].Lease, ""); r.Code != 200 || !r.Settled {
+		t.Fatalf("complete: %+v", r)
+	}
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); !r.Allowed {
+		t.Fatalf("acquire after complete refused: %+v", r)
+	}
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); r.Allowed || r.Reason != "concurrency" {
+		t.Fatalf("second acquire after one complete: %+v", r)
+	}
+	// complete is idempotent: a second one frees nothing more
+	if r := s.complete(t, "acme", allowed[0].Lease, ""); r.Code != 200 || r.Settled {
+		t.Fatalf("second complete: %+v", r)
+	}
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); r.Allowed {
+		t.Fatalf("a repeated complete freed a slot: %+v", r)
+	}
+}
+
+func TestRenewKeepsSlotPastTTL(t *testing.T) {
+	clock := newFakeClock()
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 1, LeaseTTL: 10 * time.Second}}, now: clock.Now})
+	a := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	if !a.Allowed {
+		t.Fatalf("first acquire: %+v", a)
+	}
+	for range 3 { // 3 × 8s = 24s, well past the 10s TTL, renewed each time
+		clock.Advance(8 * time.Second)
+		if r := s.do(t, http.MethodPost, "/v1/renew", fmt.Sprintf(`{"tenant":"acme","lease":%q}`, a.Lease)); r.Code != 200 || !r.Renewed {
+			t.Fatalf("renew: %+v", r)
+		}
+		if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); r.Allowed || r.Reason != "concurrency" {
+			t.Fatalf("slot lost although renewed: %+v", r)
+		}
+	}
+	// Without renew the slot comes back after the TTL.
+	clock.Advance(10 * time.Second)
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); !r.Allowed {
+		t.Fatalf("slot not reclaimed after its TTL: %+v", r)
+	}
+	if r := s.do(t, http.MethodPost, "/v1/renew", fmt.Sprintf(`{"tenant":"acme","lease":%q}`, a.Lease)); r.Code != http.StatusNotFound {
+		t.Fatalf("renew of an expired lease: %+v", r)
+	}
+}
+
+func TestSettleCreditsDifference(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Tokens: 1000}}})
+	a := s.acquire(t, `{"tenant":"acme","prompt_tokens":100,"max_tokens":400}`)
+	if !a.Allowed || a.ReservedTokens != 500 || a.Limits.Tokens.Remaining != 500 {
+		t.Fatalf("acquire: %+v", a)
+	}
+	r := s.complete(t, "acme", a.Lease, `{"prompt_tokens":100,"completion_tokens":50}`)
+	if !r.Settled || r.Limits.Tokens.Remaining != 850 {
+		t.Fatalf("complete: settled %v remaining %d, want true and 1000-150=850", r.Settled, r.Limits.Tokens.Remaining)
+	}
+	if st := s.status(t, "acme"); st.Limits.Tokens.Remaining != 850 {
+		t.Fatalf("status remaining %d, want 850", st.Limits.Tokens.Remaining)
+	}
+	// A second settle changes nothing.
+	if r := s.complete(t, "acme", a.Lease, `{"prompt_tokens":100,"completion_tokens":900}`); r.Settled || r.Limits.Tokens.Remaining != 850 {
+		t.Fatalf("repeated complete: %+v", r)
+	}
+	// A settle above the estimate debits the excess.
+	b := s.acquire(t, `{"tenant":"acme","prompt_tokens":100,"max_tokens":100}`)
+	if !b.Allowed {
+		t.Fatalf("acquire: %+v", b)
+	}
+	if r := s.complete(t, "acme", b.Lease, `{"prompt_tokens":100,"completion_tokens":300}`); r.Limits.Tokens.Remaining != 850-400 {
+		t.Fatalf("debit: remaining %d, want %d", r.Limits.Tokens.Remaining, 850-400)
+	}
+}
+
+// waitQueued polls until n requests are queued at the node.
+func waitQueued(t *testing.T, n *node.Node, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for n.Waiting() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", n.Waiting(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWaitIsAdmittedWhenSlotFrees(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 1}}})
+	a := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	done := make(chan reply, 1)
+	go func() { done <- s.acquire(t, `{"tenant":"acme","prompt_tokens":1,"wait_ms":10000}`) }()
+	waitQueued(t, s.node, 1)
+	select {
+	case r := <-done:
+		t.Fatalf("waiter answered before capacity freed: %+v", r)
+	default:
+	}
+	s.complete(t, "acme", a.Lease, "")
+	if r := <-done; !r.Allowed {
+		t.Fatalf("waiter refused after the slot freed: %+v", r)
+	}
+}
+
+func TestWaitDeadlineRefusesHonestly(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 1}}})
+	s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1,"wait_ms":50}`)
+	if r.Allowed || r.Reason != "concurrency" || r.RetryAfterMS <= 0 {
+		t.Fatalf("after deadline: %+v", r)
+	}
+}
+
+func TestInteractiveBeforeBatch(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 1}}})
+	first := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	order := make(chan string, 4)
+	leases := make(map[string]string)
+	var mu sync.Mutex
+	enqueue := func(name, prio string, queued int) {
+		go func() {
+			r := s.acquire(t, fmt.Sprintf(`{"tenant":"acme","prompt_tokens":1,"priority":%q,"wait_ms":10000}`, prio))
+			mu.Lock()
+			leases[name] = r.Lease
+			mu.Unlock()
+			order <- name
+		}()
+		waitQueued(t, s.node, queued)
+	}
+	enqueue("batch1", "batch", 1)
+	enqueue("batch2", "batch", 2)
+	enqueue("interactive1", "interactive", 3)
+	enqueue("interactive2", "interactive", 4)
+	prev := first.Lease
+	var got []string
+	for range 4 {
+		s.complete(t, "acme", prev, "")
+		name := <-order
+		got = append(got, name)
+		mu.Lock()
+		prev = leases[name]
+		mu.Unlock()
+	}
+	want := []string{"interactive1", "interactive2", "batch1", "batch2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("grant order %v, want %v", got, want)
+	}
+}
+
+func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
+	s := start(t, setup{
+		tenants: map[string]limiter.Limits{"": {Requests: 100}},
+		pools:   map[string]limiter.Limits{"gpt-4o-mini": {Requests: 30}},
+	})
+	tenants := []string{"a", "b", "c"}
+	allowed, refused := s.burst(t, 90, func(i int) string {
+		return fmt.Sprintf(`{"tenant":%q,"model":"gpt-4o-mini","prompt_tokens":1}`, tenants[i%3])
+	})
+	if len(allowed) != 30 || len(refused) != 60 {
+		t.Fatalf("allowed %d refused %d, want exactly 30 and 60", len(allowed), len(refused))
+	}
+	checkRefused(t, refused, "requests")
+	// Refused admissions were rolled back at the tenants: each tenant's
+	// window holds only its admitted requests.
+	perTenant := map[string]int64{}
+	for _, a := range allowed {
+		l, err := parseLease(a.Lease)
+		if err != nil || l.Pool != "gpt-4o-mini" {
+			t.Fatalf("lease %+v %v", l, err)
+		}
+		perTenant[l.Tenant]++
+	}
+	var sum int64
+	for _, tn := range tenants {
+		st := s.status(t, tn)
+		if used := st.Limits.Requests.Limit - st.Limits.Requests.Remaining; used != perTenant[tn] {
+			t.Fatalf("tenant %s used %d, admitted %d", tn, used, perTenant[tn])
+		}
+		sum += perTenant[tn]
+	}
+	if sum != 30 {
+		t.Fatalf("sum %d", sum)
+	}
+	// A model without a pool is limited by its tenant only.
+	if r := s.acquire(t, `{"tenant":"a","model":"other","prompt_tokens":1}`); !r.Allowed {
+		t.Fatalf("unpooled model refused: %+v", r)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Requests: 5, Tokens: 1000, Concurrency: 5}}})
+	good := s.acquire(t, `{"tenant":"acme","prompt_tokens":10,"max_tokens":10}`)
+	if !good.Allowed {
+		t.Fatal(good)
+	}
+	before := s.status(t, "acme").Limits
+	huge := `{"tenant":"acme","prompt":"` + strings.Repeat("x", 1<<20) + `"}`
+	cases := []struct {
+		name, method, path, body string
+		code                     int
+	}{
+		{"malformed json", "POST", "/v1/acquire", `{"tenant":`, 400},
+		{"not an object", "POST", "/v1/acquire", `[1,2]`, 400},
+		{"trailing data", "POST", "/v1/acquire", `{"tenant":"acme"} {}`, 400},
+		{"missing tenant", "POST", "/v1/acquire", `{"prompt_tokens":10}`, 400},
+		{"empty tenant", "POST", "/v1/acquire", `{"tenant":"","prompt_tokens":10}`, 400},
+		{"control char tenant", "POST", "/v1/acquire", `{"tenant":"a\u0000b","prompt_tokens":10}`, 400},
+		{"long tenant", "POST", "/v1/acquire", `{"tenant":"` + strings.Repeat("a", 300) + `"}`, 400},
+		{"negative prompt_tokens", "POST", "/v1/acquire", `{"tenant":"acme","prompt_tokens":-1}`, 400},
+		{"absurd prompt_tokens", "POST", "/v1/acquire", `{"tenant":"acme","prompt_tokens":1e15}`, 400},
+		{"fractional prompt_tokens", "POST", "/v1/acquire", `{"tenant":"acme","prompt_tokens":1.5}`, 400},
+		{"string prompt_tokens", "POST", "/v1/acquire", `{"tenant":"acme","prompt_tokens":"10"}`, 400},
+		{"negative max_tokens", "POST", "/v1/acquire", `{"tenant":"acme","max_tokens":-5}`, 400},
+		{"zero max_tokens", "POST", "/v1/acquire", `{"tenant":"acme","max_tokens":0}`, 400},
+		{"absurd max_tokens", "POST", "/v1/acquire", `{"tenant":"acme","max_tokens":9999999999}`, 400},
+		{"negative wait", "POST", "/v1/acquire", `{"tenant":"acme","wait_ms":-1}`, 400},
+		{"absurd wait", "POST", "/v1/acquire", `{"tenant":"acme","wait_ms":86400000}`, 400},
+		{"unknown priority", "POST", "/v1/acquire", `{"tenant":"acme","priority":"urgent"}`, 400},
+		{"unknown field", "POST", "/v1/acquire", `{"tenant":"acme","rpm":5}`, 400},
+		{"two prompt forms", "POST", "/v1/acquire", `{"tenant":"acme","prompt_tokens":1,"prompt":"hi"}`, 400},
+		{"body over 1 MiB", "POST", "/v1/acquire", huge, 413},
+		{"wrong method acquire", "GET", "/v1/acquire", ``, 405},
+		{"wrong method complete", "PUT", "/v1/complete", `{}`, 405},
+		{"wrong method tenants", "POST", "/v1/tenants/acme", `{}`, 405},
+		{"complete without lease", "POST", "/v1/complete", `{"tenant":"acme"}`, 400},
+		{"complete garbage lease", "POST", "/v1/complete", `{"tenant":"acme","lease":"!!!"}`, 400},
+		{"complete other tenant's lease", "POST", "/v1/complete", fmt.Sprintf(`{"tenant":"evil","lease":%q}`, good.Lease), 400},
+		{"complete negative usage", "POST", "/v1/complete", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{"prompt_tokens":-1,"completion_tokens":0}}`, good.Lease), 400},
+		{"complete absurd usage", "POST", "/v1/complete", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{"prompt_tokens":1,"completion_tokens":1e12}}`, good.Lease), 400},
+		{"renew with usage", "POST", "/v1/renew", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{}}`, good.Lease), 400},
+		{"renew missing tenant", "POST", "/v1/renew", fmt.Sprintf(`{"lease":%q}`, good.Lease), 400},
+		{"unknown path", "GET", "/v1/nothing", ``, 404},
+		{"owner without tenant", "GET", "/admin/owner", ``, 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := s.do(t, c.method, c.path, c.body)
+			if r.Code != c.code || r.Error == "" {
+				t.Fatalf("%s %s: got %d %+v, want %d with an error text", c.method, c.path, r.Code, r.Error, c.code)
+			}
+		})
+	}
+	if after := s.status(t, "acme").Limits; after != before {
+		t.Fatalf("bad input changed state: before %+v after %+v", before, after)
+	}
+	// The good lease still settles: the bad completes touched nothing.
+	if r := s.complete(t, "acme", good.Lease, ""); !r.Settled {
+		t.Fatalf("good lease no longer settles: %+v", r)
+	}
+}
+
+func TestLeaseRoundTrip(t *testing.T) {
+	for _, l := range []lease{
+		{Tenant: "acme", TenantLease: 1},
+		{Tenant: "a", Pool: "gpt-4o-mini", TenantLease: 1 << 60, PoolLease: 7, PoolFallback: true, Node: "n2"},
+	} {
+		got, err := parseLease(l.String())
+		if err != nil || got != l {
+			t.Fatalf("round trip %+v: %+v %v", l, got, err)
+		}
+	}
+}
+
+func FuzzParseLease(f *testing.F) {
+	f.Add(lease{Tenant: "acme", Pool: "p", TenantLease: 3, PoolLease: 9, Node: "n"}.String())
+	f.Add("")
+	f.Add("AQA")
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := parseLease(s)
+		if err == nil && l.Tenant == "" {
+			t.Fatalf("accepted a lease without tenant: %q", s)
+		}
+	})
+}
+
+func FuzzAcquireBody(f *testing.F) {
+	f.Add([]byte(`{"tenant":"acme","prompt_tokens":10,"max_tokens":5,"priority":"batch","wait_ms":0}`))
+	f.Add([]byte(`{"tenant":"acme","messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"tenant":1}`))
+	r := &Router{cfg: Config{}}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var in acquireRequest
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&in) != nil {
+			return
+		}
+		a, err := r.parseAcquire(&in)
+		if err != nil {
+			return
+		}
+		if a.tenant == "" || a.req.PromptTokens < 0 || a.req.MaxTokens < 0 || a.req.Wait < 0 || a.req.Wait > maxWait {
+			t.Fatalf("accepted invalid input %q: %+v", b, a)
+		}
+	})
+}

@@ -1,0 +1,194 @@
+// Package router is tokenring's front door: it identifies the tenant and the
+// pool of a request, counts its prompt, asks the owners of their keys for a
+// decision (locally or forwarded by the node), falls back when an owner cannot
+// be reached, and serves the decision API, admin and metrics over HTTP.
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// Cluster is what the router needs of the node: execute a call at its key's
+// owner, and a view of the ring for admin and fallback shares. *node.Node
+// implements it.
+type Cluster interface {
+	// Do executes c at the owner of c.Key, here or forwarded. An error means
+	// the owner could not be reached (wrapping node.ErrPeerDown) or ctx ended.
+	Do(ctx context.Context, c *node.Call) (node.Answer, error)
+	// Ring is the current ring; nil on a node that has not joined a cluster.
+	Ring() *ring.Ring
+	// Name is this member's name.
+	Name() string
+}
+
+// Counter counts prompt tokens. *prompt.Counter implements it.
+type Counter interface {
+	Text(model, text string) int
+	Messages(model string, msgs []Message) int
+}
+
+// FallbackPolicy says what to do when a key's owner does not answer.
+type FallbackPolicy string
+
+// The fallback policies of DESIGN.md.
+const (
+	Degraded FallbackPolicy = "degraded" // strict local share: limit ÷ live members
+	Open     FallbackPolicy = "open"     // admit
+	Closed   FallbackPolicy = "closed"   // refuse
+)
+
+// Config configures a Router. Zero fields take the documented defaults.
+type Config struct {
+	// Limits gives the limits of a limiter key (TenantKey, PoolKey). Required.
+	Limits func(key string) limiter.Limits
+	// PoolFor maps a model name to its pool, if any. Nil means no pools.
+	PoolFor func(model string) (pool string, ok bool)
+	// Counter counts prompts sent as text or messages. Nil refuses them (400).
+	Counter Counter
+	// Fallback is the policy when an owner is unreachable. Empty means Degraded.
+	Fallback FallbackPolicy
+	// ForwardTimeout bounds a forwarded decision (plus the caller's wait_ms).
+	// Zero means 15ms.
+	ForwardTimeout time.Duration
+	// AdminToken, when set, is required as "Authorization: Bearer <token>" on /admin/*.
+	AdminToken string
+	// Ready reports readiness for /readyz. Nil means always ready.
+	Ready func() bool
+	// Registry receives the router's metrics; Gatherer serves /metrics.
+	// Nil registers nothing and serves an empty /metrics.
+	Registry prometheus.Registerer
+	Gatherer prometheus.Gatherer
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives the router's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// TenantKey is the limiter key of a tenant.
+func TenantKey(tenant string) string { return "t:" + tenant }
+
+// PoolKey is the limiter key of a pool.
+func PoolKey(pool string) string { return "p:" + pool }
+
+// Router serves HTTP and turns requests into decisions. Safe for concurrent use.
+type Router struct {
+	cfg      Config
+	cluster  Cluster
+	degraded *degraded
+	metrics  *metrics
+	log      *slog.Logger
+	mux      *http.ServeMux
+}
+
+// New returns a Router deciding through cluster.
+func New(cluster Cluster, cfg Config) (*Router, error) {
+	if cfg.Limits == nil {
+		return nil, errors.New("router: Limits is required")
+	}
+	if cfg.PoolFor == nil {
+		cfg.PoolFor = func(string) (string, bool) { return "", false }
+	}
+	if cfg.Fallback == "" {
+		cfg.Fallback = Degraded
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 15 * time.Millisecond
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:      cfg,
+		cluster:  cluster,
+		degraded: newDegraded(cfg.Now),
+		metrics:  m,
+		log:      cfg.Logger,
+	}
+	r.routes()
+	return r, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
+
+// members is the number of live members, for fallback shares.
+func (r *Router) members() int {
+	if rg := r.cluster.Ring(); rg != nil {
+		if n := len(rg.Members()); n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// outcome is the result of one call, possibly decided by the fallback.
+type outcome struct {
+	answer   node.Answer
+	fallback bool // decided locally because the owner was unreachable
+	localID  uint64
+}
+
+// decide executes c at its owner with the forward timeout; if the owner cannot
+// be reached it applies the fallback policy. ctx's own end (client gone) is
+// returned as an error.
+func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcome, error) {
+	timeout := r.cfg.ForwardTimeout
+	if c.Op == node.OpAcquire {
+		timeout += c.Req.Wait
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	start := r.cfg.Now()
+	a, err := r.cluster.Do(cctx, c)
+	cancel()
+	r.metrics.observe(c.Op, a.Owner != r.cluster.Name() && err == nil, r.cfg.Now().Sub(start))
+	if err == nil {
+		return outcome{answer: a}, nil
+	}
+	if ctx.Err() != nil {
+		return outcome{}, ctx.Err()
+	}
+	r.log.Warn("owner unreachable, falling back", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
+	o := outcome{fallback: true, answer: node.Answer{Owner: r.cluster.Name()}}
+	l := r.cfg.Limits(c.Key)
+	switch c.Op {
+	case node.OpAcquire:
+		d := &o.answer.Decision
+		switch r.cfg.Fallback {
+		case Open:
+			d.Allowed = true
+		case Closed:
+			d.Reason = limiter.Requests
+			d.RetryAfter = r.cfg.ForwardTimeout
+		default:
+			id, reason, retry := r.degraded.acquire(c.Key, l, r.members(), tokens)
+			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
+		}
+		if d.Allowed {
+			d.Reserved = tokens
+		}
+		r.metrics.fallback(r.cfg.Fallback, d.Allowed)
+	case node.OpSettle, node.OpRelease, node.OpCancel, node.OpRenew:
+		// The owner holds the lease; it will expire there by its TTL.
+	}
+	return o, nil
+}

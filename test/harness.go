@@ -1,0 +1,337 @@
+// Package test holds tokenring's multi-node, multi-process and end-to-end
+// tests, and the harness that starts real tokenringd processes for them.
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Proc is one tokenringd process started by a Cluster.
+type Proc struct {
+	Name               string
+	HTTP, Peer, Gossip string // loopback addresses
+	cmd                *exec.Cmd
+	log                *bytes.Buffer
+	done               chan struct{} // closed when the process has exited
+	mu                 sync.Mutex    // guards log (written by exec's copier)
+}
+
+// URL is the node's base URL.
+func (p *Proc) URL() string { return "http://" + p.HTTP }
+
+// Alive reports whether the process is still running.
+func (p *Proc) Alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns what the process wrote so far.
+func (p *Proc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+type lockedWriter struct{ p *Proc }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.log.Write(b)
+}
+
+// Cluster is a set of real tokenringd processes on loopback ports. Every
+// process it starts is stopped by t.Cleanup.
+type Cluster struct {
+	t      testing.TB
+	bin    string
+	config string // path of the YAML config every node reads
+	Procs  []*Proc
+	next   int
+}
+
+// BuildDaemon compiles cmd/tokenringd into dir and returns the binary's path.
+func BuildDaemon(dir string) (string, error) {
+	bin := filepath.Join(dir, "tokenringd")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/tokenring/tokenring/cmd/tokenringd")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build tokenringd: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// NewCluster starts n nodes sharing configYAML, the first one alone and the
+// others joining it, and waits until every node sees all n members.
+func NewCluster(t testing.TB, bin string, n int, configYAML string) *Cluster {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "tokenring.yaml")
+	if err := os.WriteFile(cfg, []byte(configYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t, bin: bin, config: cfg}
+	t.Cleanup(c.stopAll)
+	for range n {
+		c.Start()
+	}
+	c.WaitConverged(15 * time.Second)
+	return c
+}
+
+// FreePort returns a loopback port free for both TCP and UDP (memberlist
+// needs both on its port).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// Start launches one more node, joining the first live one.
+func (c *Cluster) Start() *Proc {
+	c.t.Helper()
+	c.next++
+	p := &Proc{
+		Name:   fmt.Sprintf("n%d", c.next),
+		HTTP:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
+		Peer:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
+		Gossip: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
+		log:    &bytes.Buffer{},
+		done:   make(chan struct{}),
+	}
+	args := []string{"-name", p.Name, "-http", p.HTTP, "-peer", p.Peer, "-gossip", p.Gossip,
+		"-config", c.config, "-gossip-profile", "local", "-log-level", "info"}
+	if live := c.Live(); len(live) > 0 {
+		args = append(args, "-join", live[0].Gossip)
+	}
+	p.cmd = exec.Command(c.bin, args...)
+	p.cmd.Stdout = lockedWriter{p}
+	p.cmd.Stderr = lockedWriter{p}
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", p.Name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	c.Procs = append(c.Procs, p)
+	c.waitReady(p, 15*time.Second)
+	return p
+}
+
+// Live returns the processes still running.
+func (c *Cluster) Live() []*Proc {
+	var live []*Proc
+	for _, p := range c.Procs {
+		if p.Alive() {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+func (c *Cluster) waitReady(p *Proc, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if !p.Alive() {
+			c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
+		}
+		resp, err := http.Get(p.URL() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not ready after %v:\n%s", p.Name, timeout, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RingView is the part of GET /admin/ring the tests read.
+type RingView struct {
+	Self           string `json:"self"`
+	PartitionCount int    `json:"partition_count"`
+	Version        string `json:"version"`
+	Members        []struct {
+		Name       string `json:"name"`
+		HTTP       string `json:"http"`
+		Partitions int    `json:"partitions"`
+	} `json:"members"`
+}
+
+// Ring fetches p's view of the ring.
+func (c *Cluster) Ring(p *Proc) (RingView, error) {
+	var v RingView
+	err := GetJSON(p.URL()+"/admin/ring", &v)
+	return v, err
+}
+
+// WaitConverged waits until every live node's ring has exactly the live
+// members and all agree on the version. It returns how long that took.
+func (c *Cluster) WaitConverged(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		live := c.Live()
+		want := map[string]bool{}
+		for _, p := range live {
+			want[p.Name] = true
+		}
+		ok, version := true, ""
+		for _, p := range live {
+			v, err := c.Ring(p)
+			if err != nil || len(v.Members) != len(live) || (version != "" && v.Version != version) {
+				ok = false
+				break
+			}
+			version = v.Version
+			for _, m := range v.Members {
+				if !want[m.Name] {
+					ok = false
+				}
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, p := range c.Procs {
+				fmt.Fprintf(&logs, "--- %s\n%s\n", p.Name, tail(p.Log(), 4000))
+			}
+			c.t.Fatalf("cluster not converged after %v\n%s", timeout, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// Stop ends p gracefully (SIGTERM) and waits for it.
+func (c *Cluster) Stop(p *Proc) {
+	c.t.Helper()
+	if !p.Alive() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		c.t.Errorf("%s ignored SIGTERM for 20s:\n%s", p.Name, tail(p.Log(), 4000))
+	}
+}
+
+// Kill ends p at once (SIGKILL): a crash.
+func (c *Cluster) Kill(p *Proc) {
+	if p.Alive() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (c *Cluster) stopAll() {
+	var wg sync.WaitGroup
+	for _, p := range c.Procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p.Alive() {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-p.done:
+				case <-time.After(10 * time.Second):
+					_ = p.cmd.Process.Kill()
+					<-p.done
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if c.t.Failed() {
+		for _, p := range c.Procs {
+			c.t.Logf("--- log of %s\n%s", p.Name, tail(p.Log(), 8000))
+		}
+	}
+}
+
+// GetJSON GETs url and decodes its JSON body into v; a non-2xx is an error.
+func GetJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, v)
+}
+
+// Post POSTs body as JSON to url and returns the status and decoded answer.
+func Post(ctx context.Context, client *http.Client, url, body string) (int, map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("POST %s: %d %q: %w", url, resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, out, nil
+}
