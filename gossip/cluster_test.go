@@ -398,8 +398,10 @@ func TestEventsCoalesce(t *testing.T) {
 		t.Fatalf("%d snapshots pending, want 1", n)
 	}
 	s := <-slow.Events()
-	if s.Seq != 5 || len(s.Members) != 5 {
-		t.Fatalf("pending snapshot %+v, want the 5th with 5 members", s)
+	// 5 joins (a itself, then b0..b3) made at least 5 snapshots; only the
+	// newest is left.
+	if s.Seq < 5 || !slices.Equal(s.Members, slow.Members()) {
+		t.Fatalf("pending snapshot %+v, want the newest, with 5 members", s)
 	}
 	if !slices.IsSortedFunc(s.Members, func(a, b MemberState) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Fatalf("members not sorted: %v", memberNames(s.Members))

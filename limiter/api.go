@@ -11,7 +11,8 @@ package limiter
 import "time"
 
 // Limits are one key's limits. A zero (or negative) Requests, Tokens or
-// Concurrency means that dimension is unlimited.
+// Concurrency means that dimension is unlimited. Window and LeaseTTL are
+// capped at 366 days, so that time arithmetic cannot overflow.
 type Limits struct {
 	Requests    int64         // requests admitted per Window
 	Tokens      int64         // prompt+completion tokens per Window
@@ -20,7 +21,9 @@ type Limits struct {
 	LeaseTTL    time.Duration // slot lifetime without renew; zero means DefaultLeaseTTL
 }
 
-// Defaults for zero fields of Limits and Policy.
+// Defaults for zero fields of Limits and Policy. DefaultCompletionFactor is
+// the fixed factor applied to a key's average completion in the token
+// estimate.
 const (
 	DefaultWindow           = 60 * time.Second
 	DefaultLeaseTTL         = 120 * time.Second
@@ -32,9 +35,10 @@ const (
 )
 
 // Policy holds the settings shared by every Budget of a table: they are
-// per-deployment, not per-key. A zero field takes the Default of the same name.
+// per-deployment, not per-key. A zero (or negative) field takes the Default
+// of the same name.
 type Policy struct {
-	Buckets          int           // buckets per window: granularity of the sliding window
+	Buckets          int           // buckets per window: granularity of the sliding window (at most 4096)
 	DefaultMaxTokens int64         // completion estimate when a request has no max_tokens
 	QueueLen         int           // waiters per key before queue_full
 	Aging            time.Duration // a batch waiter ranks as an interactive one enqueued Aging later
@@ -71,35 +75,38 @@ func (d Dimension) String() string {
 type Priority uint8
 
 const (
-	Interactive Priority = iota
-	Batch
+	Interactive Priority = iota // a person is waiting: served first
+	Batch                       // background work; any other value counts as Batch too
 )
 
-// Request asks a Budget to admit one request.
+// Request asks a Budget to admit one request. Token amounts are capped at
+// 2^48; negative ones count as 0 (absent, for MaxTokens and Reserve).
 type Request struct {
-	PromptTokens int64 // T_in, counted by the caller
-	MaxTokens    int64 // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
-	Reserve      int64 // if > 0, reserve exactly this many tokens (a pool following its tenant's estimate)
-	Priority     Priority
+	PromptTokens int64         // T_in, counted by the caller
+	MaxTokens    int64         // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
+	Reserve      int64         // if > 0, reserve exactly this many tokens (a pool following its tenant's estimate)
+	Priority     Priority      // the wait queue class, if it queues
 	Wait         time.Duration // how long the caller may queue; 0 answers at once
 }
 
-// Usage is what the provider reported for a finished request.
+// Usage is what the provider reported for a finished request. Negative
+// values count as 0.
 type Usage struct {
-	PromptTokens     int64
-	CompletionTokens int64
+	PromptTokens     int64 // input tokens actually billed
+	CompletionTokens int64 // output tokens actually generated
 }
 
 // DimStatus is one dimension as seen by a caller: OpenAI's x-ratelimit-* and
 // the IETF RateLimit fields. Limit 0 means unlimited. Reset is the time until
 // the dimension is fully free again (window slid, slots expired).
 type DimStatus struct {
-	Limit     int64
-	Remaining int64
-	Reset     time.Duration
+	Limit     int64         // the limit; 0: unlimited
+	Remaining int64         // room left now; 0 when unlimited
+	Reset     time.Duration // until nothing is counted any more, if nothing else is admitted
 }
 
-// Status is a key's three dimensions.
+// Status is a key's three dimensions: requests and tokens in the window,
+// slots in use.
 type Status struct {
 	Requests, Tokens, Concurrency DimStatus
 }

@@ -40,8 +40,11 @@ func (p *Policy) aging() int64 {
 	return int64(p.Aging)
 }
 
-// normalize fills the zero fields of l with the defaults and turns negative
-// limits into 0 (unlimited).
+// maxDuration caps Limits.Window and Limits.LeaseTTL.
+const maxDuration = 366 * 24 * time.Hour
+
+// normalize fills the zero fields of l with the defaults, turns negative
+// limits into 0 (unlimited) and caps the durations.
 func (l Limits) normalize() Limits {
 	l.Requests = max(l.Requests, 0)
 	l.Tokens = max(l.Tokens, 0)
@@ -52,6 +55,8 @@ func (l Limits) normalize() Limits {
 	if l.LeaseTTL <= 0 {
 		l.LeaseTTL = DefaultLeaseTTL
 	}
+	l.Window = min(l.Window, maxDuration)
+	l.LeaseTTL = min(l.LeaseTTL, maxDuration)
 	return l
 }
 
@@ -68,11 +73,13 @@ type lease struct {
 // sliding window of tokens with two-phase reservations, concurrency slots
 // held by leases with a TTL, and a priority wait queue.
 //
-// Units: requests and tokens are counted over Limits.Window, kept as
-// Policy.Buckets time buckets (see the window arithmetic in window.go); every
-// admission charges 1 request and T_est tokens to the current bucket and
-// takes one slot until it is settled, released, cancelled or its lease
-// expires (Limits.LeaseTTL after admission or the last Renew).
+// Units: requests and tokens are counted over Limits.Window in
+// Policy.Buckets time buckets of width ceil(Window/Buckets) each, a bucket
+// being counted until its end plus Window (so Buckets+1 buckets count at any
+// time); memory is constant per key. Every admission charges 1 request and
+// T_est tokens to the current bucket and takes one slot until it is settled,
+// released, cancelled or its lease expires (Limits.LeaseTTL after admission
+// or the last Renew).
 //
 // Invariants: in any interval of length Window the requests admitted, and the
 // tokens they are finally charged (when no usage exceeded its reservation),
@@ -81,12 +88,17 @@ type lease struct {
 // slots are free); while waiters are queued no new request is admitted ahead
 // of them.
 //
-// Time is always a parameter. A Budget never moves backwards: a time earlier
-// than one already seen is treated as that latest time for the windows.
+// Time is always a parameter, a wall-clock time (its UnixNano is used, so
+// years 1678 to 2262), comparable across the nodes a key moves between. A
+// Budget never moves backwards: a time earlier than one already seen is
+// treated as that latest time for the windows.
 //
 // Waiters are only admitted by Wake: after anything that frees capacity
 // (Settle, Release, Cancel, CancelWait, SetLimits, or the time NextWake
 // names), call Wake to hand out the grants.
+//
+// Lease ids and tickets come from one sequence that snapshots carry, so they
+// are unique within the key, across handoffs too; 0 is never used.
 //
 // Create one with NewBudget or RestoreBudget; the zero value is not usable.
 // A Budget is not safe for concurrent use; the Table serialises access.
@@ -95,7 +107,8 @@ type Budget struct {
 	lim    Limits  // normalised
 	width  int64   // bucket width, ns
 	nb     int     // buckets per window (N); the ring holds N+1
-	head   int64   // absolute index of the newest bucket
+	last   int64   // the latest time seen, unix ns
+	head   int64   // absolute index of the newest bucket: floor(last/width)
 	cnt    []int64 // requests ring then tokens ring, 2(N+1) counters
 	sumReq int64   // sum of the requests ring
 	sumTok int64   // sum of the tokens ring
@@ -107,7 +120,7 @@ type Budget struct {
 	maxExp   int64            // ≥ every lease's expiry
 	maxStale bool             // maxExp may be above the true maximum
 
-	q *waitQueue // allocated on first queueing
+	q *waitQueue // nil while nothing is queued
 }
 
 // NewBudget returns the state of one key with limits l, whose window starts
@@ -128,7 +141,8 @@ func NewBudget(l Limits, p *Policy, now time.Time) *Budget {
 		cnt:   make([]int64, 2*(nb+1)),
 		ewma:  -1,
 	}
-	b.head = floorDiv(now.UnixNano(), b.width)
+	b.last = now.UnixNano()
+	b.head = floorDiv(b.last, b.width)
 	return b
 }
 
@@ -329,8 +343,11 @@ func selectKth(s []int64, k int) int64 {
 
 // Acquire asks to admit request r at now.
 //
-// The request reserves T_est tokens (see Request and the package design),
-// and is admitted if the request window has room for one more, the token
+// The request reserves T_est tokens: r.Reserve if > 0, else r.PromptTokens
+// plus the smaller of max_tokens (r.MaxTokens, or Policy.DefaultMaxTokens if
+// 0) and ceil(1.5 × the key's running average of settled completion tokens),
+// or plus max_tokens while the key has no settled completion yet. It is
+// admitted if the request window has room for one more, the token
 // window for T_est more, a concurrency slot is free, and no waiter is queued
 // (no barging). Admission charges both windows in the current bucket and
 // returns a lease holding one slot until now+LeaseTTL; settle, release,

@@ -1,8 +1,11 @@
 package limiter
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // t0 is the fake clock's origin, on a whole second, so that with a 10 s
@@ -382,4 +385,80 @@ func TestSetLimitsRebucket(t *testing.T) {
 	if got := b.Limits(); got.Window != 20*sec || got.LeaseTTL != DefaultLeaseTTL {
 		t.Fatalf("limits %+v", got)
 	}
+}
+
+func TestHugeValuesDoNotOverflow(t *testing.T) {
+	b := NewBudget(Limits{Window: 1 << 62, LeaseTTL: 1 << 62}, nil, t0)
+	if l := b.Limits(); l.Window != maxDuration || l.LeaseTTL != maxDuration {
+		t.Fatalf("limits not capped: %+v", l)
+	}
+	d := b.Acquire(t0, Request{PromptTokens: 1 << 62, MaxTokens: 1 << 62})
+	if !d.Allowed || d.Reserved != maxUnits {
+		t.Fatalf("huge request: %+v", d)
+	}
+	b.Acquire(t0, Request{Reserve: 1 << 62})
+	if !b.Settle(t0, d.Lease, Usage{PromptTokens: 1 << 62, CompletionTokens: 1 << 62}) {
+		t.Fatal("settle")
+	}
+	st := b.Status(t0)
+	if st.Tokens.Reset <= 0 || st.Concurrency.Reset != maxDuration {
+		t.Fatalf("status %+v", st)
+	}
+	data, _ := b.MarshalBinary()
+	if _, err := RestoreBudget(data, b.Limits(), nil); err != nil {
+		t.Fatalf("restore after saturation: %v", err)
+	}
+	// A tokens limit near the int64 range still compares without overflow.
+	c := NewBudget(Limits{Tokens: 1<<63 - 1}, nil, t0)
+	for range 3 {
+		if d := c.Acquire(t0, Request{Reserve: 1 << 62}); !d.Allowed {
+			t.Fatalf("refused %+v", d)
+		}
+	}
+}
+
+func TestRenewNeverShortens(t *testing.T) {
+	b := NewBudget(Limits{Window: 10 * sec, LeaseTTL: 30 * sec}, pol10, t0)
+	l := b.Acquire(at(10*sec), Request{Reserve: 1}).Lease
+	exp, ok := b.Renew(at(5*sec), l) // a lagging clock
+	if !ok || !exp.Equal(at(40*sec)) {
+		t.Fatalf("renew %v %v", exp.Sub(t0), ok)
+	}
+	exp, ok = b.Renew(at(20*sec), l)
+	if !ok || !exp.Equal(at(50*sec)) {
+		t.Fatalf("renew %v %v", exp.Sub(t0), ok)
+	}
+}
+
+func TestPolicyDefaults(t *testing.T) {
+	var p *Policy
+	if p.buckets() != DefaultBuckets || p.defaultMaxTokens() != DefaultMaxTokens || p.queueLen() != DefaultQueueLen || p.aging() != int64(DefaultAging) {
+		t.Fatal("nil policy")
+	}
+	p = &Policy{Buckets: 1 << 20, DefaultMaxTokens: -1, QueueLen: -1, Aging: -1}
+	if p.buckets() != maxBuckets || p.defaultMaxTokens() != DefaultMaxTokens || p.queueLen() != DefaultQueueLen || p.aging() != int64(DefaultAging) {
+		t.Fatal("out-of-range policy")
+	}
+	b := NewBudget(Limits{Requests: -1, Tokens: -5, Concurrency: -3, Window: 7 * sec}, p, t0)
+	if l := b.Limits(); l.Requests != 0 || l.Tokens != 0 || l.Concurrency != 0 || b.width != 1708985 {
+		t.Fatalf("limits %+v width %d", l, b.width) // ceil(7e9/4096)
+	}
+	for _, d := range []Dimension{None, Requests, Tokens, Concurrency, QueueFull} {
+		_ = d.String()
+	}
+	if QueueFull.String() != "queue_full" || None.String() != "" {
+		t.Fatal("Dimension.String")
+	}
+}
+
+func TestSelectKth(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.SliceOfN(rapid.Int64Range(-5, 5), 1, 100).Draw(t, "s")
+		k := rapid.IntRange(0, len(s)-1).Draw(t, "k")
+		sorted := slices.Clone(s)
+		slices.Sort(sorted)
+		if got := selectKth(slices.Clone(s), k); got != sorted[k] {
+			t.Fatalf("selectKth(%v, %d) = %d, want %d", s, k, got, sorted[k])
+		}
+	})
 }

@@ -423,7 +423,9 @@ func (h *harness) renew() {
 
 func (h *harness) advance() {
 	t := h.t
-	switch rapid.IntRange(0, 3).Draw(t, "advance_kind") {
+	switch rapid.IntRange(0, 4).Draw(t, "advance_kind") {
+	case 4: // exactly Aging: interactive and batch waiters tie
+		h.now += h.aging
 	case 0: // within a bucket or so
 		h.now += rapid.Int64Range(0, h.width).Draw(t, "dt")
 	case 1: // onto a bucket boundary
@@ -563,7 +565,8 @@ func (h *harness) check() {
 	st := h.b.Status(h.nowT()) // brings the Budget to now
 	h.expire()
 	b := h.b
-	if b.head != h.head() || int64(b.nb) != h.nb || b.width != h.width {
+	checkInternals(t, b)
+	if b.head != h.head() || b.last != h.now || int64(b.nb) != h.nb || b.width != h.width {
 		t.Fatalf("geometry: head %d nb %d width %d, model %d %d %d", b.head, b.nb, b.width, h.head(), h.nb, h.width)
 	}
 	for k := h.head() - h.nb; k <= h.head(); k++ {
@@ -788,4 +791,81 @@ func (p *twin) step() {
 	}
 	same("status", p.a.Status(now), p.b.Status(now))
 	same("idle", p.a.Idle(now), p.b.Idle(now))
+}
+
+// TestPropertySetLimits changes the window length and bucket count at
+// random between operations: re-bucketing must stay conservative, so every
+// admission still respects the limits over the window in force when it is
+// made, and the internals stay consistent.
+func TestPropertySetLimits(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		pol := &Policy{Buckets: rapid.IntRange(1, 12).Draw(t, "buckets")}
+		window := func() time.Duration {
+			return time.Duration(rapid.Int64Range(1000, 20000).Draw(t, "window_ms")) * ms
+		}
+		lim := Limits{Requests: rapid.Int64Range(1, 6).Draw(t, "requests"),
+			Tokens: rapid.Int64Range(50, 1000).Draw(t, "tokens"), Window: window(), LeaseTTL: time.Hour}
+		now := t0.UnixNano()
+		b := NewBudget(lim, pol, time.Unix(0, now))
+		type adm struct {
+			at, charge int64
+			lease      uint64
+			cancelled  bool
+		}
+		var adms []*adm
+		for range rapid.IntRange(10, 200).Draw(t, "steps") {
+			tn := time.Unix(0, now)
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0, 1:
+				d := b.Acquire(tn, Request{Reserve: rapid.Int64Range(1, 300).Draw(t, "reserve")})
+				if !d.Allowed {
+					break
+				}
+				adms = append(adms, &adm{at: now, charge: d.Reserved, lease: d.Lease})
+				var req, tok int64
+				for _, a := range adms {
+					if !a.cancelled && a.at > now-int64(lim.Window) {
+						req++
+						tok += a.charge
+					}
+				}
+				if req > lim.Requests || tok > lim.Tokens {
+					t.Fatalf("%d requests, %d tokens in the last %v (limits %d, %d)", req, tok, lim.Window, lim.Requests, lim.Tokens)
+				}
+			case 2:
+				if len(adms) > 0 {
+					a := rapid.SampledFrom(adms).Draw(t, "adm")
+					if rapid.Bool().Draw(t, "cancel") {
+						if b.Cancel(tn, a.lease) {
+							a.cancelled = true
+						}
+					} else {
+						actual := rapid.Int64Range(0, a.charge).Draw(t, "actual")
+						if b.Settle(tn, a.lease, Usage{CompletionTokens: actual}) {
+							a.charge = actual
+						}
+					}
+				}
+			case 3:
+				pol.Buckets = rapid.IntRange(1, 12).Draw(t, "buckets")
+				lim.Window = window()
+				b.SetLimits(lim)
+			default:
+				now += rapid.Int64Range(0, int64(lim.Window)).Draw(t, "dt")
+			}
+			b.Status(time.Unix(0, now))
+			checkInternals(t, b)
+		}
+		// A snapshot under the final geometry restores under any other.
+		data, _ := b.MarshalBinary()
+		lim.Window = window()
+		c, err := RestoreBudget(data, lim, &Policy{Buckets: rapid.IntRange(1, 12).Draw(t, "buckets")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInternals(t, c)
+		if c.sumReq < b.sumReq && lim.Window >= b.lim.Window {
+			t.Fatalf("a longer window lost requests: %d < %d", c.sumReq, b.sumReq)
+		}
+	})
 }

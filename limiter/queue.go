@@ -216,6 +216,7 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 		b.q.cls[c].pop()
 		dst = append(dst, g)
 	}
+	b.q = nil // empty: give its memory back
 	return dst
 }
 
@@ -279,6 +280,9 @@ func (b *Budget) CancelWait(now time.Time, ticket uint64) bool {
 			if f.w[i].ticket == ticket {
 				b.q.removed(f.w[i].deadline)
 				f.remove(i)
+				if b.q.len() == 0 {
+					b.q = nil
+				}
 				return true
 			}
 		}
@@ -304,5 +308,6 @@ func (b *Budget) DrainWaiters(now time.Time, dst []Grant) []Grant {
 		b.q.cls[c].pop()
 		dst = append(dst, g)
 	}
+	b.q = nil
 	return dst
 }

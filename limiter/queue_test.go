@@ -204,3 +204,23 @@ func TestDrainWaiters(t *testing.T) {
 		t.Fatal("waiters left")
 	}
 }
+
+func TestCancelWaitUnblocksQueue(t *testing.T) {
+	b := NewBudget(Limits{Tokens: 1000, Window: 10 * sec}, &Policy{Buckets: 10, QueueLen: 10}, t0)
+	b.Acquire(t0, Request{Reserve: 600})
+	big := mustQueue(t, b, at(sec), Request{Reserve: 900, Wait: time.Minute})
+	small := mustQueue(t, b, at(sec), Request{Reserve: 100, Wait: time.Minute})
+	wantNextWake(t, b, at(sec), at(11*sec))
+	if !b.CancelWait(at(2*sec), big) {
+		t.Fatal("CancelWait")
+	}
+	wantNextWake(t, b, at(2*sec), at(2*sec))
+	wantGrants(t, b.Wake(at(2*sec), nil), allowed(small))
+	if b.q != nil {
+		t.Fatal("empty queue kept")
+	}
+	// A waiter whose Wait overflows the clock waits "forever".
+	x := mustQueue(t, b, at(3*sec), Request{Reserve: 500, Wait: 1<<63 - 1})
+	wantNextWake(t, b, at(3*sec), at(11*sec))
+	wantGrants(t, b.Wake(at(11*sec), nil), allowed(x))
+}

@@ -8,14 +8,24 @@ import (
 	"slices"
 )
 
-// snapshotV1 is the first byte of the current snapshot format.
+// snapshotV1 is the first byte of the current snapshot format; see
+// AppendBinary.
+const snapshotV1 = 1
+
+// AppendBinary appends a snapshot of the Budget's complete state except
+// its waiters (windows with their absolute bucket indices, completion
+// average, lease sequence, leases) to dst and returns the extended slice.
+// The encoding of a given state is deterministic. It never fails; the error
+// is there to implement encoding.BinaryAppender.
 //
 // Format 1 (integers as encoding/binary varints):
 //
-//	byte     1
+//	byte     1, the format version
 //	varint   bucket width, ns (> 0)
 //	uvarint  N, buckets per window (1 … 4096)
 //	varint   head: absolute index (unix ns / width) of the newest bucket
+//	uvarint  the latest time seen, as an offset into the head bucket
+//	         (< width): ns since head × width
 //	N+1 ×    uvarint requests, uvarint tokens   oldest bucket (head−N) first
 //	byte     0, or 1 followed by 8 bytes: the completion average as
 //	         little-endian IEEE 754 bits
@@ -30,19 +40,12 @@ import (
 // Limits and Policy are not part of a snapshot: RestoreBudget takes the
 // current ones, so a key restored under new limits obeys them at once.
 // Waiters are not either: they are connections at the node.
-const snapshotV1 = 1
-
-// AppendBinary appends a snapshot of the Budget's complete state except
-// its waiters (windows with their absolute bucket indices, completion
-// average, lease sequence, leases) to dst, in the versioned binary format
-// documented at snapshotV1, and returns the extended slice. The encoding of
-// a given state is deterministic. It never fails; the error is there to
-// implement encoding.BinaryAppender.
 func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 	dst = append(dst, snapshotV1)
 	dst = binary.AppendVarint(dst, b.width)
 	dst = binary.AppendUvarint(dst, uint64(b.nb))
 	dst = binary.AppendVarint(dst, b.head)
+	dst = binary.AppendUvarint(dst, uint64(b.last-b.head*b.width))
 	m := b.nb + 1
 	for k := b.head - int64(b.nb); k <= b.head; k++ {
 		i := ringIndex(k, m)
@@ -81,8 +84,9 @@ func (b *Budget) MarshalBinary() ([]byte, error) {
 	return b.AppendBinary(make([]byte, 0, 64+4*(b.nb+1)+24*len(b.leases)))
 }
 
-// errSnapshot wraps every reason RestoreBudget rejects its input.
-var errSnapshot = errors.New("limiter: invalid budget snapshot")
+// ErrBadSnapshot is wrapped by every error RestoreBudget (and Table.Put)
+// returns for input it rejects.
+var ErrBadSnapshot = errors.New("limiter: invalid budget snapshot")
 
 // snapReader decodes a snapshot; the first error sticks.
 type snapReader struct {
@@ -92,7 +96,7 @@ type snapReader struct {
 
 func (r *snapReader) fail(format string, args ...any) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", errSnapshot, fmt.Sprintf(format, args...))
+		r.err = fmt.Errorf("%w: %s", ErrBadSnapshot, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -156,23 +160,27 @@ func (r *snapReader) units(what string) int64 {
 func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	r := &snapReader{data: data}
 	if v := r.byte("version"); r.err == nil && v != snapshotV1 {
-		return nil, fmt.Errorf("%w: unknown format version %d", errSnapshot, v)
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
 	}
 	width := r.varint("bucket width")
 	nb := r.uvarint("bucket count")
 	head := r.varint("head bucket")
+	offset := r.uvarint("time in the head bucket")
 	if r.err != nil {
 		return nil, r.err
 	}
 	if width <= 0 {
-		return nil, fmt.Errorf("%w: bucket width %d", errSnapshot, width)
+		return nil, fmt.Errorf("%w: bucket width %d", ErrBadSnapshot, width)
 	}
 	if nb < 1 || nb > maxBuckets {
-		return nil, fmt.Errorf("%w: bucket count %d", errSnapshot, nb)
+		return nil, fmt.Errorf("%w: bucket count %d", ErrBadSnapshot, nb)
 	}
 	// Every bucket boundary computed from head must fit in an int64.
 	if bound := math.MaxInt64/width - int64(nb) - 2; head > bound || head < -bound {
-		return nil, fmt.Errorf("%w: head bucket %d out of range", errSnapshot, head)
+		return nil, fmt.Errorf("%w: head bucket %d out of range", ErrBadSnapshot, head)
+	}
+	if offset >= uint64(width) {
+		return nil, fmt.Errorf("%w: time %d beyond the head bucket", ErrBadSnapshot, offset)
 	}
 	if p == nil {
 		p = &defaultPolicy
@@ -183,6 +191,7 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 		width: width,
 		nb:    int(nb),
 		head:  head,
+		last:  head*width + int64(offset),
 		cnt:   make([]int64, 2*(nb+1)),
 		ewma:  -1,
 	}
@@ -213,7 +222,7 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 		return nil, r.err
 	}
 	if n > uint64(len(r.data)/4) { // a lease takes at least 4 bytes
-		return nil, fmt.Errorf("%w: %d leases in %d bytes", errSnapshot, n, len(r.data))
+		return nil, fmt.Errorf("%w: %d leases in %d bytes", ErrBadSnapshot, n, len(r.data))
 	}
 	var prev uint64
 	for i := uint64(0); i < n && r.err == nil; i++ {

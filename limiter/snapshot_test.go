@@ -3,7 +3,9 @@ package limiter
 import (
 	"bytes"
 	"encoding"
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -119,7 +121,7 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 	}
 	// Every strict prefix is truncated.
 	for n := range len(good) {
-		if _, err := RestoreBudget(good[:n], snapLimits, pol10); !errors.Is(err, errSnapshot) {
+		if _, err := RestoreBudget(good[:n], snapLimits, pol10); !errors.Is(err, ErrBadSnapshot) {
 			t.Fatalf("prefix of %d bytes: %v", n, err)
 		}
 	}
@@ -127,9 +129,9 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 		"trailing byte": append(bytes.Clone(good), 0),
 		"version 2":     append([]byte{2}, good[1:]...),
 		"version 0":     append([]byte{0}, good[1:]...),
-		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0},
-		"huge head":     {1, 2, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0, 0},
+		"huge head":     {1, 2, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0},
 		"too many":      {1, 2, 0xff, 0xff, 0x03},
 	}
 	// A lease id beyond the sequence, duplicated ids, a bucket beyond the
@@ -137,8 +139,9 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 	b := NewBudget(Limits{Window: 2 * sec}, &Policy{Buckets: 1}, time.Unix(0, 0))
 	b.Acquire(time.Unix(0, 0), Request{Reserve: 5})
 	one, _ := b.MarshalBinary()
-	// one = 1, width(2s), N=1, head=0, [0 0] [1 5], ewma 0, seq 1, count 1, id 1, age 1, 5, expiry
-	if !bytes.Equal(one[:13], []byte{1, 0x80, 0xd0, 0xac, 0xf3, 0x0e, 1, 0, 0, 0, 1, 5, 0}) {
+	// one = 1, width(2s), N=1, head=0, offset 0, [0 0] [1 5], no average,
+	// seq 1, 1 lease: id 1, age 1, reserved 5, expiry 120 s.
+	if !bytes.Equal(one[:14], []byte{1, 0x80, 0xd0, 0xac, 0xf3, 0x0e, 1, 0, 0, 0, 0, 1, 5, 0}) {
 		t.Fatalf("layout changed: %x", one)
 	}
 	mut := func(i int, v ...byte) []byte {
@@ -146,15 +149,25 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 		c = append(c, v...)
 		return append(c, one[i+len(v):]...)
 	}
-	bad["lease beyond sequence"] = mut(14, 0)      // seq 0 < id 1
-	bad["lease id zero"] = mut(16, 0)              // id 0
-	bad["lease age beyond window"] = mut(17, 3)    // N+1 = 2 buckets
-	bad["bad average flag"] = mut(12, 2)           //
-	bad["negative average"] = append(mut(12, 1), 0) // flag 1 but bytes are the rest
-	bad["count above cap"] = append(append(bytes.Clone(one[:10]), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01), one[11:]...)
-	bad["two leases, one present"] = mut(15, 2)
+	bad["offset beyond bucket"] = mut(8, 0x80, 0xd0, 0xac, 0xf3, 0x0e) // = width
+	bad["lease beyond sequence"] = mut(14, 0)                          // seq 0 < id 1
+	bad["two leases, one present"] = mut(15, 2)                        //
+	bad["lease id zero"] = mut(16, 0)                                  //
+	bad["lease age beyond window"] = mut(17, 3)                        // N+1 = 2 buckets
+	bad["bad average flag"] = mut(13, 2)                               //
+	neg := binary.LittleEndian.AppendUint64(append(bytes.Clone(one[:13]), 1), math.Float64bits(-1))
+	bad["negative average"] = append(neg, one[14:]...)
+	nan := binary.LittleEndian.AppendUint64(append(bytes.Clone(one[:13]), 1), math.Float64bits(math.NaN()))
+	bad["NaN average"] = append(nan, one[14:]...)
+	bad["count above cap"] = append(append(bytes.Clone(one[:12]), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01), one[13:]...)
+	dup := append(bytes.Clone(one[:14]), 2, 2, 1, 1, 5, 0, 1, 1, 5, 0)
+	bad["duplicate lease"] = dup
+	ok := append(bytes.Clone(one[:14]), 2, 2, 1, 1, 5, 0, 2, 0, 5, 0)
+	if _, err := RestoreBudget(ok, snapLimits, nil); err != nil {
+		t.Fatalf("two leases: %v", err)
+	}
 	for name, data := range bad {
-		if _, err := RestoreBudget(data, snapLimits, nil); !errors.Is(err, errSnapshot) {
+		if _, err := RestoreBudget(data, snapLimits, nil); !errors.Is(err, ErrBadSnapshot) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -172,7 +185,7 @@ func FuzzRestoreBudget(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add([]byte{1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := RestoreBudget(data, snapLimits, pol10)
 		if err != nil {
@@ -181,6 +194,7 @@ func FuzzRestoreBudget(f *testing.F) {
 			}
 			return
 		}
+		checkInternals(t, b)
 		s1, _ := b.MarshalBinary()
 		c, err := RestoreBudget(s1, snapLimits, pol10)
 		if err != nil {
@@ -196,14 +210,50 @@ func FuzzRestoreBudget(f *testing.F) {
 			b.Renew(now, id)
 			b.Settle(now, id, Usage{PromptTokens: 1, CompletionTokens: 2})
 		}
+		checkInternals(t, b)
 		b.Cancel(now, d.Lease)
 		b.Wake(now.Add(time.Minute), nil)
 		b.Status(now.Add(time.Hour))
+		checkInternals(t, b)
 		b.SetLimits(Limits{Tokens: 100, Window: 7 * sec})
+		checkInternals(t, b)
 		b.Idle(now.Add(2 * time.Hour))
+		checkInternals(t, b)
 		// A different geometry at restore must be accepted as well.
 		if _, err := RestoreBudget(data, Limits{Window: time.Hour}, &Policy{Buckets: 7}); err != nil {
 			t.Fatalf("rejected under other limits: %v", err)
 		}
 	})
+}
+
+// checkInternals verifies a Budget's internal consistency: sums match the
+// rings, counts are in range, lease bounds hold.
+func checkInternals(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, b *Budget) {
+	t.Helper()
+	var req, tok int64
+	m := b.nb + 1
+	if len(b.cnt) != 2*m || b.width <= 0 || b.head != floorDiv(b.last, b.width) {
+		t.Fatalf("geometry: %d counters for %d buckets, width %d", len(b.cnt), b.nb, b.width)
+	}
+	for i := range m {
+		if b.cnt[i] < 0 || b.cnt[i] > maxUnits || b.cnt[m+i] < 0 || b.cnt[m+i] > maxUnits {
+			t.Fatalf("count out of range: %d %d", b.cnt[i], b.cnt[m+i])
+		}
+		req += b.cnt[i]
+		tok += b.cnt[m+i]
+	}
+	if req != b.sumReq || tok != b.sumTok {
+		t.Fatalf("sums %d %d, rings %d %d", b.sumReq, b.sumTok, req, tok)
+	}
+	for id, l := range b.leases {
+		if id == 0 || id > b.seq || l.reserved < 0 || l.reserved > maxUnits || (l.bucket != gone && l.bucket > b.head) {
+			t.Fatalf("lease %d: %+v (seq %d head %d)", id, l, b.seq, b.head)
+		}
+		if l.expiry < b.minExp || l.expiry > b.maxExp {
+			t.Fatalf("lease %d expiry %d outside [%d, %d]", id, l.expiry, b.minExp, b.maxExp)
+		}
+	}
 }

@@ -20,8 +20,8 @@ type shard struct {
 
 // Table maps keys to Budgets. It is sharded: a key hashes (hash/maphash, with
 // a seed per Table) to one of 256 shards, each a mutex and a map, so
-// operations on different keys rarely contend and never wait for each other
-// longer than one Budget operation.
+// operations on different keys rarely contend: two keys of one shard wait for
+// each other only while a function passed to Do or Peek runs.
 //
 // A Table is safe for concurrent use. Each Budget is only ever touched under
 // its shard's lock, which is what makes the Budget's methods, not safe for

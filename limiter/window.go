@@ -89,6 +89,10 @@ func (a need) plus(b need) need {
 // Time never goes backwards for a Budget: an earlier t (a clock step back, a
 // state restored on a node whose clock lags) leaves the window where it is.
 func (b *Budget) advance(t int64) {
+	if t <= b.last {
+		return
+	}
+	b.last = t
 	c := floorDiv(t, b.width)
 	if c <= b.head {
 		return
@@ -190,32 +194,37 @@ func (b *Budget) resetWindow(t int64, base int) int64 {
 }
 
 // rebucket changes the bucket width and count (after a change of Window or
-// Policy.Buckets) without losing anything that is still counted: old bucket k
-// moves to the new bucket holding its last instant, which ends no earlier, so
-// its units are counted at least as long as before (conservative), and its
-// leases follow it. Old buckets that end before the new window are dropped,
-// and leases whose bucket is no longer counted are marked gone.
+// Policy.Buckets) without letting anything be forgotten early. Every unit in
+// old bucket k was admitted at a time ≤ min(end of k, last), so it moves to
+// the new bucket holding that instant: it stays counted at least until its
+// admission time plus the new window. Units whose new bucket is already out
+// of the new window at last are dropped; leases follow their units, or are
+// marked gone with them.
 func (b *Budget) rebucket(width int64, nb int) {
 	if width == b.width && nb == b.nb {
 		return
 	}
 	oldW, oldN, oldHead, old := b.width, b.nb, b.head, b.cnt
-	remap := func(k int64) int64 { return floorDiv((k+1)*oldW-1, width) }
-	b.width, b.nb, b.head = width, nb, remap(oldHead)
+	b.width, b.nb, b.head = width, nb, floorDiv(b.last, width)
+	remap := func(k int64) (int64, bool) {
+		if k < oldHead-int64(oldN) || k > oldHead {
+			return 0, false
+		}
+		nk := floorDiv(min((k+1)*oldW-1, b.last), width)
+		return nk, b.live(nk)
+	}
 	b.cnt = make([]int64, 2*(nb+1))
 	b.sumReq, b.sumTok = 0, 0
 	for k := oldHead - int64(oldN); k <= oldHead; k++ {
-		nk := remap(k)
-		if !b.live(nk) {
-			continue
+		if nk, ok := remap(k); ok {
+			i := ringIndex(k, oldN+1)
+			b.addReq(nk, old[i])
+			b.addTok(nk, old[oldN+1+i])
 		}
-		i := ringIndex(k, oldN+1)
-		b.addReq(nk, old[i])
-		b.addTok(nk, old[oldN+1+i])
 	}
 	for id, l := range b.leases {
-		if l.bucket >= oldHead-int64(oldN) && l.bucket <= oldHead && b.live(remap(l.bucket)) {
-			l.bucket = remap(l.bucket)
+		if nk, ok := remap(l.bucket); ok {
+			l.bucket = nk
 		} else {
 			l.bucket = gone
 		}

@@ -400,7 +400,8 @@ func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Requests: 5, Tokens: 1000, Concurrency: 5}}})
+	clock := newFakeClock() // frozen, so reset_ms compares exactly
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Requests: 5, Tokens: 1000, Concurrency: 5}}, now: clock.Now})
 	good := s.acquire(t, `{"tenant":"acme","prompt_tokens":10,"max_tokens":10}`)
 	if !good.Allowed {
 		t.Fatal(good)

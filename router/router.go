@@ -15,6 +15,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -34,7 +35,7 @@ type Cluster interface {
 // Counter counts prompt tokens. *prompt.Counter implements it.
 type Counter interface {
 	Text(model, text string) int
-	Messages(model string, msgs []Message) int
+	Messages(model string, msgs []prompt.Message) int
 }
 
 // FallbackPolicy says what to do when a key's owner does not answer.

@@ -1,0 +1,109 @@
+package limiter
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchLimits limit all three dimensions, high enough that the benchmarks
+// measure admissions, not refusals.
+var benchLimits = Limits{Requests: 1 << 40, Tokens: 1 << 46, Concurrency: 1000}
+
+// BenchmarkAcquireComplete is the hot path for one key: admit a request
+// (all three dimensions checked and charged, a lease created), then settle
+// it (credit, average, slot freed). The fake clock advances 100µs per
+// operation, so the window slides a bucket every 10 000 operations.
+func BenchmarkAcquireComplete(b *testing.B) {
+	bud := NewBudget(benchLimits, nil, t0)
+	now := t0
+	r := Request{PromptTokens: 500, MaxTokens: 256}
+	u := Usage{PromptTokens: 500, CompletionTokens: 120}
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(100 * time.Microsecond)
+		d := bud.Acquire(now, r)
+		if !d.Allowed {
+			b.Fatalf("refused: %+v", d)
+		}
+		bud.Settle(now, d.Lease, u)
+	}
+}
+
+// BenchmarkTableParallel runs acquire+settle through a Table of 10 000 keys
+// from GOMAXPROCS goroutines (use -cpu 1,2,… to see the scaling). Each
+// goroutine has its own fake clock and picks keys pseudo-randomly.
+func BenchmarkTableParallel(b *testing.B) {
+	const nkeys = 10_000
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%05d", i)
+	}
+	tb := NewTable(Policy{}, func(string) Limits { return benchLimits })
+	for _, k := range keys {
+		tb.Do(k, t0, func(*Budget) {})
+	}
+	var seed atomic.Uint64
+	r := Request{PromptTokens: 500, MaxTokens: 256}
+	u := Usage{PromptTokens: 500, CompletionTokens: 120}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		x := seed.Add(0x9e3779b97f4a7c15) | 1 // xorshift state
+		now := t0
+		for pb.Next() {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			now = now.Add(time.Microsecond)
+			tb.Do(keys[x%nkeys], now, func(bud *Budget) {
+				d := bud.Acquire(now, r)
+				bud.Settle(now, d.Lease, u)
+			})
+		}
+	})
+}
+
+// BenchmarkBytesPerKey measures the heap held per live key: a Table of
+// 100 000 keys with the default window (60 s in 60 buckets), each with
+// admissions outstanding (their leases held), including the table's maps
+// and the key strings. Reported as B/key; the target is ≤ 2048.
+func BenchmarkBytesPerKey(b *testing.B) {
+	for _, leases := range []int{1, 4} {
+		b.Run(fmt.Sprintf("leases=%d", leases), func(b *testing.B) {
+			const nkeys = 100_000
+			keys := make([]string, nkeys)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("tenant-%06d", i)
+			}
+			lim := Limits{Requests: 600, Tokens: 2_000_000, Concurrency: 50}
+			var perKey float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				tb := NewTable(Policy{}, func(string) Limits { return lim })
+				for i, k := range keys {
+					now := t0.Add(time.Duration(i) * time.Microsecond)
+					tb.Do(k, now, func(bud *Budget) {
+						for range leases {
+							if d := bud.Acquire(now, Request{PromptTokens: 100}); !d.Allowed {
+								b.Fatalf("refused: %+v", d)
+							}
+						}
+					})
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / nkeys
+				if tb.Len() != nkeys {
+					b.Fatal("keys lost")
+				}
+				runtime.KeepAlive(tb)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
+}

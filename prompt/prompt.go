@@ -1,0 +1,205 @@
+// Package prompt counts the tokens of LLM prompts locally, with OpenAI's
+// tiktoken encodings, so that tokenring can reserve T_in before a request is
+// forwarded (see DESIGN.md, "Two-phase token reservation").
+//
+// Counts for OpenAI models are exact for plain text and follow OpenAI's
+// published formula for chat messages. Everything else (images, audio, files,
+// Anthropic models) is an estimate: the reservation it feeds is settled later
+// with the usage the provider reports, so an estimate only has to be close.
+//
+// The BPE tables come from github.com/pkoukk/tiktoken-go-loader, which embeds
+// them in the binary: counting never touches the network or the disk.
+//
+// Global state: tiktoken-go reads its BPE loader from a package variable
+// (tiktoken.SetBpeLoader) and caches the parsed tables in another. This package
+// sets that loader exactly once, under a sync.Once, the first time a Counter
+// loads an encoding; nothing happens at import. Because that variable is not
+// synchronised inside tiktoken-go, prompt must be the only package of the
+// process that uses tiktoken-go.
+package prompt
+
+import (
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// Encoding names returned by Encoding.
+const (
+	O200kBase  = "o200k_base"  // gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4, gpt-oss
+	Cl100kBase = "cl100k_base" // gpt-4, gpt-3.5-turbo, embeddings, and every unknown model
+)
+
+// o200kPrefixes are the model families that use o200k_base. A model matches
+// when its name (see Encoding) starts with one of these.
+var o200kPrefixes = [...]string{"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "codex-"}
+
+// o200kSeries are the reasoning families: they match the name alone or
+// followed by '-' ("o1", "o3-mini", "o4-mini-2025-04-16"), but not "o100".
+var o200kSeries = [...]string{"o1", "o3", "o4"}
+
+// Encoding returns the tiktoken encoding for model: O200kBase for the gpt-4o,
+// gpt-4.1, gpt-4.5, gpt-5, gpt-oss, codex and o1/o3/o4 families, Cl100kBase for
+// everything else, including unknown models, claude-* and llama-*.
+//
+// The name is matched case-insensitively after dropping a fine-tune prefix
+// ("ft:gpt-4o-mini:org::id") and a provider prefix up to the last '/'
+// ("openai/gpt-4o").
+func Encoding(model string) string {
+	m := strings.ToLower(strings.TrimSpace(model))
+	m = strings.TrimPrefix(m, "ft:")
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	for _, p := range o200kPrefixes {
+		if strings.HasPrefix(m, p) {
+			return O200kBase
+		}
+	}
+	for _, s := range o200kSeries {
+		if m == s || strings.HasPrefix(m, s+"-") {
+			return O200kBase
+		}
+	}
+	return Cl100kBase
+}
+
+// loaderOnce guards the one write this package makes to tiktoken-go's global
+// BPE loader. It is the only package-level state here, and it exists because
+// tiktoken-go keeps its loader in a global.
+var loaderOnce sync.Once
+
+// encoding is one lazily loaded tiktoken encoding.
+type encoding struct {
+	once sync.Once
+	tk   *tiktoken.Tiktoken // nil when loading failed
+	err  error
+}
+
+func (e *encoding) get(name string) (*tiktoken.Tiktoken, error) {
+	e.once.Do(func() {
+		loaderOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
+		e.tk, e.err = tiktoken.GetEncoding(name)
+	})
+	return e.tk, e.err
+}
+
+// Counter counts tokens. It is safe for concurrent use, and its zero value is
+// ready to use.
+//
+// Each of the two encodings is loaded the first time it is needed, once per
+// Counter: about 0.3 s for cl100k_base and 1 s for o200k_base on first use in a
+// process (tiktoken-go then keeps the parsed tables; a second Counter builds
+// its encoder from them in about 0.15 s). Call Load at startup to pay that
+// before the first request and to learn whether loading works.
+//
+// Long text is encoded in chunks so that counting stays linear in the input
+// (tiktoken's merge step is quadratic in the length of one piece: 100 KB of
+// spaces takes about 20 s in one go). Chunks are cut before a space that
+// follows a non-space, which never changes the count; only a run of more than
+// maxRun bytes with no such space (long whitespace runs, base64 blobs, CJK text
+// without spaces) is cut elsewhere, which can shift the count by about one
+// token per cut.
+type Counter struct {
+	cl100k encoding
+	o200k  encoding
+}
+
+// NewCounter returns a Counter that loads its encodings on first use. It is
+// the same as new(Counter).
+func NewCounter() *Counter { return new(Counter) }
+
+// Load loads both encodings now, if they are not loaded yet, and reports a
+// loading error. The error is permanent for this Counter: after a failed load
+// every count falls back to the estimate described at Text.
+func (c *Counter) Load() error {
+	if _, err := c.cl100k.get(Cl100kBase); err != nil {
+		return err
+	}
+	_, err := c.o200k.get(O200kBase)
+	return err
+}
+
+// enc returns the encoding of model, or nil if it failed to load.
+func (c *Counter) enc(model string) *tiktoken.Tiktoken {
+	if Encoding(model) == O200kBase {
+		tk, _ := c.o200k.get(O200kBase)
+		return tk
+	}
+	tk, _ := c.cl100k.get(Cl100kBase)
+	return tk
+}
+
+// Text returns the number of tokens of text, a plain prompt, in the encoding
+// of model (see Encoding). Special-token strings such as "<|endoftext|>" are
+// counted as ordinary text, as the OpenAI API does with user content.
+//
+// If the encoding could not be loaded (see Load), Text estimates one token per
+// three bytes, rounded up: more than real English text needs, so a broken
+// install errs towards reserving too much rather than too little.
+func (c *Counter) Text(model, text string) int {
+	return count(c.enc(model), text)
+}
+
+// maxRun is the longest chunk, in bytes, that is handed to tiktoken at once.
+// Tiktoken's cost grows with the square of a piece's length: a 512-byte run of
+// one letter costs about 0.25 ms.
+const maxRun = 512
+
+// count returns the number of tokens of text in tk, or the fallback estimate
+// when tk is nil.
+func count(tk *tiktoken.Tiktoken, text string) int {
+	if text == "" {
+		return 0
+	}
+	if tk == nil {
+		return (len(text) + 2) / 3
+	}
+	n := 0
+	for len(text) > 0 {
+		k := nextChunk(text, maxRun, maxRun)
+		n += len(tk.EncodeOrdinary(text[:k]))
+		text = text[k:]
+	}
+	return n
+}
+
+// nextChunk returns the length of the next chunk of s to encode on its own.
+// It cuts at the last safe position within the first soft bytes; when there is
+// none, it cuts at a rune boundary near hard bytes (hard >= soft), or not at
+// all when s is no longer than that.
+//
+// A position i is safe when s[i] is ' ' and the rune before it is not
+// whitespace. Neither cl100k_base's nor o200k_base's split pattern has a piece
+// with a space after its first character unless the piece is all whitespace,
+// and neither pattern looks behind, so every tiktoken piece of s ends or starts
+// at a safe position and the pieces of s[:i] and s[i:] are those of s.
+// prompt_test.go checks this on random text.
+func nextChunk(s string, soft, hard int) int {
+	if len(s) <= soft {
+		return len(s)
+	}
+	for i := soft; i > 0; i-- {
+		if s[i] == ' ' {
+			r, _ := utf8.DecodeLastRuneInString(s[:i])
+			if !unicode.IsSpace(r) {
+				return i
+			}
+		}
+	}
+	if len(s) <= hard {
+		return len(s)
+	}
+	i := hard
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	if i == 0 { // no rune start in s[1:hard+1]: not UTF-8; any cut will do
+		return hard
+	}
+	return i
+}

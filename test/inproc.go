@@ -1,0 +1,455 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenring/tokenring/gossip"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
+)
+
+// InProc is a tokenring cluster whose members all run in this process, each
+// wired the way cmd/tokenringd wires a daemon: a node.Node joined to gossip
+// on loopback (gossip.DefaultLocalConfig), a router.Router deciding through
+// it, and an http.Server serving the router on a loopback port. Tests reach
+// the members over real HTTP, peer and gossip sockets, as they reach a
+// Cluster of processes, but start in milliseconds, run under the race
+// detector as one program, and can look inside a member (InProcMember.Node).
+//
+// An InProc is a value owned by one test; there is no package state.
+// Everything it starts is stopped by t.Cleanup, and once that has run no
+// goroutine of its members is left (memberlist stops its own goroutines
+// shortly after Shutdown returns; goleak's retries cover that).
+//
+// Add, Leave, Crash and WaitConverged call t.Fatal on failure, so they
+// belong on the test's goroutine; URL, Member and Live are safe from any
+// goroutine.
+type InProc struct {
+	t      testing.TB
+	limits func(key string) limiter.Limits
+	cfg    inProcConfig
+	logs   *syncBuffer // every member's logs, printed when the test fails
+
+	mu      sync.Mutex // guards members and next
+	members []*InProcMember
+	next    int
+}
+
+// InProcMember is one member of an InProc cluster.
+type InProcMember struct {
+	Name       string
+	HTTP       string // loopback address of the client API, admin and metrics
+	GossipAddr string // memberlist address, host:port
+
+	Node     *node.Node
+	Gossip   *gossip.Cluster
+	Registry *prometheus.Registry // the node's and the router's metrics
+
+	srv    *http.Server
+	served chan struct{} // closed when srv.Serve has returned
+	cancel context.CancelFunc
+	state  memberState // guarded by InProc.mu
+}
+
+type memberState int
+
+const (
+	memberRunning memberState = iota
+	memberLeft                // left gracefully (or stopped by cleanup)
+	memberCrashed             // stopped without leaving
+)
+
+// URL is the member's base URL, e.g. http://127.0.0.1:41234.
+func (m *InProcMember) URL() string { return "http://" + m.HTTP }
+
+// inProcConfig is what InProcOptions set.
+type inProcConfig struct {
+	forwardTimeout time.Duration
+	fallback       router.FallbackPolicy
+	poolFor        func(model string) (string, bool)
+	policy         limiter.Policy
+	batch          node.BatchConfig
+	gossip         func(*gossip.Config)
+	logLevel       slog.Level
+}
+
+// InProcOption changes how NewInProc and Add configure members.
+type InProcOption func(*inProcConfig)
+
+// WithForwardTimeout sets router.Config.ForwardTimeout on every member. The
+// default is router's (15ms), which the race detector on a busy 2-core
+// machine can exceed; a test counting exact admissions should raise it.
+func WithForwardTimeout(d time.Duration) InProcOption {
+	return func(c *inProcConfig) { c.forwardTimeout = d }
+}
+
+// WithFallback sets the routers' fallback policy (default degraded).
+func WithFallback(p router.FallbackPolicy) InProcOption {
+	return func(c *inProcConfig) { c.fallback = p }
+}
+
+// WithPools sets router.Config.PoolFor: which models map to a pool key.
+// Default: no pools.
+func WithPools(poolFor func(model string) (pool string, ok bool)) InProcOption {
+	return func(c *inProcConfig) { c.poolFor = poolFor }
+}
+
+// WithPolicy sets the limiter policy of every node.
+func WithPolicy(p limiter.Policy) InProcOption {
+	return func(c *inProcConfig) { c.policy = p }
+}
+
+// WithBatch sets the peer protocol's batching on every node.
+func WithBatch(b node.BatchConfig) InProcOption {
+	return func(c *inProcConfig) { c.batch = b }
+}
+
+// WithGossip lets a test adjust each member's gossip configuration after
+// the harness has filled it in (name, addresses, metadata, join list).
+func WithGossip(f func(*gossip.Config)) InProcOption {
+	return func(c *inProcConfig) { c.gossip = f }
+}
+
+// WithLogLevel sets the level of the members' logs, which are kept in
+// memory and printed only if the test fails. Default: info.
+func WithLogLevel(l slog.Level) InProcOption {
+	return func(c *inProcConfig) { c.logLevel = l }
+}
+
+// NewInProc starts n members, the first alone and each next one joining the
+// first live member, waits until every member's ring lists all n, and
+// returns the cluster. limits gives every key's limits (router.TenantKey,
+// router.PoolKey), on every member.
+func NewInProc(t testing.TB, n int, limits func(key string) limiter.Limits, opts ...InProcOption) *InProc {
+	t.Helper()
+	c := &InProc{t: t, limits: limits, logs: &syncBuffer{}}
+	c.cfg.logLevel = slog.LevelInfo
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	t.Cleanup(c.stopAll)
+	for range n {
+		c.Add()
+	}
+	c.WaitConverged(15 * time.Second)
+	return c
+}
+
+// Add starts one more member, joining the first live one (a new cluster if
+// none is live), and returns its index once it is ready: gossip joined and
+// its first ring built. The other members may not have seen it yet; see
+// WaitConverged.
+func (c *InProc) Add() int {
+	c.t.Helper()
+	c.mu.Lock()
+	c.next++
+	name := fmt.Sprintf("n%d", c.next)
+	var join []string
+	for _, m := range c.members {
+		if m.state == memberRunning {
+			join = []string{m.GossipAddr}
+			break
+		}
+	}
+	c.mu.Unlock()
+
+	m, err := c.start(name, join)
+	if err != nil {
+		c.t.Fatalf("start %s: %v\n%s", name, err, tail(c.logs.String(), 8000))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.members = append(c.members, m)
+	return len(c.members) - 1
+}
+
+// start wires one member as cmd/tokenringd does. On error, whatever it
+// started is stopped again.
+func (c *InProc) start(name string, join []string) (m *InProcMember, err error) {
+	log := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: c.cfg.logLevel}))
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { ln.Close() })
+
+	n, err := node.New(node.Config{
+		Name:      name,
+		PeerAddr:  "127.0.0.1:0",
+		Policy:    c.cfg.policy,
+		LimitsFor: c.limits,
+		Batch:     c.cfg.batch,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { n.Close() })
+
+	gcfg := gossip.DefaultLocalConfig()
+	gcfg.Name = name
+	gcfg.BindAddr = "127.0.0.1"
+	gcfg.BindPort = 0 // memberlist picks a port free for both TCP and UDP
+	gcfg.Meta = gossip.Meta{HTTP: ln.Addr().String(), Peer: n.PeerAddr()}
+	gcfg.Join = join
+	gcfg.Logger = log
+	if c.cfg.gossip != nil {
+		c.cfg.gossip(&gcfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	undo = append(undo, cancel)
+	members, err := n.Join(ctx, gcfg)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { members.Shutdown() })
+
+	reg := prometheus.NewRegistry() // per member: no global metrics
+	for _, col := range n.Collectors() {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	r, err := router.New(n, router.Config{
+		Limits:         c.limits,
+		PoolFor:        c.cfg.poolFor,
+		Fallback:       c.cfg.fallback,
+		ForwardTimeout: c.cfg.forwardTimeout,
+		Ready:          n.Ready,
+		Registry:       reg,
+		Gatherer:       reg,
+		Logger:         log.With("node", name),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	m = &InProcMember{
+		Name:       name,
+		HTTP:       ln.Addr().String(),
+		GossipAddr: members.Local().Addr,
+		Node:       n,
+		Gossip:     members,
+		Registry:   reg,
+		srv:        &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
+		served:     make(chan struct{}),
+		cancel:     cancel,
+	}
+	go func() {
+		defer close(m.served)
+		if err := m.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			c.t.Errorf("%s: serve http: %v", name, err)
+		}
+	}()
+	return m, nil
+}
+
+// Member returns member i, in the order Add started them.
+func (c *InProc) Member(i int) *InProcMember {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i]
+}
+
+// URL is member i's base URL.
+func (c *InProc) URL(i int) string { return c.Member(i).URL() }
+
+// Len is how many members were ever started, live or not.
+func (c *InProc) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.members)
+}
+
+// Live returns the members neither left nor crashed.
+func (c *InProc) Live() []*InProcMember {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var live []*InProcMember
+	for _, m := range c.members {
+		if m.state == memberRunning {
+			live = append(live, m)
+		}
+	}
+	return live
+}
+
+// take marks m stopped with st, and reports false if it was stopped already.
+func (c *InProc) take(m *InProcMember, st memberState) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.state != memberRunning {
+		return false
+	}
+	m.state = st
+	return true
+}
+
+// Leave stops member i gracefully, as tokenringd does on SIGTERM: announce
+// the departure to gossip, drain the HTTP server, then shut gossip down and
+// close the node.
+func (c *InProc) Leave(i int) {
+	c.t.Helper()
+	m := c.Member(i)
+	if !c.take(m, memberLeft) {
+		return
+	}
+	if err := m.Gossip.Leave(5 * time.Second); err != nil {
+		c.t.Errorf("%s: gossip leave: %v", m.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.srv.Shutdown(ctx); err != nil {
+		c.t.Errorf("%s: http shutdown: %v", m.Name, err)
+		m.srv.Close()
+	}
+	c.release(m)
+}
+
+// Crash stops member i abruptly, as a SIGKILL would: gossip stops without a
+// leave message (the others detect the failure by probing), and the node's
+// peer listener and connections and the HTTP server and its connections
+// close at once, so the others' forwards to it fail as they would against a
+// dead process.
+func (c *InProc) Crash(i int) {
+	c.t.Helper()
+	m := c.Member(i)
+	if !c.take(m, memberCrashed) {
+		return
+	}
+	m.srv.Close()
+	c.release(m)
+}
+
+// release shuts m's gossip down, closes its node and waits for its HTTP
+// server's goroutine; m's HTTP server is already closed.
+func (c *InProc) release(m *InProcMember) {
+	if err := m.Gossip.Shutdown(); err != nil {
+		c.t.Errorf("%s: gossip shutdown: %v", m.Name, err)
+	}
+	if err := m.Node.Close(); err != nil {
+		c.t.Errorf("%s: node close: %v", m.Name, err)
+	}
+	m.cancel()
+	<-m.served
+}
+
+// stopAll stops every live member without a graceful leave: the whole
+// cluster goes away, so nobody needs to hear about it. On failure it prints
+// the members' logs.
+func (c *InProc) stopAll() {
+	for _, m := range c.Live() {
+		if !c.take(m, memberLeft) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.srv.Shutdown(ctx); err != nil {
+			m.srv.Close()
+		}
+		cancel()
+		c.release(m)
+	}
+	if c.t.Failed() {
+		c.t.Logf("--- logs of the in-process members\n%s", tail(c.logs.String(), 16000))
+	}
+}
+
+// Ring fetches member m's view of the ring over HTTP.
+func (c *InProc) Ring(m *InProcMember) (RingView, error) {
+	var v RingView
+	err := GetJSON(m.URL()+"/admin/ring", &v)
+	return v, err
+}
+
+// WaitConverged polls every live member's GET /admin/ring until each lists
+// exactly the live members and all report the same ring version, and
+// returns how long that took. It calls t.Fatal after timeout.
+func (c *InProc) WaitConverged(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var last string // the latest disagreement, for the failure message
+	for {
+		ok, why := c.converged()
+		if ok {
+			return time.Since(start)
+		}
+		last = why
+		if time.Now().After(deadline) {
+			c.t.Fatalf("in-process cluster not converged after %v: %s\n%s", timeout, last, tail(c.logs.String(), 8000))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// converged reports whether every live member's ring holds exactly the live
+// members, at one version, and if not, why.
+func (c *InProc) converged() (bool, string) {
+	live := c.Live()
+	want := make(map[string]bool, len(live))
+	for _, m := range live {
+		want[m.Name] = true
+	}
+	version := ""
+	for _, m := range live {
+		v, err := c.Ring(m)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", m.Name, err)
+		}
+		var names []string
+		exact := len(v.Members) == len(live)
+		for _, rm := range v.Members {
+			names = append(names, rm.Name)
+			exact = exact && want[rm.Name]
+		}
+		if !exact {
+			return false, fmt.Sprintf("%s sees %v, live are %d", m.Name, names, len(live))
+		}
+		if version != "" && v.Version != version {
+			return false, fmt.Sprintf("%s has ring version %s, another %s", m.Name, v.Version, version)
+		}
+		version = v.Version
+	}
+	return true, ""
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers: slog handlers
+// of several members write to one.
+type syncBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Clone(b.buf.String())
+}
