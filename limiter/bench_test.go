@@ -42,8 +42,10 @@ func BenchmarkTableParallel(b *testing.B) {
 		keys[i] = fmt.Sprintf("tenant-%05d", i)
 	}
 	tb := NewTable(Policy{}, func(string) Limits { return benchLimits })
-	for _, k := range keys {
-		tb.Do(k, t0, func(*Budget) {})
+	for _, k := range keys { // warm up: every key has admitted once
+		tb.Do(k, t0, func(bud *Budget) {
+			bud.Settle(t0, bud.Acquire(t0, Request{PromptTokens: 1}).Lease, Usage{})
+		})
 	}
 	var seed atomic.Uint64
 	r := Request{PromptTokens: 500, MaxTokens: 256}

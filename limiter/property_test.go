@@ -813,6 +813,24 @@ func TestPropertySetLimits(t *testing.T) {
 			cancelled  bool
 		}
 		var adms []*adm
+		// windows in force: from each time on (a growing window cannot
+		// count what the shorter one already forgot, so an admission at s
+		// binds one at t over the shortest window in force between them).
+		type change struct{ at, window int64 }
+		changes := []change{{math.MinInt64, int64(lim.Window)}}
+		minWindow := func(s, t int64) int64 {
+			w := int64(math.MaxInt64)
+			for i, c := range changes {
+				next := int64(math.MaxInt64)
+				if i+1 < len(changes) {
+					next = changes[i+1].at
+				}
+				if next > s && c.at <= t { // in force at some time in [s, t]
+					w = min(w, c.window)
+				}
+			}
+			return w
+		}
 		for range rapid.IntRange(10, 200).Draw(t, "steps") {
 			tn := time.Unix(0, now)
 			switch rapid.IntRange(0, 5).Draw(t, "op") {
@@ -824,13 +842,13 @@ func TestPropertySetLimits(t *testing.T) {
 				adms = append(adms, &adm{at: now, charge: d.Reserved, lease: d.Lease})
 				var req, tok int64
 				for _, a := range adms {
-					if !a.cancelled && a.at > now-int64(lim.Window) {
+					if !a.cancelled && a.at > now-minWindow(a.at, now) {
 						req++
 						tok += a.charge
 					}
 				}
 				if req > lim.Requests || tok > lim.Tokens {
-					t.Fatalf("%d requests, %d tokens in the last %v (limits %d, %d)", req, tok, lim.Window, lim.Requests, lim.Tokens)
+					t.Fatalf("%d requests, %d tokens within the window (limits %d, %d)", req, tok, lim.Requests, lim.Tokens)
 				}
 			case 2:
 				if len(adms) > 0 {
@@ -850,6 +868,7 @@ func TestPropertySetLimits(t *testing.T) {
 				pol.Buckets = rapid.IntRange(1, 12).Draw(t, "buckets")
 				lim.Window = window()
 				b.SetLimits(lim)
+				changes = append(changes, change{now, int64(lim.Window)})
 			default:
 				now += rapid.Int64Range(0, int64(lim.Window)).Draw(t, "dt")
 			}

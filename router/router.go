@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -89,6 +90,7 @@ type Router struct {
 	metrics  *metrics
 	log      *slog.Logger
 	mux      *http.ServeMux
+	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 }
 
 // New returns a Router deciding through cluster.
@@ -124,6 +126,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		degraded: newDegraded(cfg.Now),
 		metrics:  m,
 		log:      cfg.Logger,
+		warn:     rate.Sometimes{Interval: time.Second},
 	}
 	r.routes()
 	return r, nil
@@ -168,7 +171,9 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	if ctx.Err() != nil {
 		return outcome{}, ctx.Err()
 	}
-	r.log.Warn("owner unreachable, falling back", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
+	r.warn.Do(func() {
+		r.log.Warn("owner unreachable, falling back (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
+	})
 	o := outcome{fallback: true, answer: node.Answer{Owner: r.cluster.Name()}}
 	l := r.cfg.Limits(c.Key)
 	switch c.Op {

@@ -58,10 +58,13 @@ type InProcMember struct {
 	Gossip   *gossip.Cluster
 	Registry *prometheus.Registry // the node's and the router's metrics
 
-	srv    *http.Server
-	served chan struct{} // closed when srv.Serve has returned
-	cancel context.CancelFunc
-	state  memberState // guarded by InProc.mu
+	srv      *http.Server
+	served   chan struct{}  // closed when srv.Serve has returned
+	handlers sync.WaitGroup // requests being handled; srv.Close does not wait for them
+	hmu      sync.Mutex     // guards down, and orders handlers.Add before handlers.Wait
+	down     bool           // stopped: handle no more requests
+	cancel   context.CancelFunc
+	state    memberState // guarded by InProc.mu
 }
 
 type memberState int
@@ -253,9 +256,23 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 		Node:       n,
 		Gossip:     members,
 		Registry:   reg,
-		srv:        &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
 		served:     make(chan struct{}),
 		cancel:     cancel,
+	}
+	m.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			m.hmu.Lock()
+			if m.down { // a request read just before a crash: its connection is gone
+				m.hmu.Unlock()
+				http.Error(w, "member stopped", http.StatusServiceUnavailable)
+				return
+			}
+			m.handlers.Add(1)
+			m.hmu.Unlock()
+			defer m.handlers.Done()
+			r.ServeHTTP(w, req)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {
 		defer close(m.served)
@@ -344,7 +361,9 @@ func (c *InProc) Crash(i int) {
 }
 
 // release shuts m's gossip down, closes its node and waits for its HTTP
-// server's goroutine; m's HTTP server is already closed.
+// server's goroutines; m's HTTP server is already closed. Requests still
+// being handled after a crash (srv.Close does not wait for them) end within
+// their forward timeout, their clients long gone.
 func (c *InProc) release(m *InProcMember) {
 	if err := m.Gossip.Shutdown(); err != nil {
 		c.t.Errorf("%s: gossip shutdown: %v", m.Name, err)
@@ -354,6 +373,10 @@ func (c *InProc) release(m *InProcMember) {
 	}
 	m.cancel()
 	<-m.served
+	m.hmu.Lock()
+	m.down = true
+	m.hmu.Unlock()
+	m.handlers.Wait()
 }
 
 // stopAll stops every live member without a graceful leave: the whole

@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		_, port, _ := net.SplitHostPort(httpLn.Addr().String())
 		f.name = host + "-" + port
 	}
+	base := log
 	log = log.With("node", f.name)
 
 	limits := keyLimits(cfg)
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		PeerAddr:  f.peer,
 		Policy:    limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
 		LimitsFor: limits,
-		Logger:    log,
+		Logger:    base,
 	})
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if f.join != "" {
 		gcfg.Join = strings.Split(f.join, ",")
 	}
-	gcfg.Logger = log
+	gcfg.Logger = base
 	members, err := n.Join(ctx, gcfg)
 	if err != nil {
 		return err
@@ -156,15 +157,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(n.Collectors()...)
-	counter, err := prompt.NewCounter()
-	if err != nil {
-		return err
+	counter := prompt.NewCounter()
+	if err := counter.Load(); err != nil {
+		return fmt.Errorf("load tiktoken encodings: %w", err)
 	}
 	r, err := router.New(n, router.Config{
 		Limits: limits,
 		PoolFor: func(model string) (string, bool) {
-			_, _, ok := cfg.Pool(model)
-			return model, ok
+			name, _, ok := cfg.Pool(model)
+			return name, ok
 		},
 		Counter:        counter,
 		Fallback:       router.FallbackPolicy(cfg.Fallback),

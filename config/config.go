@@ -1,0 +1,324 @@
+// Package config is tokenringd's YAML configuration: the limits of tenants
+// and upstream pools, the fallback policy, the proxy's API keys and upstream.
+// The file format is DESIGN.md's "Config (YAML)"; the optional fields
+// default_max_tokens, queue and anthropic_upstream extend it.
+//
+// A Config is a plain value: Default returns the built-in one, Parse and Load
+// read a file on top of it and validate the result. ${VAR} references are
+// expanded with a getenv function the caller passes in; this package never
+// reads the environment itself. It imports nothing else of tokenring.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits are the limits of one key (a tenant or a pool) over the window.
+// Zero in a dimension means that dimension is unlimited, as in limiter.Limits.
+type Limits struct {
+	RPM         int64 `yaml:"rpm"`         // requests per window
+	TPM         int64 `yaml:"tpm"`         // prompt+completion tokens per window
+	Concurrency int64 `yaml:"concurrency"` // requests in flight
+}
+
+// LimitsSection is the "limits:" section.
+type LimitsSection struct {
+	// Default applies to every tenant not in Tenants. A field absent from the
+	// file keeps its built-in default.
+	Default Limits `yaml:"default"`
+	// Tenants are per-tenant limits. A field absent from a tenant's entry is
+	// taken from Default (so "acme: {rpm: 600}" changes only acme's RPM); write
+	// 0 to make it unlimited.
+	Tenants map[string]Limits `yaml:"tenants,omitempty"`
+	// Window is the sliding window that RPM and TPM are counted over.
+	Window time.Duration `yaml:"window"`
+	// LeaseTTL is how long a concurrency slot lives without a renew.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
+
+// Fallback is what a node does when a key's owner does not answer within
+// ForwardTimeout.
+type Fallback string
+
+// The fallback policies.
+const (
+	FallbackDegraded Fallback = "degraded" // a strict local limiter with this node's share (limit ÷ live members)
+	FallbackOpen     Fallback = "open"     // admit
+	FallbackClosed   Fallback = "closed"   // refuse
+)
+
+// Upstream is an LLM provider the proxy forwards to.
+type Upstream struct {
+	// BaseURL is an http or https URL without a trailing slash, e.g.
+	// "https://api.openai.com/v1"; the proxy appends "/chat/completions" or
+	// "/messages". A trailing slash in the file is removed.
+	BaseURL string `yaml:"base_url"`
+	// APIKey, when not empty, replaces the client's credentials on forwarded
+	// requests.
+	APIKey string `yaml:"api_key,omitempty"`
+}
+
+// Queue configures the wait queues (DESIGN.md, "Queueing instead of 429").
+type Queue struct {
+	// MaxWaiters is the number of waiters per key beyond which a request is
+	// refused with reason queue_full. At least 1.
+	MaxWaiters int `yaml:"max_waiters"`
+	// Aging: a batch waiter ranks as an interactive one enqueued Aging later,
+	// so batch work is never starved. Greater than 0.
+	Aging time.Duration `yaml:"aging"`
+}
+
+// Config is tokenringd's configuration. The YAML names are in the field tags;
+// marshalling a Config with yaml.v3 gives a file that Parse reads back to the
+// same Config (unless a string holds "${", which Parse would expand).
+//
+// A Config holds maps: treat one as read-only once loaded and it can be shared
+// by any number of goroutines.
+type Config struct {
+	Limits LimitsSection `yaml:"limits"`
+	// Pools are shared upstream limits by model name. A name ending in '*'
+	// matches every model starting with the rest ("gpt-4o-*"); see Pool.
+	// A field absent from a pool's entry is unlimited.
+	Pools map[string]Limits `yaml:"pools,omitempty"`
+	// Fallback is the policy when a key's owner does not answer in time.
+	Fallback Fallback `yaml:"fallback"`
+	// ForwardTimeout is how long a node waits for a key's owner before it
+	// falls back.
+	ForwardTimeout time.Duration `yaml:"forward_timeout"`
+	// Keys maps the LLM proxy's API keys to tenants.
+	Keys map[string]string `yaml:"keys,omitempty"`
+	// Upstream is the OpenAI-compatible provider the proxy forwards to.
+	Upstream Upstream `yaml:"upstream"`
+	// AdminToken, when not empty, is the bearer token /admin/* requires.
+	AdminToken string `yaml:"admin_token,omitempty"`
+
+	// DefaultMaxTokens is the completion estimate reserved for a request that
+	// has no max_tokens. At least 1.
+	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
+	// Queue configures the wait queues.
+	Queue Queue `yaml:"queue"`
+	// AnthropicUpstream, when its BaseURL is set, is where the proxy forwards
+	// Anthropic's POST /v1/messages; otherwise those go to Upstream. See
+	// Config.Anthropic.
+	AnthropicUpstream Upstream `yaml:"anthropic_upstream,omitempty"`
+}
+
+// Built-in defaults, used by Default.
+const (
+	DefaultRPM              = 60
+	DefaultTPM              = 100_000
+	DefaultConcurrency      = 10
+	DefaultWindow           = 60 * time.Second
+	DefaultLeaseTTL         = 120 * time.Second
+	DefaultFallback         = FallbackDegraded
+	DefaultForwardTimeout   = 15 * time.Millisecond
+	DefaultUpstreamURL      = "http://127.0.0.1:9000/v1"
+	DefaultDefaultMaxTokens = 4096
+	DefaultMaxWaiters       = 1024
+	DefaultAging            = 5 * time.Second
+)
+
+// Bounds on values; anything beyond is rejected as a mistake.
+const (
+	MaxLimit    = 1_000_000_000_000_000 // 1e15, for every count
+	MaxDuration = 24 * time.Hour        // for window, lease_ttl and queue.aging
+	MinDuration = time.Millisecond      // for window and lease_ttl
+	MaxForward  = time.Minute           // for forward_timeout
+)
+
+// Default returns the built-in configuration: every tenant gets 60 requests,
+// 100000 tokens and 10 concurrent requests per 60 s window, slots live 120 s,
+// fallback is degraded after 15 ms, no pools, no API keys, the upstream is
+// http://127.0.0.1:9000/v1, default_max_tokens 4096, queues hold 1024 waiters
+// with 5 s aging, and there is no separate Anthropic upstream.
+func Default() Config {
+	return Config{
+		Limits: LimitsSection{
+			Default:  Limits{RPM: DefaultRPM, TPM: DefaultTPM, Concurrency: DefaultConcurrency},
+			Window:   DefaultWindow,
+			LeaseTTL: DefaultLeaseTTL,
+		},
+		Fallback:         DefaultFallback,
+		ForwardTimeout:   DefaultForwardTimeout,
+		Upstream:         Upstream{BaseURL: DefaultUpstreamURL},
+		DefaultMaxTokens: DefaultDefaultMaxTokens,
+		Queue:            Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
+	}
+}
+
+// TenantLimits returns the limits of tenant: its entry in limits.tenants, or
+// limits.default.
+func (c Config) TenantLimits(tenant string) Limits {
+	if l, ok := c.Limits.Tenants[tenant]; ok {
+		return l
+	}
+	return c.Limits.Default
+}
+
+// Pool returns the pool that model belongs to: the pool named exactly model,
+// else the pool with the longest name ending in '*' whose prefix model starts
+// with. name is the pool's name as written in the file (use it as the
+// limiter key); ok is false when no pool matches, including for an empty
+// model.
+func (c Config) Pool(model string) (name string, l Limits, ok bool) {
+	if model == "" {
+		return "", Limits{}, false
+	}
+	if l, ok := c.Pools[model]; ok {
+		return model, l, true
+	}
+	best := -1
+	for n, pl := range c.Pools {
+		prefix, wild := strings.CutSuffix(n, "*")
+		if wild && len(prefix) > best && strings.HasPrefix(model, prefix) {
+			best, name, l = len(prefix), n, pl
+		}
+	}
+	return name, l, best >= 0
+}
+
+// Tenant returns the tenant of an LLM proxy API key, and false when the key is
+// not in keys.
+func (c Config) Tenant(apiKey string) (string, bool) {
+	if apiKey == "" {
+		return "", false
+	}
+	t, ok := c.Keys[apiKey]
+	return t, ok
+}
+
+// Anthropic returns the upstream for Anthropic's /v1/messages:
+// AnthropicUpstream when its BaseURL is set, else Upstream.
+func (c Config) Anthropic() Upstream {
+	if c.AnthropicUpstream.BaseURL != "" {
+		return c.AnthropicUpstream
+	}
+	return c.Upstream
+}
+
+// Validate reports every value out of range, each naming its field path, e.g.
+// "limits.tenants.acme.rpm: must be >= 0, got -5", joined by newlines; nil
+// when c is valid. Parse and Load validate what they return, so Validate is
+// for a Config built or changed in code.
+func (c Config) Validate() error {
+	var errs errorList
+	limits := func(path string, l Limits) {
+		errs.count(path+".rpm", l.RPM, 0)
+		errs.count(path+".tpm", l.TPM, 0)
+		errs.count(path+".concurrency", l.Concurrency, 0)
+	}
+	limits("limits.default", c.Limits.Default)
+	for _, t := range sortedKeys(c.Limits.Tenants) {
+		if t == "" {
+			errs.add("limits.tenants", "tenant name must not be empty")
+		}
+		limits("limits.tenants."+t, c.Limits.Tenants[t])
+	}
+	errs.duration("limits.window", c.Limits.Window, MinDuration, MaxDuration)
+	errs.duration("limits.lease_ttl", c.Limits.LeaseTTL, MinDuration, MaxDuration)
+	for _, p := range sortedKeys(c.Pools) {
+		switch {
+		case p == "":
+			errs.add("pools", "model name must not be empty")
+		case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
+			errs.add("pools."+p, "'*' is allowed only at the end")
+		}
+		limits("pools."+p, c.Pools[p])
+	}
+	switch c.Fallback {
+	case FallbackDegraded, FallbackOpen, FallbackClosed:
+	default:
+		errs.add("fallback", fmt.Sprintf("must be one of degraded|open|closed, got %q", string(c.Fallback)))
+	}
+	errs.duration("forward_timeout", c.ForwardTimeout, 1, MaxForward)
+	for _, k := range sortedKeys(c.Keys) {
+		if k == "" {
+			errs.add("keys", "API key must not be empty")
+		} else if c.Keys[k] == "" {
+			errs.add("keys."+k, "tenant must not be empty")
+		}
+	}
+	errs.url("upstream.base_url", c.Upstream.BaseURL)
+	errs.count("default_max_tokens", c.DefaultMaxTokens, 1)
+	errs.count("queue.max_waiters", int64(c.Queue.MaxWaiters), 1)
+	errs.duration("queue.aging", c.Queue.Aging, 1, MaxDuration)
+	if a := c.AnthropicUpstream; a.BaseURL != "" {
+		errs.url("anthropic_upstream.base_url", a.BaseURL)
+	} else if a.APIKey != "" {
+		errs.add("anthropic_upstream.base_url", "must be set when anthropic_upstream.api_key is")
+	}
+	return errs.err()
+}
+
+// errorList collects validation errors in order.
+type errorList []string
+
+func (e *errorList) add(path, msg string) { *e = append(*e, path+": "+msg) }
+
+func (e *errorList) count(path string, v, lo int64) {
+	switch {
+	case v < lo:
+		e.add(path, fmt.Sprintf("must be >= %d, got %d", lo, v))
+	case v > MaxLimit:
+		e.add(path, fmt.Sprintf("must be <= 1e15, got %d", v))
+	}
+}
+
+// duration checks lo <= d <= hi; lo is 1 for "must be > 0".
+func (e *errorList) duration(path string, d, lo, hi time.Duration) {
+	switch {
+	case d <= 0:
+		e.add(path, "must be > 0")
+	case d < lo:
+		e.add(path, fmt.Sprintf("must be >= %v, got %v", lo, d))
+	case d > hi:
+		e.add(path, fmt.Sprintf("must be <= %v, got %v", hi, d))
+	}
+}
+
+func (e *errorList) url(path, s string) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		e.add(path, fmt.Sprintf("must be an http(s) URL, got %q", s))
+	}
+}
+
+func (e errorList) err() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return &Error{Msgs: e}
+}
+
+// Error is what Validate, Parse and Load return for a bad configuration: one
+// message per problem, in file order for decoding problems and in field
+// order for values out of range. Each names the field path
+// ("limits.tenants.acme.rpm: must be >= 0, got -5"); problems of YAML syntax
+// and structure (unknown or duplicate fields, wrong types) start with the
+// line ("line 7: limits.default.rmp: unknown field").
+type Error struct {
+	File string   // set by Load
+	Msgs []string // at least one
+}
+
+// Error returns the messages joined by newlines, each prefixed with
+// "File: " when File is set.
+func (e *Error) Error() string {
+	if e.File == "" {
+		return strings.Join(e.Msgs, "\n")
+	}
+	return e.File + ": " + strings.Join(e.Msgs, "\n"+e.File+": ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
