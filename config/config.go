@@ -79,6 +79,7 @@ type Queue struct {
 // A Config holds maps: treat one as read-only once loaded and it can be shared
 // by any number of goroutines.
 type Config struct {
+	// Limits are the tenants' limits and the window they are counted over.
 	Limits LimitsSection `yaml:"limits"`
 	// Pools are shared upstream limits by model name. A name ending in '*'
 	// matches every model starting with the rest ("gpt-4o-*"); see Pool.

@@ -44,7 +44,6 @@ func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
 func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
 	now := l.now()
 	a := Answer{Owner: l.name}
-	var grants []limiter.Grant
 	var next time.Time
 	var wake bool
 	var ch chan limiter.Decision
@@ -66,7 +65,7 @@ func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
 		}
 		return a, nil
 	case OpSettle, OpRelease, OpCancel:
-		l.table.Peek(c.Key, func(b *limiter.Budget) {
+		l.change(c.Key, func(now time.Time, b *limiter.Budget) bool {
 			switch c.Op {
 			case OpSettle:
 				a.OK = b.Settle(now, c.Lease, c.Usage)
@@ -75,16 +74,9 @@ func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
 			default:
 				a.OK = b.Cancel(now, c.Lease)
 			}
-			if a.OK {
-				grants = b.Wake(now, nil)
-				next, wake = b.NextWake(now)
-			}
 			a.Decision.Status = b.Status(now)
+			return a.OK
 		})
-		if a.OK {
-			l.deliver(c.Key, grants)
-			l.schedule(c.Key, next, wake)
-		}
 		return a, nil
 	case OpRenew:
 		l.table.Peek(c.Key, func(b *limiter.Budget) {
@@ -109,12 +101,15 @@ func (l *local) await(ctx context.Context, key string, a Answer, ch chan limiter
 	case <-ctx.Done():
 	}
 	withdrawn := false
-	l.table.Peek(key, func(b *limiter.Budget) { withdrawn = b.CancelWait(l.now(), ticket) })
+	l.change(key, func(now time.Time, b *limiter.Budget) bool {
+		withdrawn = b.CancelWait(now, ticket)
+		return withdrawn // the withdrawn waiter may have been the head blocking others
+	})
 	if !withdrawn {
 		// The grant was already taken from the queue and is on its way:
 		// receive it and roll back an admission nobody will use.
 		if d := <-ch; d.Allowed {
-			l.table.Peek(key, func(b *limiter.Budget) { b.Cancel(l.now(), d.Lease) })
+			l.change(key, func(now time.Time, b *limiter.Budget) bool { return b.Cancel(now, d.Lease) })
 		}
 	}
 	l.mu.Lock()
@@ -162,18 +157,29 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
 }
 
-// wake runs the limiter's Wake for key and delivers what it grants.
-func (l *local) wake(key string) {
+// change runs fn on key's budget, if the key is held here. When fn reports
+// that capacity may have been freed, the queue is woken: its grants are
+// delivered and the key's timer re-armed.
+func (l *local) change(key string, fn func(now time.Time, b *limiter.Budget) bool) {
 	now := l.now()
 	var grants []limiter.Grant
 	var next time.Time
-	var ok bool
+	var freed, wake bool
 	l.table.Peek(key, func(b *limiter.Budget) {
-		grants = b.Wake(now, nil)
-		next, ok = b.NextWake(now)
+		if freed = fn(now, b); freed {
+			grants = b.Wake(now, nil)
+			next, wake = b.NextWake(now)
+		}
 	})
-	l.deliver(key, grants)
-	l.schedule(key, next, ok)
+	if freed {
+		l.deliver(key, grants)
+		l.schedule(key, next, wake)
+	}
+}
+
+// wake runs the limiter's Wake for key: the key's timer fired.
+func (l *local) wake(key string) {
+	l.change(key, func(time.Time, *limiter.Budget) bool { return true })
 }
 
 // waiting reports how many requests are queued on this node.

@@ -243,3 +243,51 @@ func TestHopLimit(t *testing.T) {
 		t.Fatalf("err = %v, want the hop limit", err)
 	}
 }
+
+func TestWithdrawnHeadUnblocksQueue(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Tokens: 1000} }
+	c := newCluster(t, 1, limits, BatchConfig{})
+	nd := c.nodes[0]
+	bg := context.Background()
+	if a, _ := nd.Do(bg, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 500}}); !a.Decision.Allowed {
+		t.Fatalf("first: %+v", a)
+	}
+	// The head needs 900 tokens and cannot fit; the second needs 10 and
+	// could, but waits behind the head (no barging).
+	headCtx, cancelHead := context.WithCancel(bg)
+	headDone := make(chan error, 1)
+	go func() {
+		_, err := nd.Do(headCtx, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 900, Wait: time.Minute}})
+		headDone <- err
+	}()
+	waitWaiting(t, nd, 1)
+	second := make(chan Answer, 1)
+	go func() {
+		a, _ := nd.Do(bg, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 10, Wait: time.Minute}})
+		second <- a
+	}()
+	waitWaiting(t, nd, 2)
+	cancelHead() // the head's client goes away
+	if err := <-headDone; err == nil {
+		t.Fatal("withdrawn head got no error")
+	}
+	select {
+	case a := <-second:
+		if !a.Decision.Allowed || a.Decision.Reserved != 10 {
+			t.Fatalf("second: %+v", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queue stayed blocked after its head withdrew")
+	}
+}
+
+func waitWaiting(t *testing.T, nd *Node, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for nd.Waiting() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %d, want %d", nd.Waiting(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -35,9 +35,9 @@ const maxDepth = 4
 // strings, or objects with a "type" (see Counter.Messages for how each is
 // counted).
 type Message struct {
-	Role       string          `json:"role"`
-	Name       string          `json:"name,omitempty"`
-	Content    json.RawMessage `json:"content,omitempty"`
+	Role       string          `json:"role"`                   // "system", "user", "assistant", "tool", ...
+	Name       string          `json:"name,omitempty"`         // OpenAI participant name
+	Content    json.RawMessage `json:"content,omitempty"`      // a JSON string, null, or an array of parts
 	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`   // OpenAI assistant tool calls
 	ToolCallID string          `json:"tool_call_id,omitempty"` // OpenAI tool-result message
 }

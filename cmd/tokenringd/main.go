@@ -49,6 +49,8 @@ var errUsage = errors.New("usage")
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
 	gossipProfile, logLevel                       string
+	batchWait                                     time.Duration
+	batchMax                                      int
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (flags, error) {
@@ -64,6 +66,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db)")
 	fs.StringVar(&f.gossipProfile, "gossip-profile", "lan", "memberlist timings: lan, or local (fast failure detection, loopback tests)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
+	fs.IntVar(&f.batchMax, "peer-batch-max", 1000, "most calls per peer frame (1 disables batching)")
 	if err := fs.Parse(args); err != nil {
 		return f, fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -81,7 +85,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 			}
 		}
 	})
-	return f, envErr
+	if envErr != nil {
+		return f, envErr
+	}
+	if f.batchWait < 0 || f.batchMax < 1 {
+		return f, fmt.Errorf("%w: -peer-batch-wait must be >= 0 and -peer-batch-max >= 1", errUsage)
+	}
+	return f, nil
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -98,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg := config.Default()
 	if f.config != "" {
 		if cfg, err = config.Load(f.config, getenv); err != nil {
-			return fmt.Errorf("config %s: %w", f.config, err)
+			return err // names the file, the line and the field
 		}
 	}
 	if f.redis != "" {
@@ -126,6 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		PeerAddr:  f.peer,
 		Policy:    limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
 		LimitsFor: limits,
+		Batch:     node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
 		Logger:    base,
 	})
 	if err != nil {
