@@ -105,6 +105,7 @@ type reply struct {
 	Pool           *poolJSON  `json:"pool"`
 	Settled        bool       `json:"settled"`
 	Renewed        bool       `json:"renewed"`
+	Fallback       bool       `json:"fallback"`
 	Error          string     `json:"error"`
 }
 
