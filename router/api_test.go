@@ -508,3 +508,17 @@ func FuzzAcquireBody(f *testing.F) {
 		}
 	})
 }
+
+func TestReadyz(t *testing.T) {
+	for _, ready := range []bool{false, true} {
+		r, err := New(downCluster{}, Config{Limits: func(string) limiter.Limits { return limiter.Limits{} }, Ready: func() bool { return ready }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if want := map[bool]int{false: 503, true: 200}[ready]; rec.Code != want {
+			t.Fatalf("ready=%v: /readyz %d, want %d", ready, rec.Code, want)
+		}
+	}
+}

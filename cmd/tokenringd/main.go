@@ -200,9 +200,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: leaving the cluster")
-	if err := members.Leave(5 * time.Second); err != nil {
-		log.Warn("leave", "err", err)
+	if members.NumMembers() > 1 { // the last member has nobody to tell
+		log.Info("shutting down: leaving the cluster")
+		if err := members.Leave(5 * time.Second); err != nil {
+			log.Warn("leave", "err", err)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
