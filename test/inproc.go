@@ -34,9 +34,9 @@ import (
 // goroutine of its members is left (memberlist stops its own goroutines
 // shortly after Shutdown returns; goleak's retries cover that).
 //
-// Add, Leave, Crash and WaitConverged call t.Fatal on failure, so they
-// belong on the test's goroutine; URL, Member and Live are safe from any
-// goroutine.
+// NewInProc, Add and WaitConverged call t.Fatal on failure, and Leave and
+// Crash may, so they belong on the test's goroutine; URL, Member, Live and
+// Ring are safe from any goroutine.
 type InProc struct {
 	t      testing.TB
 	limits func(key string) limiter.Limits
@@ -93,8 +93,11 @@ type inProcConfig struct {
 type InProcOption func(*inProcConfig)
 
 // WithForwardTimeout sets router.Config.ForwardTimeout on every member. The
-// default is router's (15ms), which the race detector on a busy 2-core
-// machine can exceed; a test counting exact admissions should raise it.
+// default is router's (15ms). All members and the test's clients share one
+// Go scheduler, so under load a forward queues behind every runnable
+// goroutine at each hop: 900 concurrent acquires pushed forwards to 250ms-1s
+// under -race on 2 cores (15-250ms without -race). A test counting exact
+// admissions must stay clear of that, or timed-out forwards fall back.
 func WithForwardTimeout(d time.Duration) InProcOption {
 	return func(c *inProcConfig) { c.forwardTimeout = d }
 }
@@ -349,7 +352,9 @@ func (c *InProc) Leave(i int) {
 // leave message (the others detect the failure by probing), and the node's
 // peer listener and connections and the HTTP server and its connections
 // close at once, so the others' forwards to it fail as they would against a
-// dead process.
+// dead process. Requests the member was handling run on to their end (a
+// closed node.Node still forwards, over a new peer connection that lasts
+// until the peer closes it), and Crash waits for them.
 func (c *InProc) Crash(i int) {
 	c.t.Helper()
 	m := c.Member(i)
