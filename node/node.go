@@ -41,6 +41,10 @@ type Config struct {
 	// MaxHops bounds how often a call is forwarded when members disagree
 	// about its owner (gossip not yet converged). Zero means 2.
 	MaxHops int
+	// HopTimeout bounds a call this node forwards on a peer's behalf (plus
+	// the call's wait), so a further hop to an unresponsive node cannot
+	// pin the connection's goroutine. Zero means one second.
+	HopTimeout time.Duration
 	// Ring configures the rings built from membership snapshots; zero
 	// fields take ring's defaults (271 partitions).
 	Ring ring.Config
@@ -67,9 +71,13 @@ type Node struct {
 	peers map[string]*peerClient
 	stats peerStats
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
+
+// ErrClosed is returned by Do after Close.
+var ErrClosed = errors.New("node closed")
 
 // New starts a node: the peer listener and the sweeper.
 func New(cfg Config) (*Node, error) {
@@ -91,6 +99,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxHops <= 0 {
 		cfg.MaxHops = 2
+	}
+	if cfg.HopTimeout <= 0 {
+		cfg.HopTimeout = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -166,6 +177,11 @@ func (n *Node) Owner(key string) (ring.Member, bool) {
 // reach the owner fails with an error wrapping ErrPeerDown (at once for a
 // refused connection) or ctx's error; the caller decides the fallback.
 func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
+	select {
+	case <-n.stop:
+		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
+	default:
+	}
 	owner, self := n.Owner(c.Key)
 	if self {
 		return n.local.do(ctx, c)
@@ -178,8 +194,16 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 	return n.peer(owner.Peer).call(ctx, &fwd)
 }
 
-// serve executes a call that arrived from a peer.
-func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) { return n.Do(ctx, c) }
+// serve executes a call that arrived from a peer: here, or one hop further
+// within HopTimeout when this node's ring says another member owns the key.
+func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
+	if _, self := n.Owner(c.Key); !self {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.HopTimeout+c.Req.Wait)
+		defer cancel()
+	}
+	return n.Do(ctx, c)
+}
 
 // inline reports whether a forwarded call is cheap enough to run on the
 // connection's reader goroutine: local and unable to block.
@@ -242,8 +266,13 @@ func (n *Node) sweep() {
 }
 
 // Close stops the node: peer server, peer connections, timers, sweeper.
+// Calls after Close fail with ErrClosed; a second Close does nothing.
 func (n *Node) Close() error {
-	close(n.stop)
+	first := false
+	n.closeOnce.Do(func() { first = true; close(n.stop) })
+	if !first {
+		return nil
+	}
 	n.server.close()
 	n.mu.Lock()
 	peers := n.peers

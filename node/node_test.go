@@ -291,3 +291,42 @@ func waitWaiting(t *testing.T, nd *Node, want int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A forward whose caller gave up (timeout, then fallback) must not leave an
+// admission at the owner: when the owner admits it after all, the
+// forwarding node cancels it there.
+func TestAbandonedForwardIsCancelledAtOwner(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Concurrency: 1} }
+	c := newCluster(t, 2, limits, BatchConfig{})
+	key := c.keyOwnedBy(t, 0)
+	owner, via := c.nodes[0], c.nodes[1]
+	bg := context.Background()
+	held, err := owner.Do(bg, &Call{Op: OpAcquire, Key: key})
+	if err != nil || !held.Decision.Allowed {
+		t.Fatalf("hold: %+v %v", held, err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if _, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("forward: err %v, want the caller's deadline", err)
+	}
+	// The owner still has the waiter; freeing the slot admits it, and the
+	// forwarding node, whose caller is gone, cancels that admission.
+	if a, err := owner.Do(bg, &Call{Op: OpRelease, Key: key, Lease: held.Decision.Lease}); err != nil || !a.OK {
+		t.Fatalf("release: %+v %v", a, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, err := owner.Do(bg, &Call{Op: OpAcquire, Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Decision.Allowed {
+			break // the slot came back
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned admission still holds the slot: %+v", a.Decision)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

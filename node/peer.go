@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrPeerDown is returned (wrapped) when a peer cannot be reached: the
@@ -34,14 +35,16 @@ type peerClient struct {
 	log   *slog.Logger
 	stats *peerStats
 
-	mu      sync.Mutex // guards conn, q, pending, nextID, done
-	conn    net.Conn
-	q       chan item
-	done    chan struct{} // closed when the current connection is torn down
-	pending map[uint64]chan result
-	nextID  uint64
-	closed  bool
-	wg      sync.WaitGroup // the connection's reader and writer
+	mu        sync.Mutex // guards conn, q, done, dialing, pending, nextID, closed
+	conn      net.Conn
+	q         chan item
+	done      chan struct{} // closed when the current connection is torn down
+	dialing   chan struct{} // non-nil while a dial is under way; closed when it ends
+	pending   map[uint64]chan result
+	nextID    uint64
+	closed    bool
+	wg        sync.WaitGroup // the connection's reader and writer
+	abandoned sync.WaitGroup // goroutines cancelling abandoned admissions
 }
 
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, log *slog.Logger, stats *peerStats) *peerClient {
@@ -60,20 +63,58 @@ func (s *peerStats) frame(items int) {
 	s.calls.Add(int64(items))
 }
 
-// connect returns the live connection's queue, dialing if there is none.
+// connect returns the live connection's queue and its done channel,
+// dialing if there is none. It never dials while holding p.mu: calls to a
+// peer whose dial hangs wait for that dial or their own ctx, whichever ends
+// first.
+func (p *peerClient) connect(ctx context.Context) (chan item, chan struct{}, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, nil, fmt.Errorf("peer %s: %w: client closed", p.addr, ErrPeerDown)
+		}
+		if p.conn != nil {
+			q, done := p.q, p.done
+			p.mu.Unlock()
+			return q, done, nil
+		}
+		if wait := p.dialing; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
+			}
+		}
+		wait := make(chan struct{})
+		p.dialing = wait
+		p.mu.Unlock()
+
+		conn, err := p.dial(ctx, "tcp", p.addr)
+
+		p.mu.Lock()
+		p.dialing = nil
+		close(wait)
+		if err != nil {
+			p.mu.Unlock()
+			p.stats.downs.Add(1)
+			return nil, nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
+		}
+		if p.closed {
+			p.mu.Unlock()
+			conn.Close()
+			continue
+		}
+		p.install(conn)
+		p.mu.Unlock()
+	}
+}
+
+// install makes conn the live connection and starts its writer and reader.
 // Callers hold p.mu.
-func (p *peerClient) connect(ctx context.Context) (chan item, error) {
-	if p.closed {
-		return nil, fmt.Errorf("peer %s: %w: client closed", p.addr, ErrPeerDown)
-	}
-	if p.conn != nil {
-		return p.q, nil
-	}
-	conn, err := p.dial(ctx, "tcp", p.addr)
-	if err != nil {
-		p.stats.downs.Add(1)
-		return nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
-	}
+func (p *peerClient) install(conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -93,7 +134,6 @@ func (p *peerClient) connect(ctx context.Context) (chan item, error) {
 		defer p.wg.Done()
 		p.fail(conn, p.readAnswers(conn))
 	}()
-	return q, nil
 }
 
 // readAnswers dispatches answers to pending calls until the connection fails.
@@ -153,25 +193,35 @@ func (p *peerClient) fail(conn net.Conn, cause error) {
 	}
 }
 
-// call forwards c and waits for its answer or ctx's end.
+// call forwards c and waits for its answer or ctx's end. An acquire whose
+// caller stops waiting is not forgotten: if the owner admits it after all,
+// the admission is cancelled there, so a timed-out forward followed by a
+// fallback decision does not count the request twice.
 func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 	body := AppendCall(nil, c)
 	ch := make(chan result, 1)
-	p.mu.Lock()
-	q, err := p.connect(ctx)
-	if err != nil {
+	var id uint64
+	var q chan item
+	var done chan struct{}
+	for {
+		var err error
+		if q, done, err = p.connect(ctx); err != nil {
+			return Answer{}, err
+		}
+		p.mu.Lock()
+		if p.done != done { // that connection failed meanwhile: use the next one
+			p.mu.Unlock()
+			continue
+		}
+		p.nextID++
+		id = p.nextID
+		p.pending[id] = ch
 		p.mu.Unlock()
-		return Answer{}, err
+		break
 	}
-	p.nextID++
-	id := p.nextID
-	p.pending[id] = ch
-	done := p.done
-	p.mu.Unlock()
-
 	select {
 	case q <- item{id: id, body: body}:
-	case <-done:
+	case <-done: // fail() answers ch with ErrPeerDown
 	case <-ctx.Done():
 		p.forget(id)
 		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
@@ -180,9 +230,37 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 	case res := <-ch:
 		return res.answer, res.err
 	case <-ctx.Done():
-		p.forget(id)
+		if c.Op == OpAcquire {
+			p.abandon(c.Key, ch)
+		} else {
+			p.forget(id)
+		}
 		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
 	}
+}
+
+// abandon waits in the background for the answer to an acquire nobody waits
+// for any more, and cancels the admission if the owner made one. The answer
+// always comes: from the owner, or as ErrPeerDown when the connection fails.
+func (p *peerClient) abandon(key string, ch chan result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.abandoned.Add(1)
+	go func() {
+		defer p.abandoned.Done()
+		res := <-ch
+		if res.err != nil || !res.answer.Decision.Allowed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := p.call(ctx, &Call{Op: OpCancel, Key: key, Lease: res.answer.Decision.Lease}); err != nil {
+			p.log.Warn("could not cancel a timed-out admission; its slot expires by its TTL", "peer", p.addr, "key", key, "err", err)
+		}
+	}()
 }
 
 func (p *peerClient) forget(id uint64) {
@@ -200,6 +278,7 @@ func (p *peerClient) close() {
 	if conn != nil {
 		p.fail(conn, errors.New("closed"))
 	}
+	p.abandoned.Wait()
 	p.wg.Wait()
 }
 

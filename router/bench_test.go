@@ -16,7 +16,9 @@ import (
 // without the network: one acquire and one complete per op, over 10,000
 // tenants, through the real router and node (no sockets).
 func BenchmarkHTTPAcquireComplete(b *testing.B) {
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30} }
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
+	}
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
 	if err != nil {
 		b.Fatal(err)

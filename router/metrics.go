@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"policy", "result"}),
 		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokenring_call_seconds",
-			Help:    "Latency of calls to key owners, by op and by where they were decided (local, forwarded).",
+			Help:    "Latency of calls to key owners, by op and by where they were decided (local, forwarded, or failed: the owner was unreachable).",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1.5e-2, 5e-2, 0.25, 1, 5},
 		}, []string{"op", "where"}),
 	}
@@ -60,10 +60,6 @@ func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
 	m.fallbacks.WithLabelValues(string(p), result).Inc()
 }
 
-func (m *metrics) observe(op node.Op, forwarded bool, d time.Duration) {
-	where := "local"
-	if forwarded {
-		where = "forwarded"
-	}
+func (m *metrics) observe(op node.Op, where string, d time.Duration) {
 	m.calls.WithLabelValues(op.String(), where).Observe(d.Seconds())
 }

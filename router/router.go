@@ -164,7 +164,14 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	start := r.cfg.Now()
 	a, err := r.cluster.Do(cctx, c)
 	cancel()
-	r.metrics.observe(c.Op, a.Owner != r.cluster.Name() && err == nil, r.cfg.Now().Sub(start))
+	where := "local"
+	switch {
+	case err != nil:
+		where = "failed"
+	case a.Owner != r.cluster.Name():
+		where = "forwarded"
+	}
+	r.metrics.observe(c.Op, where, r.cfg.Now().Sub(start))
 	if err == nil {
 		return outcome{answer: a}, nil
 	}

@@ -64,6 +64,7 @@ type Cluster struct {
 	t      testing.TB
 	bin    string
 	config string // path of the YAML config every node reads
+	args   []string // extra tokenringd flags for every node
 	Procs  []*Proc
 	next   int
 }
@@ -80,14 +81,16 @@ func BuildDaemon(dir string) (string, error) {
 }
 
 // NewCluster starts n nodes sharing configYAML, the first one alone and the
-// others joining it, and waits until every node sees all n members.
-func NewCluster(t testing.TB, bin string, n int, configYAML string) *Cluster {
+// others joining it, and waits until every node sees all n members. Nodes
+// run with -gossip-profile local (failure detected in about a second);
+// args are added to every node's flags and win over the harness's.
+func NewCluster(t testing.TB, bin string, n int, configYAML string, args ...string) *Cluster {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "tokenring.yaml")
 	if err := os.WriteFile(cfg, []byte(configYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, bin: bin, config: cfg}
+	c := &Cluster{t: t, bin: bin, config: cfg, args: args}
 	t.Cleanup(c.stopAll)
 	for range n {
 		c.Start()
@@ -134,6 +137,7 @@ func (c *Cluster) Start() *Proc {
 	if live := c.Live(); len(live) > 0 {
 		args = append(args, "-join", live[0].Gossip)
 	}
+	args = append(args, c.args...)
 	p.cmd = exec.Command(c.bin, args...)
 	p.cmd.Stdout = lockedWriter{p}
 	p.cmd.Stderr = lockedWriter{p}
