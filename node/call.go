@@ -20,10 +20,12 @@ const (
 	OpCancel                // roll an admission back completely
 	OpRenew                 // extend a lease's slot
 	OpStatus                // report the key's limits and usage
+	OpTake                  // handoff: give the key's state to the caller (From) and forward to it from now on
+	OpPut                   // handoff: install the key's state (State) unless the key is already held
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put"}
 
 func (o Op) String() string {
 	if o < opMax {
@@ -41,6 +43,8 @@ type Call struct {
 	Lease uint64          // OpSettle, OpRelease, OpCancel, OpRenew
 	Usage limiter.Usage   // OpSettle
 	Hops  uint8           // how many times this call was forwarded already
+	From  string          // OpTake, OpPut: the sender's peer address
+	State []byte          // OpPut: a limiter snapshot
 }
 
 // Answer is the owner's reply to a Call.
@@ -49,6 +53,7 @@ type Answer struct {
 	OK       bool             // settle/release/cancel/renew found the lease
 	Expires  time.Time        // OpRenew: the slot's new expiry
 	Owner    string           // the node that decided
+	State    []byte           // OpTake: the key's limiter snapshot; empty when the node had none
 }
 
 // Wire format. Every value is self-delimiting: unsigned and signed varints,
@@ -78,7 +83,9 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = append(b, byte(c.Req.Priority))
 	b = binary.AppendVarint(b, int64(c.Req.Wait))
 	b = binary.AppendVarint(b, c.Usage.PromptTokens)
-	return binary.AppendVarint(b, c.Usage.CompletionTokens)
+	b = binary.AppendVarint(b, c.Usage.CompletionTokens)
+	b = appendString(b, c.From)
+	return appendString(b, string(c.State))
 }
 
 // AppendAnswer encodes a onto b.
@@ -107,7 +114,8 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 		exp = a.Expires.UnixNano()
 	}
 	b = binary.AppendVarint(b, exp)
-	return appendString(b, a.Owner)
+	b = appendString(b, a.Owner)
+	return appendString(b, string(a.State))
 }
 
 // reader decodes the wire format; the first error sticks.
@@ -166,6 +174,14 @@ func (r *reader) string() string {
 	return s
 }
 
+// bytes is string for binary values: nil when empty, a copy otherwise.
+func (r *reader) bytes() []byte {
+	if s := r.string(); s != "" {
+		return []byte(s)
+	}
+	return nil
+}
+
 func (r *reader) dim() limiter.DimStatus {
 	return limiter.DimStatus{Limit: r.varint(), Remaining: r.varint(), Reset: time.Duration(r.varint())}
 }
@@ -182,6 +198,8 @@ func (r *reader) call(c *Call) error {
 	c.Req.Wait = time.Duration(r.varint())
 	c.Usage.PromptTokens = r.varint()
 	c.Usage.CompletionTokens = r.varint()
+	c.From = r.string()
+	c.State = r.bytes()
 	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {
 		r.err = fmt.Errorf("unknown op %d", c.Op)
 	}
@@ -204,6 +222,7 @@ func (r *reader) answer(a *Answer) error {
 		a.Expires = time.Unix(0, exp)
 	}
 	a.Owner = r.string()
+	a.State = r.bytes()
 	return r.err
 }
 

@@ -134,6 +134,19 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 	}
 }
 
+// refuseAll refuses every waiter still parked for key: the key left this
+// node, and its clients should retry at the new owner.
+func (l *local) refuseAll(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, ch := range l.waiters {
+		if id.key == key {
+			delete(l.waiters, id)
+			ch <- limiter.Decision{Reason: limiter.Requests, RetryAfter: 10 * time.Millisecond}
+		}
+	}
+}
+
 // schedule arms key's timer for the limiter's next wake-up, or stops it.
 func (l *local) schedule(key string, at time.Time, ok bool) {
 	l.mu.Lock()

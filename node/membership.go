@@ -48,8 +48,12 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	return c, nil
 }
 
-// follow installs the ring for one membership snapshot.
+// follow installs the ring for one membership snapshot. After Handoff the
+// node keeps the ring without itself.
 func (n *Node) follow(snap gossip.Snapshot) error {
+	if n.leaving.Load() {
+		return nil
+	}
 	members := make([]ring.Member, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		members = append(members, ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr})

@@ -21,6 +21,12 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_peer_unreachable_total", Help: "Connections to peers that failed (refused, timed out).",
 		}, func() float64 { return float64(n.stats.downs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_handoff_received_total", Help: "Keys whose state this node received by handoff (pulled or pushed).",
+		}, func() float64 { return float64(n.stats.pulled.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_handoff_given_total", Help: "Keys whose state this node handed to another node.",
+		}, func() float64 { return float64(n.stats.given.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_members", Help: "Members in this node's ring.",
 		}, func() float64 {

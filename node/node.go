@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"sync"
@@ -45,6 +46,13 @@ type Config struct {
 	// the call's wait), so a further hop to an unresponsive node cannot
 	// pin the connection's goroutine. Zero means one second.
 	HopTimeout time.Duration
+	// HandoffHorizon is how long after a partition moved here its keys are
+	// pulled from the previous holder on first use. State older than one
+	// window plus one lease TTL has expired anyway. Zero means 3 minutes.
+	HandoffHorizon time.Duration
+	// PullTimeout bounds one handoff pull; a crashed previous holder refuses
+	// at once, a hung one costs this much. Zero means 250ms.
+	PullTimeout time.Duration
 	// Ring configures the rings built from membership snapshots; zero
 	// fields take ring's defaults (271 partitions).
 	Ring ring.Config
@@ -63,9 +71,11 @@ type Node struct {
 	local *local
 	log   *slog.Logger
 
-	ring   atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
-	ready  atomic.Bool               // joined and the first ring installed
-	server *peerServer
+	ring    atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
+	ready   atomic.Bool               // joined and the first ring installed
+	leaving atomic.Bool               // Handoff ran: ignore membership, forward everything
+	hand    handoff
+	server  *peerServer
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -103,6 +113,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.HopTimeout <= 0 {
 		cfg.HopTimeout = time.Second
 	}
+	if cfg.HandoffHorizon <= 0 {
+		cfg.HandoffHorizon = 3 * time.Minute
+	}
+	if cfg.PullTimeout <= 0 {
+		cfg.PullTimeout = 250 * time.Millisecond
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -122,6 +138,7 @@ func New(cfg Config) (*Node, error) {
 		peers: make(map[string]*peerClient),
 		stop:  make(chan struct{}),
 	}
+	n.hand.seed = maphash.MakeSeed()
 	n.server = &peerServer{
 		ln:     ln,
 		handle: n.serve,
@@ -146,9 +163,13 @@ func (n *Node) PeerAddr() string { return n.server.ln.Addr().String() }
 // Ring is the current ring, nil before the first membership snapshot.
 func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
 
-// SetRing installs a new ring built from the latest membership.
+// SetRing installs a new ring built from the latest membership and notes
+// which partitions moved here, and from where, for handoff.
 func (n *Node) SetRing(r *ring.Ring) {
-	n.ring.Store(r)
+	prev := n.ring.Swap(r)
+	if r != nil {
+		n.updateHints(prev, r)
+	}
 	n.prunePeers(r)
 }
 
@@ -184,6 +205,13 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 	}
 	owner, self := n.Owner(c.Key)
 	if self {
+		if to, gone := n.goneTo(c.Key); gone && int(c.Hops) < n.cfg.MaxHops {
+			// Handed to a node whose ring is ahead of ours.
+			fwd := *c
+			fwd.Hops++
+			return n.peer(to).call(ctx, &fwd)
+		}
+		n.ensure(ctx, c.Key, c.Hops)
 		return n.local.do(ctx, c)
 	}
 	if int(c.Hops) >= n.cfg.MaxHops {
@@ -196,7 +224,14 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 
 // serve executes a call that arrived from a peer: here, or one hop further
 // within HopTimeout when this node's ring says another member owns the key.
+// Handoff calls are addressed to this node, whoever owns the key.
 func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
+	switch c.Op {
+	case OpTake:
+		return n.take(ctx, c)
+	case OpPut:
+		return n.put(c)
+	}
 	if _, self := n.Owner(c.Key); !self {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.HopTimeout+c.Req.Wait)
@@ -206,13 +241,23 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 }
 
 // inline reports whether a forwarded call is cheap enough to run on the
-// connection's reader goroutine: local and unable to block.
+// connection's reader goroutine: decided here, without waiting, pulling or
+// forwarding.
 func (n *Node) inline(c *Call) bool {
-	if c.Op == OpAcquire && c.Req.Wait > 0 {
+	switch {
+	case c.Op == OpTake || c.Op == OpPut:
+		return false
+	case c.Op == OpAcquire && c.Req.Wait > 0:
 		return false
 	}
-	_, self := n.Owner(c.Key)
-	return self
+	if _, self := n.Owner(c.Key); !self {
+		return false
+	}
+	if _, hinted := n.hintFor(c.Key); hinted {
+		return false
+	}
+	_, gone := n.goneTo(c.Key)
+	return !gone
 }
 
 func (n *Node) peer(addr string) *peerClient {
@@ -226,7 +271,8 @@ func (n *Node) peer(addr string) *peerClient {
 	return p
 }
 
-// prunePeers closes connections to peers no longer in r.
+// prunePeers closes connections to peers that are neither in r nor named
+// by a handoff hint (a node that left gracefully still serves pulls).
 func (n *Node) prunePeers(r *ring.Ring) {
 	if r == nil {
 		return
@@ -234,6 +280,11 @@ func (n *Node) prunePeers(r *ring.Ring) {
 	live := make(map[string]bool)
 	for _, m := range r.Members() {
 		live[m.Peer] = true
+	}
+	if hp := n.hand.hints.Load(); hp != nil {
+		for _, h := range *hp {
+			live[h.from] = true
+		}
 	}
 	var gone []*peerClient
 	n.mu.Lock()

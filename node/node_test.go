@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,12 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestCallRoundTrip(t *testing.T) {
 	c := Call{Op: OpSettle, Key: "t:acme", Lease: 1 << 40, Hops: 1,
 		Req:   limiter.Request{PromptTokens: 1200, MaxTokens: 512, Reserve: 7, Priority: limiter.Batch, Wait: 3 * time.Second},
-		Usage: limiter.Usage{PromptTokens: 1100, CompletionTokens: 20}}
+		Usage: limiter.Usage{PromptTokens: 1100, CompletionTokens: 20}, From: "127.0.0.1:7001", State: []byte{1, 2, 3}}
 	got, err := DecodeCall(AppendCall(nil, &c))
-	if err != nil || got != c {
+	if err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("call round trip: %+v %v", got, err)
 	}
-	a := Answer{OK: true, Owner: "n2", Expires: time.Unix(0, 1_700_000_000_123_456_789),
+	a := Answer{OK: true, Owner: "n2", State: []byte("snapshot"), Expires: time.Unix(0, 1_700_000_000_123_456_789),
 		Decision: limiter.Decision{Allowed: true, Ticket: 3, Lease: 9, Reserved: 1712, Reason: limiter.Tokens, RetryAfter: 1500 * time.Millisecond,
 			Status: limiter.Status{Requests: limiter.DimStatus{Limit: 60, Remaining: 59, Reset: time.Minute}}}}
 	gotA, err := DecodeAnswer(AppendAnswer(nil, &a))
@@ -35,7 +36,7 @@ func TestCallRoundTrip(t *testing.T) {
 		t.Fatalf("answer round trip: %+v %v", gotA, err)
 	}
 	gotA.Expires = a.Expires
-	if gotA != a {
+	if !reflect.DeepEqual(gotA, a) {
 		t.Fatalf("answer round trip: %+v, want %+v", gotA, a)
 	}
 	if _, err := DecodeCall([]byte{byte(OpAcquire)}); err == nil {
@@ -55,7 +56,7 @@ func FuzzDecodeCall(f *testing.F) {
 			return
 		}
 		again, err := DecodeCall(AppendCall(nil, &c))
-		if err != nil || again != c {
+		if err != nil || !reflect.DeepEqual(again, c) {
 			t.Fatalf("re-encode of %+v: %+v %v", c, again, err)
 		}
 	})

@@ -56,6 +56,8 @@ type peerStats struct {
 	frames atomic.Int64 // call frames written
 	calls  atomic.Int64 // calls forwarded
 	downs  atomic.Int64 // forwards failed because the peer was unreachable
+	pulled atomic.Int64 // keys received by handoff (pulled or pushed)
+	given  atomic.Int64 // keys given away by handoff
 }
 
 func (s *peerStats) frame(items int) {

@@ -205,6 +205,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if err := members.Leave(5 * time.Second); err != nil {
 			log.Warn("leave", "err", err)
 		}
+		// Hand every key to its new owner, then keep serving peers a
+		// moment: new owners pull keys they need before our push lands.
+		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pushed, err := n.Handoff(hctx)
+		cancel()
+		log.Info("handed keys to their new owners", "keys", pushed, "err", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
