@@ -214,6 +214,13 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 		n.ensure(ctx, c.Key, c.Hops)
 		return n.local.do(ctx, c)
 	}
+	if c.Hops > 0 && n.table.Peek(c.Key, func(*limiter.Budget) {}) {
+		// Forwarded here by a member whose ring says we own the key, and
+		// we hold its state (handed to us, or not yet pulled by the owner
+		// our ring names): the state lives in one place, so deciding here
+		// is exact, and it ends a ping-pong between lagging rings.
+		return n.local.do(ctx, c)
+	}
 	if int(c.Hops) >= n.cfg.MaxHops {
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrNoOwner)
 	}

@@ -1,0 +1,226 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// member returns nd as a ring member.
+func member(nd *Node) ring.Member { return ring.Member{Name: nd.Name(), Peer: nd.PeerAddr()} }
+
+func ringOf(t *testing.T, nodes ...*Node) *ring.Ring {
+	t.Helper()
+	var ms []ring.Member
+	for _, nd := range nodes {
+		ms = append(ms, member(nd))
+	}
+	r, err := ring.New(ring.Config{}, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// admit sends n acquires for key via nd and counts the allowed ones.
+func admit(t *testing.T, nd *Node, key string, n int) (allowed int) {
+	t.Helper()
+	for range n {
+		a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+		if err != nil {
+			t.Fatalf("acquire %s via %s: %v", key, nd.Name(), err)
+		}
+		if a.Decision.Allowed {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+func newNodes(t *testing.T, n int, limits func(string) limiter.Limits) []*Node {
+	t.Helper()
+	var nodes []*Node
+	for i := range n {
+		nd, err := New(Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	return nodes
+}
+
+// keysMoving returns keys owned by from in before and by to in after.
+func keysMoving(before, after *ring.Ring, from, to string, want int) []string {
+	var keys []string
+	for i := 0; len(keys) < want && i < 100000; i++ {
+		k := fmt.Sprintf("t:k%d", i)
+		b, _ := before.Owner(k)
+		a, _ := after.Owner(k)
+		if b.Name == from && a.Name == to {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func TestHandoffOnJoinPullsState(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
+	nodes := newNodes(t, 3, limits)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	before := ringOf(t, n1, n2)
+	n1.SetRing(before)
+	n2.SetRing(before)
+	after := ringOf(t, n1, n2, n3)
+	keys := keysMoving(before, after, "n1", "n3", 20)
+	for _, k := range keys {
+		if got := admit(t, n2, k, 6); got != 6 {
+			t.Fatalf("%s: %d of 6 admitted before the join", k, got)
+		}
+	}
+	// n3 joins: it learns the ring first; n1 and n2 are still behind.
+	n3.SetRing(after)
+	for i, k := range keys {
+		via := []*Node{n1, n2, n3}[i%3]
+		if got := admit(t, via, k, 10); got != 4 {
+			t.Fatalf("%s via %s after the join: %d of 10 admitted, want exactly 4 (6 were used before)", k, via.Name(), got)
+		}
+	}
+	n1.SetRing(after)
+	n2.SetRing(after)
+	for _, k := range keys {
+		if got := admit(t, n1, k, 3); got != 0 {
+			t.Fatalf("%s: %d admitted once every ring agreed, want 0", k, got)
+		}
+	}
+	if n1.Keys() != 0 || n3.Keys() != len(keys) {
+		t.Fatalf("keys held: n1 %d n3 %d, want 0 and %d", n1.Keys(), n3.Keys(), len(keys))
+	}
+	if pulled, given := n3.stats.pulled.Load(), n1.stats.given.Load(); pulled != int64(len(keys)) || given != int64(len(keys)) {
+		t.Fatalf("pulled %d given %d, want %d each", pulled, given, len(keys))
+	}
+}
+
+func TestHandoffKeepsLeasesAndWaitersRetry(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Concurrency: 2} }
+	nodes := newNodes(t, 2, limits)
+	n1, n2 := nodes[0], nodes[1]
+	before := ringOf(t, n1)
+	n1.SetRing(before)
+	after := ringOf(t, n1, n2)
+	key := keysMoving(before, after, "n1", "n2", 1)[0]
+	ctx := context.Background()
+	var leases []uint64
+	for range 2 {
+		a, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: key})
+		if err != nil || !a.Decision.Allowed {
+			t.Fatalf("acquire: %+v %v", a, err)
+		}
+		leases = append(leases, a.Decision.Lease)
+	}
+	waiter := make(chan limiter.Decision, 1)
+	go func() {
+		a, _ := n1.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
+		waiter <- a.Decision
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for n1.Waiting() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n2.SetRing(after)
+	n1.SetRing(after)
+	// The first call at the new owner pulls the state: both slots are
+	// still held there.
+	if a, err := n2.Do(ctx, &Call{Op: OpAcquire, Key: key}); err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.Concurrency {
+		t.Fatalf("acquire at the new owner: %+v %v, want a concurrency refusal", a, err)
+	}
+	// The waiter at the old owner was refused so that it retries there.
+	select {
+	case d := <-waiter:
+		if d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("waiter: %+v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter at the old owner was never answered")
+	}
+	// A lease issued by the old owner settles at the new one, exactly once.
+	for i, want := range []bool{true, false} {
+		if a, err := n1.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: leases[0]}); err != nil || a.OK != want || a.Owner != "n2" {
+			t.Fatalf("settle #%d: %+v %v, want ok=%v decided by n2", i+1, a, err, want)
+		}
+	}
+	if got := admit(t, n2, key, 3); got != 1 {
+		t.Fatalf("%d admitted after one settle, want exactly 1", got)
+	}
+}
+
+func TestHandoffOnGracefulLeavePushesEverything(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
+	nodes := newNodes(t, 3, limits)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	all := ringOf(t, n1, n2, n3)
+	for _, nd := range nodes {
+		nd.SetRing(all)
+	}
+	without := ringOf(t, n2, n3)
+	keys := append(keysMoving(all, without, "n1", "n2", 10), keysMoving(all, without, "n1", "n3", 10)...)
+	for _, k := range keys {
+		if got := admit(t, n3, k, 7); got != 7 {
+			t.Fatalf("%s: %d of 7", k, got)
+		}
+	}
+	pushed, err := n1.Handoff(context.Background())
+	if err != nil || pushed != len(keys) || n1.Keys() != 0 {
+		t.Fatalf("handoff pushed %d of %d (err %v), %d keys left", pushed, len(keys), err, n1.Keys())
+	}
+	// n2 and n3 still have the old ring for a moment: calls reaching n1
+	// are forwarded to the new owners, never decided from zero.
+	var wg sync.WaitGroup
+	counts := make([]int, len(keys))
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts[i] = admit(t, nodes[1+i%2], k, 2)
+		}()
+	}
+	wg.Wait()
+	n2.SetRing(without)
+	n3.SetRing(without)
+	for i, k := range keys {
+		counts[i] += admit(t, nodes[1+i%2], k, 5)
+		if counts[i] != 3 {
+			t.Fatalf("%s after the leave: %d admitted, want exactly 3 (7 of 10 were used)", k, counts[i])
+		}
+	}
+}
+
+// A crashed previous holder refuses the pull at once: the key starts from
+// zero at the new owner instead of failing or hanging.
+func TestHandoffFromCrashedHolderStartsFresh(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
+	nodes := newNodes(t, 2, limits)
+	n1, n2 := nodes[0], nodes[1]
+	before := ringOf(t, n1, n2)
+	after := ringOf(t, n2)
+	key := keysMoving(before, after, "n1", "n2", 1)[0]
+	n1.SetRing(before)
+	if got := admit(t, n1, key, 6); got != 6 {
+		t.Fatal(got)
+	}
+	n1.Close() // crash: its state is gone
+	n2.SetRing(before)
+	n2.SetRing(after)
+	if got := admit(t, n2, key, 12); got != 10 {
+		t.Fatalf("%d admitted after the holder crashed, want 10 (a fresh window)", got)
+	}
+}
