@@ -135,26 +135,42 @@ func encodeFrame(b []byte, kind byte, items []item) []byte {
 	return b
 }
 
-// readFrame reads one frame from r into buf (reused when large enough) and
-// returns its kind and items; item bodies alias buf.
-func readFrame(r *bufio.Reader, buf []byte, items []item) (byte, []item, []byte, error) {
+// frameReader reads frames of one kind from a connection, reusing its
+// buffers: the items of one frame alias them until the next call.
+type frameReader struct {
+	r     *bufio.Reader
+	kind  byte
+	buf   []byte
+	items []item
+}
+
+func newFrameReader(conn net.Conn, kind byte) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(conn, 64<<10), kind: kind}
+}
+
+// next reads one frame and returns its items.
+func (f *frameReader) next() ([]item, error) {
 	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, items, buf, err
+	if _, err := io.ReadFull(f.r, hdr[:]); err != nil {
+		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || n > maxFrame {
-		return 0, items, buf, fmt.Errorf("frame of %d bytes", n)
+		return nil, fmt.Errorf("frame of %d bytes", n)
 	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
+	if cap(f.buf) < int(n) {
+		f.buf = make([]byte, n)
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return 0, items, buf, err
+	f.buf = f.buf[:n]
+	if _, err := io.ReadFull(f.r, f.buf); err != nil {
+		return nil, err
 	}
-	items, err := decodeItems(buf[1:], items[:0])
-	return buf[0], items, buf, err
+	if f.buf[0] != f.kind {
+		return nil, fmt.Errorf("frame kind %d, want %d", f.buf[0], f.kind)
+	}
+	var err error
+	f.items, err = decodeItems(f.buf[1:], f.items[:0])
+	return f.items, err
 }
 
 var errFrame = errors.New("malformed frame")

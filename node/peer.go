@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -140,18 +139,11 @@ func (p *peerClient) install(conn net.Conn) {
 
 // readAnswers dispatches answers to pending calls until the connection fails.
 func (p *peerClient) readAnswers(conn net.Conn) error {
-	r := bufio.NewReaderSize(conn, 64<<10)
-	var buf []byte
-	var items []item
+	fr := newFrameReader(conn, frameAnswers)
 	for {
-		var kind byte
-		var err error
-		kind, items, buf, err = readFrame(r, buf, items)
+		items, err := fr.next()
 		if err != nil {
 			return err
-		}
-		if kind != frameAnswers {
-			return fmt.Errorf("unexpected frame kind %d", kind)
 		}
 		for _, it := range items {
 			var res result
@@ -365,18 +357,11 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		case <-stop:
 		}
 	}
-	r := bufio.NewReaderSize(conn, 64<<10)
-	var buf []byte
-	var items []item
+	fr := newFrameReader(conn, frameCalls)
 	for {
-		var kind byte
-		var err error
-		kind, items, buf, err = readFrame(r, buf, items)
+		items, err := fr.next()
 		if err != nil {
-			return
-		}
-		if kind != frameCalls {
-			s.log.Warn("peer sent unexpected frame", "remote", conn.RemoteAddr().String(), "kind", kind)
+			s.log.Debug("peer connection ended", "remote", conn.RemoteAddr().String(), "err", err)
 			return
 		}
 		for _, it := range items {
