@@ -49,8 +49,20 @@ func shareLimiter(limit int64, members int, window time.Duration) *rate.Limiter 
 	return rate.NewLimiter(rate.Limit(float64(s-burst)/window.Seconds()), int(burst))
 }
 
+// maxShares bounds the keys the degraded limiter remembers; past it, shares
+// holding no slot are dropped (their buckets refill from full, which only
+// happens in an outage touching more than maxShares tenants).
+const maxShares = 100_000
+
 func (d *degraded) shareFor(key string, l limiter.Limits, members int) *share {
 	s := d.keys[key]
+	if s == nil && len(d.keys) >= maxShares {
+		for k, old := range d.keys {
+			if len(old.held) == 0 {
+				delete(d.keys, k)
+			}
+		}
+	}
 	if s != nil && s.members == members {
 		return s
 	}
