@@ -128,3 +128,29 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...stri
 	t.Fatalf("no %s%v", name, labels)
 	return 0
 }
+
+// Degraded slots are this node's share of the concurrency limit and come
+// back when the fallback lease completes.
+func TestFallbackDegradedSlots(t *testing.T) {
+	s, _ := startDown(t, Degraded, limiter.Limits{Concurrency: 30}, nil)
+	var leases []string
+	for range 10 {
+		r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+		if !r.Allowed || !r.Fallback {
+			t.Fatalf("acquire within the share of 30/3: %+v", r)
+		}
+		leases = append(leases, r.Lease)
+	}
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); r.Allowed || r.Reason != "concurrency" {
+		t.Fatalf("11th acquire: %+v, want a concurrency refusal", r)
+	}
+	if r := s.complete(t, "acme", leases[0], ""); !r.Settled {
+		t.Fatalf("complete of a fallback lease: %+v", r)
+	}
+	if r := s.complete(t, "acme", leases[0], ""); r.Settled {
+		t.Fatalf("second complete of a fallback lease: %+v", r)
+	}
+	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); !r.Allowed {
+		t.Fatalf("acquire after a complete: %+v", r)
+	}
+}
