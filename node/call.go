@@ -14,18 +14,20 @@ type Op uint8
 
 // The operations of the decision protocol. Each acts on one key.
 const (
-	OpAcquire Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
-	OpSettle                // settle a lease with the reported usage and free its slot
-	OpRelease               // free a lease's slot, keeping its tokens charged as reserved
-	OpCancel                // roll an admission back completely
-	OpRenew                 // extend a lease's slot
-	OpStatus                // report the key's limits and usage
-	OpTake                  // handoff: give the key's state to the caller (From) and forward to it from now on
-	OpPut                   // handoff: install the key's state (State) unless the key is already held
+	OpAcquire   Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
+	OpSettle                  // settle a lease with the reported usage and free its slot
+	OpRelease                 // free a lease's slot, keeping its tokens charged as reserved
+	OpCancel                  // roll an admission back completely
+	OpRenew                   // extend a lease's slot
+	OpStatus                  // report the key's limits and usage
+	OpTake                    // handoff: give the key's state to the caller (From) and forward to it from now on
+	OpPut                     // handoff: install the key's state (State) unless the key is already held
+	OpReplicate               // replication: keep State as the backup copy of the key
+	OpReplica                 // crash recovery: give the backup copy of the key to the caller
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica"}
 
 func (o Op) String() string {
 	if o < opMax {

@@ -30,8 +30,9 @@ import (
 
 // hint says where a partition's keys were before they moved here.
 type hint struct {
-	from  string    // the previous owner's peer address
-	until time.Time // after this, state left there has expired anyway
+	from   string    // the previous owner's peer address
+	backup string    // where the previous owner replicated the partition's keys
+	until  time.Time // after this, state left there has expired anyway
 }
 
 // tomb marks a key given away: calls for it go to the taker.
@@ -90,7 +91,8 @@ func (n *Node) updateHints(prev, next *ring.Ring) {
 		switch {
 		case mv.To == n.cfg.Name && mv.From != "" && prev != nil:
 			from, _ := prev.PartitionOwner(mv.Partition)
-			hints[mv.Partition] = hint{from: from.Peer, until: now.Add(n.cfg.HandoffHorizon)}
+			backup, _ := prev.PartitionBackup(mv.Partition)
+			hints[mv.Partition] = hint{from: from.Peer, backup: backup.Peer, until: now.Add(n.cfg.HandoffHorizon)}
 		case mv.From == n.cfg.Name:
 			hints[mv.Partition] = hint{}
 		}
@@ -110,17 +112,17 @@ func (n *Node) updateHints(prev, next *ring.Ring) {
 
 // hintFor returns where key's state may still be, if its partition moved
 // here within the handoff horizon.
-func (n *Node) hintFor(key string) (string, bool) {
+func (n *Node) hintFor(key string) (hint, bool) {
 	hp := n.hand.hints.Load()
 	r := n.ring.Load()
 	if hp == nil || r == nil {
-		return "", false
+		return hint{}, false
 	}
 	h := (*hp)[r.Partition(key)]
 	if h.from == "" || h.from == n.PeerAddr() || n.cfg.Now().After(h.until) {
-		return "", false
+		return hint{}, false
 	}
-	return h.from, true
+	return h, true
 }
 
 // goneTo returns the taker of a key this node gave away.
@@ -165,7 +167,7 @@ func (n *Node) forgetTomb(key string) {
 // previous holder, pull it from there. A failed pull (the holder crashed)
 // leaves the key to start from zero.
 func (n *Node) ensure(ctx context.Context, key string, hops uint8) {
-	from, ok := n.hintFor(key)
+	h, ok := n.hintFor(key)
 	if !ok || n.table.Peek(key, func(*limiter.Budget) {}) {
 		return
 	}
@@ -175,19 +177,45 @@ func (n *Node) ensure(ctx context.Context, key string, hops uint8) {
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
 		return // pulled by a concurrent call
 	}
+	from := h.from
 	state, err := n.pull(ctx, key, from, hops)
 	if err != nil {
-		n.log.Warn("handoff pull failed; the key starts from zero here", "key", key, "from", from, "err", err)
-		return
+		// The previous owner is gone: take the copy it replicated.
+		from = h.backup
+		if state, err = n.replica(ctx, key, h.backup); err != nil || len(state) == 0 {
+			n.log.Warn("handoff: previous owner unreachable and no replica; the key starts from zero here",
+				"key", key, "from", h.from, "backup", h.backup, "err", err)
+			return
+		}
+		n.stats.restored.Add(1)
 	}
 	if len(state) == 0 {
 		return
 	}
 	if err := n.table.Put(key, state); err != nil {
-		n.log.Error("handoff: bad state pulled", "key", key, "from", from, "err", err)
+		n.log.Error("handoff: bad state received", "key", key, "from", from, "err", err)
 		return
 	}
+	n.dirty.mark(key) // replicate to this key's new backup
 	n.stats.pulled.Add(1)
+}
+
+// replica fetches the backup copy of key from addr (this node or a peer).
+func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	if addr == n.PeerAddr() {
+		state, _ := n.replicas.take(key)
+		return state, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
+	defer cancel()
+	a, err := n.peer(addr).call(ctx, &Call{Op: OpReplica, Key: key, From: n.PeerAddr()})
+	if err != nil {
+		return nil, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
+	}
+	return a.State, nil
 }
 
 // pull asks the node at addr for key's state.
@@ -220,10 +248,10 @@ func (n *Node) take(ctx context.Context, c *Call) (Answer, error) {
 		n.hand.mu.Unlock()
 	}
 	if state == nil && int(c.Hops) < n.cfg.MaxHops {
-		if from, ok := n.hintFor(c.Key); ok && from != c.From {
+		if h, ok := n.hintFor(c.Key); ok && h.from != c.From {
 			var err error
-			if state, err = n.pull(ctx, c.Key, from, c.Hops); err != nil {
-				n.log.Warn("handoff: chained pull failed", "key", c.Key, "from", from, "err", err)
+			if state, err = n.pull(ctx, c.Key, h.from, c.Hops); err != nil {
+				n.log.Warn("handoff: chained pull failed", "key", c.Key, "from", h.from, "err", err)
 			}
 		}
 	}
@@ -264,6 +292,7 @@ func (n *Node) put(c *Call) (Answer, error) {
 	if err := n.table.Put(c.Key, c.State); err != nil {
 		return a, fmt.Errorf("put %q: %w", c.Key, err)
 	}
+	n.dirty.mark(c.Key)
 	n.stats.pulled.Add(1)
 	a.OK = true
 	return a, nil

@@ -13,9 +13,10 @@ import (
 // table and the blocking the limiter leaves to its caller: waiters parked on
 // channels and a timer per key with waiters.
 type local struct {
-	name  string
-	table *limiter.Table
-	now   func() time.Time
+	name    string
+	table   *limiter.Table
+	now     func() time.Time
+	changed func(key string) // told of every key whose state an operation may have changed; may be nil
 
 	mu      sync.Mutex                         // guards waiters, timers and closed
 	waiters map[waiterID]chan limiter.Decision // one per queued ticket, buffered 1
@@ -42,6 +43,9 @@ func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
 // deadline passes (a refusal) or ctx ends (the waiter is withdrawn and ctx's
 // error returned).
 func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
+	if c.Op != OpStatus && l.changed != nil {
+		l.changed(c.Key)
+	}
 	now := l.now()
 	a := Answer{Owner: l.name}
 	var next time.Time

@@ -27,6 +27,15 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_handoff_given_total", Help: "Keys whose state this node handed to another node.",
 		}, func() float64 { return float64(n.stats.given.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
+		}, func() float64 { return float64(n.stats.replicated.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
+		}, func() float64 { return float64(n.stats.restored.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_replicas", Help: "Keys this node holds a replica of, as their backup.",
+		}, func() float64 { return float64(n.replicas.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_members", Help: "Members in this node's ring.",
 		}, func() float64 {

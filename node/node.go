@@ -53,6 +53,10 @@ type Config struct {
 	// PullTimeout bounds one handoff pull; a crashed previous holder refuses
 	// at once, a hung one costs this much. Zero means 250ms.
 	PullTimeout time.Duration
+	// ReplicationInterval is how often the keys changed since the last
+	// round are copied to their backups. It bounds what an owner's crash
+	// loses. Zero means one second; negative disables replication.
+	ReplicationInterval time.Duration
 	// Ring configures the rings built from membership snapshots; zero
 	// fields take ring's defaults (271 partitions).
 	Ring ring.Config
@@ -71,11 +75,13 @@ type Node struct {
 	local *local
 	log   *slog.Logger
 
-	ring    atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
-	ready   atomic.Bool               // joined and the first ring installed
-	leaving atomic.Bool               // Handoff ran: ignore membership, forward everything
-	hand    handoff
-	server  *peerServer
+	ring     atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
+	ready    atomic.Bool               // joined and the first ring installed
+	leaving  atomic.Bool               // Handoff ran: ignore membership, forward everything
+	hand     handoff
+	dirty    dirtySet     // keys changed since the last replication round
+	replicas replicaStore // copies held for other owners
+	server   *peerServer
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -119,6 +125,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = 250 * time.Millisecond
 	}
+	if cfg.ReplicationInterval == 0 {
+		cfg.ReplicationInterval = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,6 +148,8 @@ func New(cfg Config) (*Node, error) {
 		stop:  make(chan struct{}),
 	}
 	n.hand.seed = maphash.MakeSeed()
+	n.dirty.seed = maphash.MakeSeed()
+	n.local.changed = n.dirty.mark
 	n.server = &peerServer{
 		ln:     ln,
 		handle: n.serve,
@@ -151,6 +162,10 @@ func New(cfg Config) (*Node, error) {
 	go n.server.serve()
 	n.wg.Add(1)
 	go n.sweep()
+	if cfg.ReplicationInterval > 0 {
+		n.wg.Add(1)
+		go n.replicate()
+	}
 	return n, nil
 }
 
@@ -238,6 +253,12 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 		return n.take(ctx, c)
 	case OpPut:
 		return n.put(c)
+	case OpReplicate:
+		n.replicas.put(c.Key, c.State, n.cfg.Now())
+		return Answer{Owner: n.cfg.Name, OK: true}, nil
+	case OpReplica:
+		state, ok := n.replicas.take(c.Key)
+		return Answer{Owner: n.cfg.Name, OK: ok, State: state}, nil
 	}
 	if _, self := n.Owner(c.Key); !self {
 		var cancel context.CancelFunc
@@ -252,6 +273,8 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 // forwarding.
 func (n *Node) inline(c *Call) bool {
 	switch {
+	case c.Op == OpReplicate || c.Op == OpReplica:
+		return true
 	case c.Op == OpTake || c.Op == OpPut:
 		return false
 	case c.Op == OpAcquire && c.Req.Wait > 0:

@@ -57,6 +57,9 @@ type peerStats struct {
 	downs  atomic.Int64 // forwards failed because the peer was unreachable
 	pulled atomic.Int64 // keys received by handoff (pulled or pushed)
 	given  atomic.Int64 // keys given away by handoff
+	// replicated counts key snapshots sent to backups; restored counts keys
+	// recovered from a backup's replica after their owner crashed.
+	replicated, restored atomic.Int64
 }
 
 func (s *peerStats) frame(items int) {

@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// Replication: an owner's RAM dies with it, so every ReplicationInterval the
+// owner sends the snapshots of the keys it changed since the last round to
+// each key's backup (the next member for the key's partition). A backup only
+// stores them. When an owner crashes, the new owner of its partitions first
+// tries to pull a key from the previous owner as in a handoff; when that
+// fails, it takes the backup's replica instead of starting from zero. What
+// is lost is what the owner admitted after its last replication round: at
+// most one interval's worth (plus the transfer time).
+
+// dirtySet collects the keys changed since the last replication round,
+// sharded so that marking a key rarely contends.
+type dirtySet struct {
+	seed   maphash.Seed
+	shards [16]struct {
+		mu sync.Mutex
+		m  map[string]struct{}
+	}
+}
+
+func (d *dirtySet) mark(key string) {
+	s := &d.shards[maphash.String(d.seed, key)%uint64(len(d.shards))]
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[string]struct{})
+	}
+	s.m[key] = struct{}{}
+	s.mu.Unlock()
+}
+
+// drain returns the marked keys and clears the set.
+func (d *dirtySet) drain() []string {
+	var keys []string
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		for k := range s.m {
+			keys = append(keys, k)
+		}
+		s.m = nil
+		s.mu.Unlock()
+	}
+	return keys
+}
+
+// replica is a copy of a key's state held for its owner.
+type replica struct {
+	state []byte
+	at    time.Time
+}
+
+// replicaStore holds the replicas this node keeps as a backup.
+type replicaStore struct {
+	mu sync.Mutex // guards m
+	m  map[string]replica
+}
+
+func (r *replicaStore) put(key string, state []byte, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[string]replica)
+	}
+	r.m[key] = replica{state: state, at: now}
+}
+
+// take removes and returns key's replica.
+func (r *replicaStore) take(key string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.m[key]
+	if ok {
+		delete(r.m, key)
+	}
+	return rep.state, ok
+}
+
+// expire drops replicas older than horizon: their windows and leases have
+// run out anyway.
+func (r *replicaStore) expire(now time.Time, horizon time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, rep := range r.m {
+		if now.Sub(rep.at) > horizon {
+			delete(r.m, k)
+		}
+	}
+}
+
+func (r *replicaStore) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
+
+// Replicas reports how many keys this node holds replicas of, as a backup.
+func (n *Node) Replicas() int { return n.replicas.len() }
+
+// replicate runs replication rounds until the node closes.
+func (n *Node) replicate() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.ReplicationInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			n.replicateOnce()
+			n.replicas.expire(n.cfg.Now(), n.cfg.HandoffHorizon)
+		}
+	}
+}
+
+// replicateOnce sends the changed keys' snapshots to their backups.
+func (n *Node) replicateOnce() {
+	r := n.ring.Load()
+	keys := n.dirty.drain()
+	if r == nil || len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ReplicationInterval)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, key := range keys {
+		backup, ok := r.Backup(key)
+		if !ok || backup.Name == n.cfg.Name {
+			continue
+		}
+		if owner, _ := r.Owner(key); owner.Name != n.cfg.Name {
+			continue // moved away meanwhile: the new owner replicates it
+		}
+		var state []byte
+		if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {
+			continue // evicted: nothing worth keeping
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state})
+			if err != nil {
+				n.dirty.mark(key) // try again next round
+				return
+			}
+			n.stats.replicated.Add(1)
+		}()
+	}
+	wg.Wait()
+}
