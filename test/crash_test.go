@@ -1,0 +1,137 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// metric sums the samples of a Prometheus metric on node p's /metrics.
+func metric(t *testing.T, p *Proc, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// An owner killed with SIGKILL after a replication round loses nothing:
+// its keys continue from their replicas at the new owners.
+func TestCrashAfterReplicationKeepsCounts(t *testing.T) {
+	const cfg = `
+limits:
+  default: {rpm: 10, tpm: 100000000, concurrency: 100000}
+forward_timeout: 500ms
+`
+	c := NewCluster(t, daemon, 3, cfg)
+	const tenants = 120
+	client := newClient()
+	defer client.CloseIdleConnections()
+	acquireAll := func(procs []*Proc, per int) map[string]int {
+		var mu sync.Mutex
+		allowed := map[string]int{}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for i := range tenants {
+			for j := range per {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					tn := fmt.Sprintf("c-%d", i)
+					p := procs[(i+j)%len(procs)]
+					code, out, err := Post(context.Background(), client, p.URL()+"/v1/acquire", fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tn))
+					if err != nil || (code != 200 && code != 429) {
+						t.Errorf("acquire %s via %s: %d %v %v", tn, p.Name, code, out, err)
+						return
+					}
+					if out["fallback"] == true {
+						t.Errorf("acquire %s via %s fell back", tn, p.Name)
+					}
+					if out["allowed"] == true {
+						mu.Lock()
+						allowed[tn]++
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		return allowed
+	}
+	before := acquireAll(c.Procs, 6)
+	for i := range tenants {
+		if tn := fmt.Sprintf("c-%d", i); before[tn] != 6 {
+			t.Fatalf("%s: %d of the first 6 admitted", tn, before[tn])
+		}
+	}
+	// Wait for a replication round (1 s) to copy every tenant to its backup.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var replicas float64
+		for _, p := range c.Procs {
+			replicas += metric(t, p, "tokenring_replicas")
+		}
+		if replicas == tenants {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d tenants replicated", replicas, tenants)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	perOwner := map[string]int{}
+	for i := range tenants {
+		perOwner[ownerOf(t, c.Procs[0], fmt.Sprintf("c-%d", i))]++
+	}
+	victim := c.Procs[0]
+	for _, p := range c.Procs {
+		if perOwner[p.Name] > perOwner[victim.Name] {
+			victim = p
+		}
+	}
+	c.Kill(victim)
+	took := c.WaitConverged(30 * time.Second)
+	survivors := c.Live()
+	after := acquireAll(survivors, 10)
+	wrong := 0
+	for i := range tenants {
+		if tn := fmt.Sprintf("c-%d", i); after[tn] != 4 {
+			if wrong < 5 {
+				t.Errorf("%s: %d of 10 admitted after the crash, want exactly 4", tn, after[tn])
+			}
+			wrong++
+		}
+	}
+	var restored float64
+	for _, p := range survivors {
+		restored += metric(t, p, "tokenring_restored_from_replica_total")
+	}
+	t.Logf("killed %s owning %d of %d tenants; ring converged %v later; %v keys restored from replicas; %d tenants wrong",
+		victim.Name, perOwner[victim.Name], tenants, took, restored, wrong)
+	if restored != float64(perOwner[victim.Name]) {
+		t.Fatalf("restored %v keys from replicas, want the %d the killed node owned", restored, perOwner[victim.Name])
+	}
+}
