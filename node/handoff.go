@@ -64,10 +64,10 @@ func (h *handoff) stripe(key string) *sync.Mutex {
 // and next, where its keys were. Partitions that left self lose their hint.
 func (n *Node) updateHints(prev, next *ring.Ring) {
 	now := n.cfg.Now()
-	if prev == nil || (len(prev.Members()) == 1 && prev.Members()[0].Name == n.cfg.Name) {
-		// Bootstrap: this node's previous view was itself alone (or
-		// nothing). The keys were with the others, placed by the ring
-		// they had without us.
+	if prev == nil {
+		// The first ring: this node (new, or restarted with empty RAM)
+		// joins members who placed the keys by the ring they had
+		// without us.
 		var others []ring.Member
 		for _, m := range next.Members() {
 			if m.Name != n.cfg.Name {
