@@ -1,0 +1,108 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needCommand returns the path of a command the test needs: missing, the
+// test is skipped with the reason locally and fails in CI (CI=true).
+func needCommand(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required in CI (.ci/run installs it): %v", name, err)
+	}
+	t.Skipf("skipping: %s not installed (%v); CI installs it", name, err)
+	return ""
+}
+
+// startHAProxy puts HAProxy in TCP mode, round-robin, in front of procs on a
+// free loopback port and returns its base URL. It is stopped by t.Cleanup.
+func startHAProxy(t *testing.T, procs []*Proc) string {
+	t.Helper()
+	bin := needCommand(t, "haproxy")
+	port := FreePort(t)
+	var servers strings.Builder
+	for _, p := range procs {
+		fmt.Fprintf(&servers, "    server %s %s\n", p.Name, p.HTTP)
+	}
+	cfg := fmt.Sprintf(`global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend tokenring
+    bind 127.0.0.1:%d
+    default_backend nodes
+backend nodes
+    balance roundrobin
+%s`, port, servers.String())
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", path)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("haproxy output:\n%s", out.String())
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr
+		}
+		select {
+		case <-done:
+			t.Fatalf("haproxy exited:\n%s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy not listening on %s:\n%s", addr, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Behind a plain L4 load balancer, every connection lands on any node, and
+// the cluster still admits exactly the limit.
+func TestHAProxyInFrontOfThreeNodes(t *testing.T) {
+	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
+	lb := startHAProxy(t, c.Procs)
+	lbProc := &Proc{Name: "haproxy", HTTP: strings.TrimPrefix(lb, "http://")}
+	allowed, reasons := roundRobin(t, []*Proc{lbProc}, 900, func(int) string {
+		return `{"tenant":"rpm300","prompt_tokens":1,"max_tokens":1}`
+	})
+	if allowed != 300 || reasons["requests"] != 600 {
+		t.Fatalf("through HAProxy: allowed %d refused %v, want exactly 300 and 600", allowed, reasons)
+	}
+	// The connections really were spread: every node decided or forwarded.
+	for _, p := range c.Procs {
+		if got := metric(t, p, "tokenring_decisions_total"); got == 0 {
+			t.Errorf("%s answered no acquire: HAProxy did not spread the connections", p.Name)
+		}
+	}
+}
