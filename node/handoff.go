@@ -180,10 +180,10 @@ func (n *Node) ensure(ctx context.Context, key string, hops uint8) {
 	from := h.from
 	state, err := n.pull(ctx, key, from, hops)
 	if err != nil {
-		// The previous owner is gone: take the copy it replicated.
-		from = h.backup
-		if state, err = n.replica(ctx, key, h.backup); err != nil || len(state) == 0 {
-			n.log.Warn("handoff: previous owner unreachable and no replica; the key starts from zero here",
+		// The previous owner is gone: take the newest copy it left, from
+		// its backup or the checkpoint store.
+		if state, from = n.recover(ctx, key, h.backup); len(state) == 0 {
+			n.log.Warn("handoff: previous owner unreachable and no copy; the key starts from zero here",
 				"key", key, "from", h.from, "backup", h.backup, "err", err)
 			return
 		}
@@ -200,22 +200,45 @@ func (n *Node) ensure(ctx context.Context, key string, hops uint8) {
 	n.stats.pulled.Add(1)
 }
 
-// replica fetches the backup copy of key from addr (this node or a peer).
-func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, error) {
+// recover returns the newest copy of a crashed owner's key: the replica at
+// backup or the checkpoint, and where it came from; nil when there is none.
+func (n *Node) recover(ctx context.Context, key, backup string) ([]byte, string) {
+	rep, repAt, err := n.replica(ctx, key, backup)
+	if err != nil {
+		n.log.Warn("handoff: replica unavailable", "key", key, "backup", backup, "err", err)
+	}
+	if n.cfg.Checkpoint == nil {
+		return rep, backup
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
+	defer cancel()
+	cp, cpAt, ok, err := n.cfg.Checkpoint.Load(cctx, key)
+	if err != nil {
+		n.log.Warn("handoff: checkpoint unavailable", "key", key, "err", err)
+	}
+	if ok && (len(rep) == 0 || cpAt.After(repAt)) {
+		return cp, "checkpoint"
+	}
+	return rep, backup
+}
+
+// replica fetches the backup copy of key from addr (this node or a peer)
+// and when the backup received it.
+func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, time.Time, error) {
 	if addr == "" {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	if addr == n.PeerAddr() {
-		state, _ := n.replicas.take(key)
-		return state, nil
+		rep, _ := n.replicas.take(key)
+		return rep.state, rep.at, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
 	defer cancel()
 	a, err := n.peer(addr).call(ctx, &Call{Op: OpReplica, Key: key, From: n.PeerAddr()})
 	if err != nil {
-		return nil, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
+		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
 	}
-	return a.State, nil
+	return a.State, a.Expires, nil
 }
 
 // pull asks the node at addr for key's state.

@@ -57,6 +57,9 @@ type Config struct {
 	// round are copied to their backups. It bounds what an owner's crash
 	// loses. Zero means one second; negative disables replication.
 	ReplicationInterval time.Duration
+	// Checkpoint, if set, receives every replication round's snapshots
+	// too, and is read when a crashed owner's key has no newer replica.
+	Checkpoint Checkpoint
 	// Ring configures the rings built from membership snapshots; zero
 	// fields take ring's defaults (271 partitions).
 	Ring ring.Config
@@ -256,9 +259,9 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	case OpReplicate:
 		n.replicas.put(c.Key, c.State, n.cfg.Now())
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplica:
-		state, ok := n.replicas.take(c.Key)
-		return Answer{Owner: n.cfg.Name, OK: ok, State: state}, nil
+	case OpReplica: // Expires carries when the replica arrived
+		rep, ok := n.replicas.take(c.Key)
+		return Answer{Owner: n.cfg.Name, OK: ok, State: rep.state, Expires: rep.at}, nil
 	}
 	if _, self := n.Owner(c.Key); !self {
 		var cancel context.CancelFunc

@@ -60,6 +60,7 @@ type peerStats struct {
 	// replicated counts key snapshots sent to backups; restored counts keys
 	// recovered from a backup's replica after their owner crashed.
 	replicated, restored atomic.Int64
+	checkpointed         atomic.Int64 // key snapshots written to the checkpoint store
 }
 
 func (s *peerStats) frame(items int) {

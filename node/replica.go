@@ -74,15 +74,15 @@ func (r *replicaStore) put(key string, state []byte, now time.Time) {
 	r.m[key] = replica{state: state, at: now}
 }
 
-// take removes and returns key's replica.
-func (r *replicaStore) take(key string) ([]byte, bool) {
+// take removes and returns key's replica and when it arrived.
+func (r *replicaStore) take(key string) (replica, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep, ok := r.m[key]
 	if ok {
 		delete(r.m, key)
 	}
-	return rep.state, ok
+	return rep, ok
 }
 
 // expire drops replicas older than horizon: their windows and leases have
@@ -122,28 +122,37 @@ func (n *Node) replicate() {
 	}
 }
 
-// replicateOnce sends the changed keys' snapshots to their backups.
+// replicateOnce sends the changed keys' snapshots to their backups, and to
+// the checkpoint store if there is one.
 func (n *Node) replicateOnce() {
 	r := n.ring.Load()
 	keys := n.dirty.drain()
 	if r == nil || len(keys) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ReplicationInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), max(n.cfg.ReplicationInterval, time.Second))
 	defer cancel()
+	now := n.cfg.Now()
+	var states map[string][]byte
+	if n.cfg.Checkpoint != nil {
+		states = make(map[string][]byte, len(keys))
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, key := range keys {
-		backup, ok := r.Backup(key)
-		if !ok || backup.Name == n.cfg.Name {
-			continue
-		}
 		if owner, _ := r.Owner(key); owner.Name != n.cfg.Name {
 			continue // moved away meanwhile: the new owner replicates it
 		}
 		var state []byte
 		if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {
 			continue // evicted: nothing worth keeping
+		}
+		if states != nil {
+			states[key] = state
+		}
+		backup, ok := r.Backup(key)
+		if !ok || backup.Name == n.cfg.Name {
+			continue
 		}
 		wg.Add(1)
 		sem <- struct{}{}
@@ -156,6 +165,16 @@ func (n *Node) replicateOnce() {
 			}
 			n.stats.replicated.Add(1)
 		}()
+	}
+	if len(states) > 0 {
+		if err := n.cfg.Checkpoint.Save(ctx, now, states); err != nil {
+			n.log.Warn("checkpoint failed; retrying next round", "keys", len(states), "err", err)
+			for key := range states {
+				n.dirty.mark(key)
+			}
+		} else {
+			n.stats.checkpointed.Add(int64(len(states)))
+		}
 	}
 	wg.Wait()
 }
