@@ -33,6 +33,7 @@ func (r *Router) routes() {
 	mux.HandleFunc("/v1/complete", r.post(r.complete))
 	mux.HandleFunc("/v1/renew", r.post(r.renew))
 	mux.HandleFunc("/v1/tenants/{tenant}", r.get(r.tenant))
+	r.proxyRoutes(mux) // the LLM proxy: /v1/chat/completions, /v1/messages
 	mux.HandleFunc("/admin/ring", r.admin(r.get(r.adminRing)))
 	mux.HandleFunc("/admin/owner", r.admin(r.get(r.adminOwner)))
 	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {

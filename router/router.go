@@ -74,6 +74,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the router's logs. Nil discards them.
 	Logger *slog.Logger
+	// Proxy configures the LLM proxy (POST /v1/chat/completions and
+	// /v1/messages; see proxy.go). The zero value answers 401 to every key.
+	Proxy ProxyConfig
 }
 
 // TenantKey is the limiter key of a tenant.

@@ -63,7 +63,7 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 type Cluster struct {
 	t      testing.TB
 	bin    string
-	config string // path of the YAML config every node reads
+	config string   // path of the YAML config every node reads
 	args   []string // extra tokenringd flags for every node
 	Procs  []*Proc
 	next   int

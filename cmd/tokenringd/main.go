@@ -172,6 +172,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := counter.Load(); err != nil {
 		return fmt.Errorf("load tiktoken encodings: %w", err)
 	}
+	// The LLM proxy's upstream connections: no overall timeout (streams run
+	// long), and more idle connections per host than the default 2.
+	upstream := http.DefaultTransport.(*http.Transport).Clone()
+	upstream.MaxIdleConnsPerHost = 256
+	anth := cfg.Anthropic()
 	r, err := router.New(n, router.Config{
 		Limits: limits,
 		PoolFor: func(model string) (string, bool) {
@@ -186,6 +191,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Registry:       reg,
 		Gatherer:       reg,
 		Logger:         log,
+		Proxy: router.ProxyConfig{
+			Tenant:    cfg.Tenant,
+			OpenAI:    router.Upstream{BaseURL: cfg.Upstream.BaseURL, APIKey: cfg.Upstream.APIKey},
+			Anthropic: router.Upstream{BaseURL: anth.BaseURL, APIKey: anth.APIKey},
+			Client:    &http.Client{Transport: upstream},
+		},
 	})
 	if err != nil {
 		return err
