@@ -187,7 +187,11 @@ func (n *Node) ensure(ctx context.Context, key string, hops uint8) {
 				"key", key, "from", h.from, "backup", h.backup, "err", err)
 			return
 		}
-		n.stats.restored.Add(1)
+		if from == "checkpoint" {
+			n.stats.fromCheckpoint.Add(1)
+		} else {
+			n.stats.restored.Add(1)
+		}
 	}
 	if len(state) == 0 {
 		return

@@ -36,6 +36,9 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_checkpointed_total", Help: "Key snapshots written to the checkpoint store (Redis).",
 		}, func() float64 { return float64(n.stats.checkpointed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_restored_from_checkpoint_total", Help: "Keys this node recovered from the checkpoint store after their owner crashed (no newer replica).",
+		}, func() float64 { return float64(n.stats.fromCheckpoint.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_replicas", Help: "Keys this node holds a replica of, as their backup.",
 		}, func() float64 { return float64(n.replicas.len()) }),

@@ -61,6 +61,7 @@ type peerStats struct {
 	// recovered from a backup's replica after their owner crashed.
 	replicated, restored atomic.Int64
 	checkpointed         atomic.Int64 // key snapshots written to the checkpoint store
+	fromCheckpoint       atomic.Int64 // keys recovered from the checkpoint store
 }
 
 func (s *peerStats) frame(items int) {

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -63,7 +63,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.peer, "peer", "", "`addr` for the node-to-node protocol (default: 127.0.0.1, a free port)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "memberlist bind `addr`")
 	fs.StringVar(&f.join, "join", "", "gossip `addrs` of existing members, comma separated (none: a new cluster)")
-	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db)")
+	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db): restores a crashed owner's keys when no newer replica exists")
 	fs.StringVar(&f.gossipProfile, "gossip-profile", "lan", "memberlist timings: lan, or local (fast failure detection, loopback tests)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
@@ -111,11 +111,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err // names the file, the line and the field
 		}
 	}
+	var checkpoint node.Checkpoint
 	if f.redis != "" {
-		if u, err := url.Parse(f.redis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			return fmt.Errorf("%w: -redis: want redis://host:port[/db], got %q", errUsage, f.redis)
+		opts, err := redis.ParseURL(f.redis)
+		if err != nil {
+			return fmt.Errorf("%w: -redis: want redis://[user:password@]host:port[/db], got %q: %v", errUsage, f.redis, err)
 		}
-		log.Warn("redis checkpoints are not implemented yet; -redis is accepted and ignored", "redis", f.redis)
+		rc := redis.NewClient(opts)
+		defer rc.Close()
+		// Checkpoints outlive what they describe by little: a window plus
+		// a lease TTL.
+		checkpoint = &node.RedisCheckpoint{Client: rc, Prefix: "tokenring:", TTL: cfg.Limits.Window + cfg.Limits.LeaseTTL}
 	}
 	httpLn, err := net.Listen("tcp", f.http)
 	if err != nil {
@@ -132,12 +138,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	limits := keyLimits(cfg)
 	n, err := node.New(node.Config{
-		Name:      f.name,
-		PeerAddr:  f.peer,
-		Policy:    limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
-		LimitsFor: limits,
-		Batch:     node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
-		Logger:    base,
+		Name:       f.name,
+		PeerAddr:   f.peer,
+		Policy:     limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
+		LimitsFor:  limits,
+		Batch:      node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
+		Checkpoint: checkpoint,
+		Logger:     base,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,114 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// startRedis runs a real redis-server on a free loopback port and returns
+// its URL; it is stopped by t.Cleanup. Missing, the test is skipped locally
+// and fails in CI.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin := needCommand(t, "redis-server")
+	port := FreePort(t)
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "redis://" + addr + "/0"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server not listening on %s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two of three nodes die at once (SIGKILL), so some keys lose both their
+// owner and their backup: those come back from the Redis checkpoint, the
+// others from replicas, and every tenant's count stays exact.
+func TestCrashOfOwnerAndBackupRestoresFromRedis(t *testing.T) {
+	url := startRedis(t)
+	const cfg = `
+limits:
+  default: {rpm: 10, tpm: 100000000, concurrency: 100000}
+forward_timeout: 500ms
+`
+	c := NewCluster(t, daemon, 3, cfg, "-redis", url)
+	const tenants = 90
+	client := newClient()
+	defer client.CloseIdleConnections()
+	count := func(procs []*Proc, per int) map[string]int {
+		allowed := map[string]int{}
+		for i := range tenants {
+			tn := fmt.Sprintf("r-%d", i)
+			for j := range per {
+				code, out, err := Post(t.Context(), client, procs[(i+j)%len(procs)].URL()+"/v1/acquire",
+					fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tn))
+				if err != nil || (code != 200 && code != 429) || out["fallback"] == true {
+					t.Fatalf("acquire %s: %d %v %v", tn, code, out, err)
+				}
+				if out["allowed"] == true {
+					allowed[tn]++
+				}
+			}
+		}
+		return allowed
+	}
+	for tn, n := range count(c.Procs, 6) {
+		if n != 6 {
+			t.Fatalf("%s: %d of the first 6", tn, n)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var saved float64
+		for _, p := range c.Procs {
+			saved += metric(t, p, "tokenring_checkpointed_total")
+		}
+		if saved >= tenants {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d tenants checkpointed", saved, tenants)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	survivor := c.Procs[2]
+	owned := 0
+	for i := range tenants {
+		if ownerOf(t, survivor, fmt.Sprintf("r-%d", i)) != survivor.Name {
+			owned++ // owned by a node about to die
+		}
+	}
+	c.Kill(c.Procs[0])
+	c.Kill(c.Procs[1])
+	c.WaitConverged(30 * time.Second)
+	after := count([]*Proc{survivor}, 10)
+	for i := range tenants {
+		if tn := fmt.Sprintf("r-%d", i); after[tn] != 4 {
+			t.Errorf("%s: %d of 10 admitted after the crash, want exactly 4", tn, after[tn])
+		}
+	}
+	fromRedis := metric(t, survivor, "tokenring_restored_from_checkpoint_total")
+	fromReplica := metric(t, survivor, "tokenring_restored_from_replica_total")
+	t.Logf("%d tenants lost their owner: %v restored from Redis, %v from replicas", owned, fromRedis, fromReplica)
+	if fromRedis == 0 || fromRedis+fromReplica != float64(owned) {
+		t.Fatalf("restored %v from Redis and %v from replicas, want %d in all with some from Redis", fromRedis, fromReplica, owned)
+	}
+}
