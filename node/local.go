@@ -44,7 +44,9 @@ func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
 // error returned).
 func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
 	if c.Op != OpStatus && l.changed != nil {
-		l.changed(c.Key)
+		// After the operation: a replication round that drained the mark
+		// before the change was made would copy the state without it.
+		defer l.changed(c.Key)
 	}
 	now := l.now()
 	a := Answer{Owner: l.name}
@@ -189,6 +191,9 @@ func (l *local) change(key string, fn func(now time.Time, b *limiter.Budget) boo
 		}
 	})
 	if freed {
+		if l.changed != nil {
+			l.changed(key) // grants admitted waiters
+		}
 		l.deliver(key, grants)
 		l.schedule(key, next, wake)
 	}

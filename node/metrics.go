@@ -40,6 +40,9 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_restored_from_checkpoint_total", Help: "Keys this node recovered from the checkpoint store after their owner crashed (no newer replica).",
 		}, func() float64 { return float64(n.stats.fromCheckpoint.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_unreplicated", Help: "Changed keys not yet copied to their backup (0: every change so far is replicated).",
+		}, func() float64 { return float64(n.Unreplicated()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_replicas", Help: "Keys this node holds a replica of, as their backup.",
 		}, func() float64 { return float64(n.replicas.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -83,6 +83,7 @@ type Node struct {
 	leaving  atomic.Bool               // Handoff ran: ignore membership, forward everything
 	hand     handoff
 	dirty    dirtySet     // keys changed since the last replication round
+	inflight atomic.Int32 // replication rounds under way
 	replicas replicaStore // copies held for other owners
 	server   *peerServer
 

@@ -38,6 +38,18 @@ func (d *dirtySet) mark(key string) {
 	s.mu.Unlock()
 }
 
+// len counts the marked keys.
+func (d *dirtySet) len() int {
+	n := 0
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
 // drain returns the marked keys and clears the set.
 func (d *dirtySet) drain() []string {
 	var keys []string
@@ -106,6 +118,11 @@ func (r *replicaStore) len() int {
 // Replicas reports how many keys this node holds replicas of, as a backup.
 func (n *Node) Replicas() int { return n.replicas.len() }
 
+// Unreplicated reports the changed keys not yet copied to their backup (and
+// checkpoint), plus one for each replication round under way. Zero means
+// every change made so far is copied.
+func (n *Node) Unreplicated() int { return n.dirty.len() + int(n.inflight.Load()) }
+
 // replicate runs replication rounds until the node closes.
 func (n *Node) replicate() {
 	defer n.wg.Done()
@@ -126,6 +143,8 @@ func (n *Node) replicate() {
 // the checkpoint store if there is one.
 func (n *Node) replicateOnce() {
 	r := n.ring.Load()
+	n.inflight.Add(1) // covers the keys between drain and the end of the round
+	defer n.inflight.Add(-1)
 	keys := n.dirty.drain()
 	if r == nil || len(keys) == 0 {
 		return

@@ -37,6 +37,26 @@ func metric(t *testing.T, p *Proc, name string) float64 {
 	return sum
 }
 
+// waitReplicated waits until every change made so far is copied to its
+// backup (and checkpoint): tokenring_unreplicated is 0 on every node.
+func waitReplicated(t *testing.T, procs []*Proc) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var pending float64
+		for _, p := range procs {
+			pending += metric(t, p, "tokenring_unreplicated")
+		}
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v changes still unreplicated after 20 s", pending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // An owner killed with SIGKILL after a replication round loses nothing:
 // its keys continue from their replicas at the new owners.
 func TestCrashAfterReplicationKeepsCounts(t *testing.T) {
@@ -87,20 +107,13 @@ forward_timeout: 500ms
 			t.Fatalf("%s: %d of the first 6 admitted", tn, before[tn])
 		}
 	}
-	// Wait for a replication round (1 s) to copy every tenant to its backup.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var replicas float64
-		for _, p := range c.Procs {
-			replicas += metric(t, p, "tokenring_replicas")
-		}
-		if replicas == tenants {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d tenants replicated", replicas, tenants)
-		}
-		time.Sleep(50 * time.Millisecond)
+	waitReplicated(t, c.Procs)
+	var replicas float64
+	for _, p := range c.Procs {
+		replicas += metric(t, p, "tokenring_replicas")
+	}
+	if replicas != tenants {
+		t.Fatalf("%v of %d tenants replicated", replicas, tenants)
 	}
 	perOwner := map[string]int{}
 	for i := range tenants {

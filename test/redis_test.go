@@ -75,20 +75,7 @@ forward_timeout: 500ms
 			t.Fatalf("%s: %d of the first 6", tn, n)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var saved float64
-		for _, p := range c.Procs {
-			saved += metric(t, p, "tokenring_checkpointed_total")
-		}
-		if saved >= tenants {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d tenants checkpointed", saved, tenants)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitReplicated(t, c.Procs) // replicas and checkpoints hold every admission
 	survivor := c.Procs[2]
 	owned := 0
 	for i := range tenants {
