@@ -164,11 +164,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.server.wg.Add(1)
 	go n.server.serve()
-	n.wg.Add(1)
-	go n.sweep()
+	n.every(cfg.SweepInterval, n.sweep)
 	if cfg.ReplicationInterval > 0 {
-		n.wg.Add(1)
-		go n.replicate()
+		n.every(cfg.ReplicationInterval, func() {
+			n.replicateOnce()
+			n.replicas.expire(n.cfg.Now(), n.cfg.HandoffHorizon)
+		})
 	}
 	return n, nil
 }
@@ -334,19 +335,29 @@ func (n *Node) prunePeers(r *ring.Ring) {
 	}
 }
 
-func (n *Node) sweep() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
-				n.log.Debug("swept idle keys", "dropped", dropped, "keys", n.table.Len())
+// every runs fn every interval on a goroutine of its own until the node
+// closes.
+func (n *Node) every(interval time.Duration, fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.stop:
+				return
+			case <-t.C:
+				fn()
 			}
 		}
+	}()
+}
+
+// sweep reclaims expired slots and drops idle keys.
+func (n *Node) sweep() {
+	if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
+		n.log.Debug("swept idle keys", "dropped", dropped, "keys", n.table.Len())
 	}
 }
 

@@ -123,22 +123,6 @@ func (n *Node) Replicas() int { return n.replicas.len() }
 // every change made so far is copied.
 func (n *Node) Unreplicated() int { return n.dirty.len() + int(n.inflight.Load()) }
 
-// replicate runs replication rounds until the node closes.
-func (n *Node) replicate() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.ReplicationInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			n.replicateOnce()
-			n.replicas.expire(n.cfg.Now(), n.cfg.HandoffHorizon)
-		}
-	}
-}
-
 // replicateOnce sends the changed keys' snapshots to their backups, and to
 // the checkpoint store if there is one.
 func (n *Node) replicateOnce() {
