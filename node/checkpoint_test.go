@@ -18,7 +18,7 @@ import (
 
 // startRedis runs a real redis-server on a free loopback port for the test.
 // Without redis-server the test is skipped locally and fails in CI.
-func startRedis(t *testing.T) *redis.Client {
+func startRedis(t testing.TB) *redis.Client {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
