@@ -16,7 +16,7 @@ func benchDecisions(b *testing.B, batch BatchConfig, via int) {
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
 	}
-	c := newCluster(b, 2, limits, batch)
+	c := newCluster(b, 2, limits, batch, noReplication) // measure forwarding alone
 	keys := make([]string, 0, 1000)
 	for k := 0; len(keys) < cap(keys); k++ {
 		key := fmt.Sprintf("t:bench-%d", k)

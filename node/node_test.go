@@ -82,12 +82,16 @@ type cluster struct {
 	ring  *ring.Ring
 }
 
-func newCluster(t testing.TB, n int, limits func(string) limiter.Limits, batch BatchConfig) *cluster {
+func newCluster(t testing.TB, n int, limits func(string) limiter.Limits, batch BatchConfig, opts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{}
 	var members []ring.Member
 	for i := range n {
-		nd, err := New(Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits, Batch: batch})
+		cfg := Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits, Batch: batch}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		nd, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
