@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -53,38 +54,66 @@ backend nodes
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-db", "-f", path)
-	out := &strings.Builder{}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	startServer(t, addr, bin, "-db", "-f", path)
+	return "http://" + addr
+}
+
+// startServer runs a helper server (haproxy, redis-server) until the test
+// ends and waits until it accepts connections on addr. Its output is
+// printed if the test fails.
+func startServer(t *testing.T, addr, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
+	name := filepath.Base(bin)
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-done
 		if t.Failed() {
-			t.Logf("haproxy output:\n%s", out.String())
+			t.Logf("%s output:\n%s", name, out.String())
 		}
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return "http://" + addr
+			return
 		}
 		select {
 		case <-done:
-			t.Fatalf("haproxy exited:\n%s", out.String())
+			t.Fatalf("%s exited:\n%s", name, out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy not listening on %s:\n%s", addr, out.String())
+			t.Fatalf("%s not listening on %s:\n%s", name, addr, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lockedBuffer is an output sink safe to read while a process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Behind a plain L4 load balancer, every connection lands on any node, and

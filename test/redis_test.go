@@ -2,8 +2,6 @@ package test
 
 import (
 	"fmt"
-	"net"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -15,28 +13,9 @@ func startRedis(t *testing.T) string {
 	t.Helper()
 	bin := needCommand(t, "redis-server")
 	port := FreePort(t)
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return "redis://" + addr + "/0"
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server not listening on %s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	startServer(t, addr, bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
+	return "redis://" + addr + "/0"
 }
 
 // Two of three nodes die at once (SIGKILL), so some keys lose both their
