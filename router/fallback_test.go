@@ -3,7 +3,9 @@ package router
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,4 +155,69 @@ func TestFallbackDegradedSlots(t *testing.T) {
 	if r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); !r.Allowed {
 		t.Fatalf("acquire after a complete: %+v", r)
 	}
+}
+
+// An owner that accepts connections but never answers (hung, not crashed)
+// costs one forward_timeout: then the fallback answers, flagged.
+func TestFallbackAfterForwardTimeout(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 300} }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, ReplicationInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	rg, err := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: n.PeerAddr()}, {Name: "n2", Peer: hung.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetRing(rg)
+	tenant := ""
+	for i := 0; tenant == ""; i++ {
+		if m, _ := rg.Owner(TenantKey(fmt.Sprint("t", i))); m.Name == "n2" {
+			tenant = fmt.Sprint("t", i)
+		}
+	}
+	const timeout = 50 * time.Millisecond
+	r, err := New(n, Config{Limits: limits, ForwardTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	s := &server{Server: hs}
+	start := time.Now()
+	got := s.acquire(t, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1}`, tenant))
+	took := time.Since(start)
+	if !got.Allowed || !got.Fallback {
+		t.Fatalf("answer with a hung owner: %+v, want a flagged degraded admission", got)
+	}
+	if took < timeout {
+		t.Fatalf("answered in %v, before forward_timeout %v: the owner was not asked", took, timeout)
+	}
+	t.Logf("hung owner: fallback answer after %v (forward_timeout %v)", took, timeout)
 }
