@@ -99,13 +99,7 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &failingCheckpoint{Checkpoint: &RedisCheckpoint{Client: client, Prefix: t.Name() + ":"}}
-			nodes := newNodes(t, 2, limits, func(c *Config) { c.ReplicationInterval = time.Hour; c.Checkpoint = cp })
-			n1, n2 := nodes[0], nodes[1]
-			all := ringOf(t, n1, n2)
-			n1.SetRing(all)
-			n2.SetRing(all)
-			after := ringOf(t, n2)
-			key := keysMoving(all, after, "n1", "n2", 1)[0]
+			n1, n2, after, key := ownerPair(t, limits, func(c *Config) { c.ReplicationInterval = time.Hour; c.Checkpoint = cp })
 			admit(t, n1, key, 5)
 			n1.replicateOnce()
 			admit(t, n1, key, 3)

@@ -60,6 +60,19 @@ func newNodes(t *testing.T, n int, limits func(string) limiter.Limits, opts ...f
 	return nodes
 }
 
+// ownerPair starts n1 and n2 sharing one ring and returns them with a key
+// n1 owns and the ring n2 has alone once n1 is gone.
+func ownerPair(t *testing.T, limits func(string) limiter.Limits, opts ...func(*Config)) (n1, n2 *Node, without *ring.Ring, key string) {
+	t.Helper()
+	nodes := newNodes(t, 2, limits, opts...)
+	n1, n2 = nodes[0], nodes[1]
+	both := ringOf(t, n1, n2)
+	n1.SetRing(both)
+	n2.SetRing(both)
+	without = ringOf(t, n2)
+	return n1, n2, without, keysMoving(both, without, "n1", "n2", 1)[0]
+}
+
 // keysMoving returns keys owned by from in before and by to in after.
 func keysMoving(before, after *ring.Ring, from, to string, want int) []string {
 	var keys []string
@@ -214,17 +227,11 @@ func noReplication(c *Config) { c.ReplicationInterval = -1 }
 // key starts from zero at the new owner instead of failing or hanging.
 func TestHandoffFromCrashedHolderStartsFresh(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
-	nodes := newNodes(t, 2, limits, noReplication)
-	n1, n2 := nodes[0], nodes[1]
-	before := ringOf(t, n1, n2)
-	after := ringOf(t, n2)
-	key := keysMoving(before, after, "n1", "n2", 1)[0]
-	n1.SetRing(before)
+	n1, n2, after, key := ownerPair(t, limits, noReplication)
 	if got := admit(t, n1, key, 6); got != 6 {
 		t.Fatal(got)
 	}
 	n1.Close() // crash: its state is gone
-	n2.SetRing(before)
 	n2.SetRing(after)
 	if got := admit(t, n2, key, 12); got != 10 {
 		t.Fatalf("%d admitted after the holder crashed, want 10 (a fresh window)", got)
@@ -283,13 +290,7 @@ func TestCrashRecoversFromReplica(t *testing.T) {
 // after the first round, so the loss is exactly the admissions made since.
 func TestCrashLosesOnlyUnreplicated(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 20} }
-	nodes := newNodes(t, 2, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
-	n1, n2 := nodes[0], nodes[1]
-	all := ringOf(t, n1, n2)
-	n1.SetRing(all)
-	n2.SetRing(all)
-	after := ringOf(t, n2)
-	key := keysMoving(all, after, "n1", "n2", 1)[0]
+	n1, n2, after, key := ownerPair(t, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
 	admit(t, n1, key, 5)
 	n1.replicateOnce() // one round: 5 admissions are safe at n2
 	admit(t, n1, key, 3)

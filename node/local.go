@@ -43,11 +43,18 @@ func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
 // deadline passes (a refusal) or ctx ends (the waiter is withdrawn and ctx's
 // error returned).
 func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
-	if c.Op != OpStatus && l.changed != nil {
-		// After the operation: a replication round that drained the mark
-		// before the change was made would copy the state without it.
-		defer l.changed(c.Key)
+	a, err := l.decide(ctx, c)
+	// Mark after the operation: a replication round that drained the mark
+	// before the change was made would copy the state without it. Refusals
+	// and misses change nothing worth copying.
+	if l.changed != nil && err == nil && (a.Decision.Allowed || a.Decision.Queued || a.OK) {
+		l.changed(c.Key)
 	}
+	return a, err
+}
+
+// decide executes c on the table; do wraps it.
+func (l *local) decide(ctx context.Context, c *Call) (Answer, error) {
 	now := l.now()
 	a := Answer{Owner: l.name}
 	var next time.Time

@@ -715,22 +715,33 @@ func (x *exchange) observeBody(raw []byte) bool {
 		}
 		return true
 	}
-	var m struct {
-		Choices []struct {
-			Message openAIDelta `json:"message"`
-		} `json:"choices"`
-		Usage *openAIUsage `json:"usage"`
-	}
+	var m openAIAnswer
 	if json.Unmarshal(raw, &m) != nil {
 		return false
 	}
-	for _, ch := range m.Choices {
-		ch.Message.addTo(x)
-	}
-	if m.Usage != nil {
-		m.Usage.addTo(s)
-	}
+	m.addTo(x)
 	return true
+}
+
+// openAIAnswer is what the proxy reads of an OpenAI answer: a whole
+// completion (choices[].message) or a stream chunk (choices[].delta).
+type openAIAnswer struct {
+	Choices []struct {
+		Message openAIDelta `json:"message"`
+		Delta   openAIDelta `json:"delta"`
+	} `json:"choices"`
+	Usage *openAIUsage `json:"usage"`
+}
+
+// addTo adds the answer's content and usage to what x has seen.
+func (a *openAIAnswer) addTo(x *exchange) {
+	for i := range a.Choices {
+		a.Choices[i].Message.addTo(x)
+		a.Choices[i].Delta.addTo(x)
+	}
+	if a.Usage != nil {
+		a.Usage.addTo(&x.seen)
+	}
 }
 
 // relayStream relays an event stream event by event, flushing each, and
@@ -839,23 +850,12 @@ func (x *exchange) observeEvent(ev []byte) bool {
 		x.settleSeen()
 		return true
 	}
-	var chunk struct {
-		Choices []struct {
-			Delta openAIDelta `json:"delta"`
-		} `json:"choices"`
-		Usage *openAIUsage `json:"usage"`
-	}
+	var chunk openAIAnswer
 	if json.Unmarshal(data, &chunk) != nil {
 		return true
 	}
-	for _, ch := range chunk.Choices {
-		ch.Delta.addTo(x)
-	}
-	if chunk.Usage == nil {
-		return true
-	}
-	chunk.Usage.addTo(s)
-	return !(x.c.stripUsage && len(chunk.Choices) == 0)
+	chunk.addTo(x)
+	return chunk.Usage == nil || !(x.c.stripUsage && len(chunk.Choices) == 0)
 }
 
 // sseData returns the data of an event: its data lines' values joined by

@@ -138,6 +138,19 @@ func ownerOf(t *testing.T, p *Proc, tenant string) string {
 	return out.Owner
 }
 
+// tenantsOwnedBy returns up to n tenants named prefix-<i> whose owner, as
+// node via sees it, is owner.
+func tenantsOwnedBy(t *testing.T, via *Proc, owner, prefix string, n int) []string {
+	t.Helper()
+	var tenants []string
+	for i := 0; len(tenants) < n && i < 100*n; i++ {
+		if tn := fmt.Sprintf("%s-%d", prefix, i); ownerOf(t, via, tn) == owner {
+			tenants = append(tenants, tn)
+		}
+	}
+	return tenants
+}
+
 func TestClusterPoolAcrossOwners(t *testing.T) {
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
 	// Three tenants with three different owners share the pool.
@@ -241,12 +254,7 @@ fallback: degraded
 `
 	c := NewCluster(t, daemon, 3, cfg)
 	victim := c.Procs[1]
-	var tenant string
-	for i := 0; tenant == "" && i < 1000; i++ {
-		if tn := fmt.Sprintf("tenant-%d", i); ownerOf(t, c.Procs[0], tn) == victim.Name {
-			tenant = tn
-		}
-	}
+	tenant := tenantsOwnedBy(t, c.Procs[0], victim.Name, "tenant", 1)[0]
 	survivors := []*Proc{c.Procs[0], c.Procs[2]}
 	client := newClient()
 	defer client.CloseIdleConnections()

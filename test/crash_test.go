@@ -160,12 +160,7 @@ forward_timeout: 500ms
 `
 	c := NewCluster(t, daemon, 3, cfg)
 	victim := c.Procs[1]
-	var tenants []string
-	for i := 0; len(tenants) < 20 && i < 2000; i++ {
-		if tn := fmt.Sprintf("loss-%d", i); ownerOf(t, c.Procs[0], tn) == victim.Name {
-			tenants = append(tenants, tn)
-		}
-	}
+	tenants := tenantsOwnedBy(t, c.Procs[0], victim.Name, "loss", 20)
 	survivors := []*Proc{c.Procs[0], c.Procs[2]}
 	client := newClient()
 	defer client.CloseIdleConnections()

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -96,24 +95,6 @@ func startServer(t *testing.T, addr, bin string, args ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// lockedBuffer is an output sink safe to read while a process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Behind a plain L4 load balancer, every connection lands on any node, and

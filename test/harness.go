@@ -25,9 +25,8 @@ type Proc struct {
 	Name               string
 	HTTP, Peer, Gossip string // loopback addresses
 	cmd                *exec.Cmd
-	log                *bytes.Buffer
+	log                *lockedBuffer // the process's stdout and stderr
 	done               chan struct{} // closed when the process has exited
-	mu                 sync.Mutex    // guards log (written by exec's copier)
 }
 
 // URL is the node's base URL.
@@ -44,18 +43,24 @@ func (p *Proc) Alive() bool {
 }
 
 // Log returns what the process wrote so far.
-func (p *Proc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
+func (p *Proc) Log() string { return p.log.String() }
+
+// lockedBuffer is an output sink safe to read while a process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
 }
 
-type lockedWriter struct{ p *Proc }
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
 
-func (w lockedWriter) Write(b []byte) (int, error) {
-	w.p.mu.Lock()
-	defer w.p.mu.Unlock()
-	return w.p.log.Write(b)
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Cluster is a set of real tokenringd processes on loopback ports. Every
@@ -129,7 +134,7 @@ func (c *Cluster) Start() *Proc {
 		HTTP:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
 		Peer:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
 		Gossip: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
-		log:    &bytes.Buffer{},
+		log:    &lockedBuffer{},
 		done:   make(chan struct{}),
 	}
 	args := []string{"-name", p.Name, "-http", p.HTTP, "-peer", p.Peer, "-gossip", p.Gossip,
@@ -139,8 +144,8 @@ func (c *Cluster) Start() *Proc {
 	}
 	args = append(args, c.args...)
 	p.cmd = exec.Command(c.bin, args...)
-	p.cmd.Stdout = lockedWriter{p}
-	p.cmd.Stderr = lockedWriter{p}
+	p.cmd.Stdout = p.log
+	p.cmd.Stderr = p.log
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", p.Name, err)
 	}
