@@ -24,10 +24,12 @@ const (
 	OpPut                     // handoff: install the key's state (State) unless the key is already held
 	OpReplicate               // replication: keep State as the backup copy of the key
 	OpReplica                 // crash recovery: give the backup copy of the key to the caller
+	OpPing                    // liveness probe, answered at once by the connection's reader
+	OpTransfer                // ownership transfer: State carries one encoded transfer message (transfer.go)
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer"}
 
 func (o Op) String() string {
 	if o < opMax {

@@ -36,6 +36,8 @@ type Config struct {
 	Dial Dialer
 	// Batch controls batching on peer connections, both directions.
 	Batch BatchConfig
+	// Forward says when a forwarded call counts its owner as unreachable.
+	Forward ForwardConfig
 	// SweepInterval is how often expired slots are reclaimed and idle keys
 	// dropped. Zero means one second.
 	SweepInterval time.Duration

@@ -16,6 +16,24 @@ import (
 // waiting for a timeout.
 var ErrPeerDown = errors.New("peer down")
 
+// ForwardConfig says when a forwarded call gives up on its owner. A forward
+// fails over to the caller's fallback only when the owner is unreachable: the
+// connection is refused or reset, or the peer stays silent past Liveness
+// after a probe. A slow answer on a live connection is waited for, up to the
+// caller's own deadline (the router's hard cap).
+type ForwardConfig struct {
+	// ProbeAfter is how long a forwarded call waits for its answer before
+	// it checks that the owner is still reachable. Zero means 15ms (the
+	// forward_timeout of the config).
+	ProbeAfter time.Duration
+	// Liveness is how long a peer connection may stay silent, once probed,
+	// before the peer counts as unreachable and its pending calls fail
+	// with ErrPeerDown. Zero means one second.
+	Liveness time.Duration
+	// After is the timer, injected for tests. Nil means time.After.
+	After func(time.Duration) <-chan time.Time
+}
+
 // Dialer opens connections to peers; net.Dialer's DialContext satisfies it.
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
