@@ -98,6 +98,12 @@ type Node struct {
 	wg        sync.WaitGroup
 }
 
+// ErrTransferPending is returned (wrapped) by Do when the call's key is in
+// a partition whose state is on its way to this node and did not arrive
+// within the transfer's deadline. The caller falls back, as for an
+// unreachable owner: nobody admits against the key meanwhile.
+var ErrTransferPending = errors.New("partition state in transfer")
+
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("node closed")
 
