@@ -30,11 +30,41 @@ func needCommand(t *testing.T, name string) string {
 // free loopback port and returns its base URL. It is stopped by t.Cleanup.
 func startHAProxy(t *testing.T, procs []*Proc) string {
 	t.Helper()
+	return startHAProxyWith(t, procs, haproxyOptions{})
+}
+
+// haproxyOptions are the settings of startHAProxyWith; the zero value is
+// startHAProxy's plain round robin without health checks.
+type haproxyOptions struct {
+	// CheckReadyz health-checks every node with GET /readyz every
+	// CheckInterval (default 100 ms): one failed check takes a node out of
+	// the rotation (fall 1) and two passed ones put it back (rise 2), the
+	// way a rolling restart behind a load balancer is meant to run. A
+	// connection that cannot be opened to a node is retried on another
+	// (retries 3, option redispatch). Connections already open stay where
+	// they are: in TCP mode HAProxy does not see requests.
+	CheckReadyz   bool
+	CheckInterval time.Duration
+}
+
+// startHAProxyWith is startHAProxy with options.
+func startHAProxyWith(t *testing.T, procs []*Proc, o haproxyOptions) string {
+	t.Helper()
 	bin := needCommand(t, "haproxy")
 	port := FreePort(t)
-	var servers strings.Builder
+	var servers, backend, defaults strings.Builder
+	check := ""
+	if o.CheckReadyz {
+		if o.CheckInterval <= 0 {
+			o.CheckInterval = 100 * time.Millisecond
+		}
+		check = " check"
+		defaults.WriteString("    timeout check 500ms\n    retries 3\n    option redispatch\n")
+		fmt.Fprintf(&backend, "    option httpchk GET /readyz\n    http-check expect status 200\n    default-server inter %d fall 1 rise 2\n",
+			o.CheckInterval.Milliseconds())
+	}
 	for _, p := range procs {
-		fmt.Fprintf(&servers, "    server %s %s\n", p.Name, p.HTTP)
+		fmt.Fprintf(&servers, "    server %s %s%s\n", p.Name, p.HTTP, check)
 	}
 	cfg := fmt.Sprintf(`global
     maxconn 4096
@@ -43,12 +73,12 @@ defaults
     timeout connect 2s
     timeout client 30s
     timeout server 30s
-frontend tokenring
+%sfrontend tokenring
     bind 127.0.0.1:%d
     default_backend nodes
 backend nodes
     balance roundrobin
-%s`, port, servers.String())
+%s%s`, defaults.String(), port, backend.String(), servers.String())
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

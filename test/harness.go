@@ -25,8 +25,9 @@ type Proc struct {
 	Name               string
 	HTTP, Peer, Gossip string // loopback addresses
 	cmd                *exec.Cmd
-	log                *lockedBuffer // the process's stdout and stderr
+	log                *lockedBuffer // the process's stdout and stderr, across restarts
 	done               chan struct{} // closed when the process has exited
+	starts             int           // how many times the process was started
 }
 
 // URL is the node's base URL.
@@ -70,8 +71,21 @@ type Cluster struct {
 	bin    string
 	config string   // path of the YAML config every node reads
 	args   []string // extra tokenringd flags for every node
-	Procs  []*Proc
-	next   int
+	// Procs are the processes started so far, in start order. Tests read
+	// it from the test goroutine; other goroutines (a load driver) read
+	// Nodes, which Start keeps consistent.
+	Procs []*Proc
+	next  int
+	mu    sync.Mutex // guards Procs against concurrent Nodes
+}
+
+// Nodes returns a copy of Procs, safe to call from any goroutine. A load
+// driver uses it to learn about joiners; it reads only Name and HTTP of each
+// Proc, which never change (Restart keeps them).
+func (c *Cluster) Nodes() []*Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Proc(nil), c.Procs...)
 }
 
 // BuildDaemon compiles cmd/tokenringd into dir and returns the binary's path.
@@ -87,8 +101,10 @@ func BuildDaemon(dir string) (string, error) {
 
 // NewCluster starts n nodes sharing configYAML, the first one alone and the
 // others joining it, and waits until every node sees all n members. Nodes
-// run with -gossip-profile local (failure detected in about a second);
-// args are added to every node's flags and win over the harness's.
+// run with the shipped defaults, LAN gossip timings included (a crash is
+// detected in several seconds); a test whose point is fast crash detection
+// passes "-gossip-profile", "local" in args. args are added to every node's
+// flags and win over the harness's.
 func NewCluster(t testing.TB, bin string, n int, configYAML string, args ...string) *Cluster {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "tokenring.yaml")
@@ -125,7 +141,8 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
-// Start launches one more node, joining the first live one.
+// Start launches one more node, joining the first live one, and waits until
+// it is ready.
 func (c *Cluster) Start() *Proc {
 	c.t.Helper()
 	c.next++
@@ -135,27 +152,58 @@ func (c *Cluster) Start() *Proc {
 		Peer:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
 		Gossip: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
 		log:    &lockedBuffer{},
-		done:   make(chan struct{}),
 	}
-	args := []string{"-name", p.Name, "-http", p.HTTP, "-peer", p.Peer, "-gossip", p.Gossip,
-		"-config", c.config, "-gossip-profile", "local", "-log-level", "info"}
-	if live := c.Live(); len(live) > 0 {
-		args = append(args, "-join", live[0].Gossip)
-	}
-	args = append(args, c.args...)
-	p.cmd = exec.Command(c.bin, args...)
-	p.cmd.Stdout = p.log
-	p.cmd.Stderr = p.log
-	if err := p.cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", p.Name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
+	c.launch(p)
+	c.mu.Lock()
 	c.Procs = append(c.Procs, p)
+	c.mu.Unlock()
 	c.waitReady(p, 15*time.Second)
 	return p
+}
+
+// launch execs p's process, joining the first other live node.
+func (c *Cluster) launch(p *Proc) {
+	c.t.Helper()
+	args := []string{"-name", p.Name, "-http", p.HTTP, "-peer", p.Peer, "-gossip", p.Gossip,
+		"-config", c.config, "-log-level", "info"}
+	for _, q := range c.Live() {
+		if q != p {
+			args = append(args, "-join", q.Gossip)
+			break
+		}
+	}
+	args = append(args, c.args...)
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdout = p.log
+	cmd.Stderr = p.log
+	if p.starts > 0 {
+		fmt.Fprintf(p.log, "\n===== harness: restart #%d of %s at %s =====\n", p.starts, p.Name, time.Now().Format("15:04:05.000"))
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", p.Name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	p.cmd, p.done = cmd, done
+	p.starts++
+}
+
+// Restart stops p gracefully (SIGTERM, waiting for it to exit), starts it
+// again with the same name and the same HTTP, peer and gossip ports, joining
+// another live node, and waits until it is ready. It returns how long the
+// stop took (SIGTERM to exit) and how long the start took (exec to ready).
+func (c *Cluster) Restart(p *Proc) (stopped, ready time.Duration) {
+	c.t.Helper()
+	t0 := time.Now()
+	c.Stop(p)
+	stopped = time.Since(t0)
+	t1 := time.Now()
+	c.launch(p)
+	c.waitReady(p, 30*time.Second)
+	return stopped, time.Since(t1)
 }
 
 // Live returns the processes still running.
