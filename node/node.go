@@ -308,7 +308,7 @@ func (n *Node) peer(addr string) *peerClient {
 	defer n.mu.Unlock()
 	p := n.peers[addr]
 	if p == nil {
-		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.log, &n.stats)
+		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
 		n.peers[addr] = p
 	}
 	return p

@@ -37,10 +37,38 @@ type ForwardConfig struct {
 // Dialer opens connections to peers; net.Dialer's DialContext satisfies it.
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
+// Defaults of ForwardConfig.
+const (
+	defaultProbeAfter = 15 * time.Millisecond
+	defaultLiveness   = time.Second
+)
+
+func (f ForwardConfig) withDefaults() ForwardConfig {
+	if f.ProbeAfter <= 0 {
+		f.ProbeAfter = defaultProbeAfter
+	}
+	if f.Liveness <= 0 {
+		f.Liveness = defaultLiveness
+	}
+	if f.After == nil {
+		f.After = time.After
+	}
+	return f
+}
+
 // result is what a pending forwarded call receives.
 type result struct {
 	answer Answer
 	err    error
+}
+
+// link is one connection of a peerClient and what is known of its liveness.
+type link struct {
+	conn net.Conn
+	q    chan item
+	done chan struct{} // closed when the connection is torn down
+	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
+	ping uint64        // id of the ping in flight on conn, 0 for none; guarded by peerClient.mu
 }
 
 // peerClient is the persistent, multiplexed connection to one peer. Calls
@@ -49,13 +77,12 @@ type peerClient struct {
 	addr  string
 	dial  Dialer
 	batch BatchConfig
+	fwd   ForwardConfig
 	log   *slog.Logger
 	stats *peerStats
 
-	mu        sync.Mutex // guards conn, q, done, dialing, pending, nextID, closed
-	conn      net.Conn
-	q         chan item
-	done      chan struct{} // closed when the current connection is torn down
+	mu        sync.Mutex    // guards cur, dialing, pending, nextID, closed and cur.ping
+	cur       *link         // the live connection; nil when there is none
 	dialing   chan struct{} // non-nil while a dial is under way; closed when it ends
 	pending   map[uint64]chan result
 	nextID    uint64
@@ -64,8 +91,8 @@ type peerClient struct {
 	abandoned sync.WaitGroup // goroutines cancelling abandoned admissions
 }
 
-func newPeerClient(addr string, dial Dialer, batch BatchConfig, log *slog.Logger, stats *peerStats) *peerClient {
-	return &peerClient{addr: addr, dial: dial, batch: batch, log: log, stats: stats, pending: make(map[uint64]chan result)}
+func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
+	return &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 }
 
 // peerStats counts the peer protocol's traffic, for metrics and benchmarks.
@@ -87,21 +114,19 @@ func (s *peerStats) frame(items int) {
 	s.calls.Add(int64(items))
 }
 
-// connect returns the live connection's queue and its done channel,
-// dialing if there is none. It never dials while holding p.mu: calls to a
-// peer whose dial hangs wait for that dial or their own ctx, whichever ends
-// first.
-func (p *peerClient) connect(ctx context.Context) (chan item, chan struct{}, error) {
+// connect returns the live connection, dialing if there is none. It never
+// dials while holding p.mu: calls to a peer whose dial hangs wait for that
+// dial or their own ctx, whichever ends first.
+func (p *peerClient) connect(ctx context.Context) (*link, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, nil, fmt.Errorf("peer %s: %w: client closed", p.addr, ErrPeerDown)
+			return nil, fmt.Errorf("peer %s: %w: client closed", p.addr, ErrPeerDown)
 		}
-		if p.conn != nil {
-			q, done := p.q, p.done
+		if l := p.cur; l != nil {
 			p.mu.Unlock()
-			return q, done, nil
+			return l, nil
 		}
 		if wait := p.dialing; wait != nil {
 			p.mu.Unlock()
@@ -109,7 +134,7 @@ func (p *peerClient) connect(ctx context.Context) (chan item, chan struct{}, err
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
+				return nil, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
 			}
 		}
 		wait := make(chan struct{})
@@ -124,7 +149,7 @@ func (p *peerClient) connect(ctx context.Context) (chan item, chan struct{}, err
 		if err != nil {
 			p.mu.Unlock()
 			p.stats.downs.Add(1)
-			return nil, nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
+			return nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
 		}
 		if p.closed {
 			p.mu.Unlock()
@@ -142,65 +167,71 @@ func (p *peerClient) install(conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	p.conn = conn
-	p.q = make(chan item, 4096)
-	p.done = make(chan struct{})
-	q, done := p.q, p.done
+	l := &link{conn: conn, q: make(chan item, 4096), done: make(chan struct{})}
+	p.cur = l
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		err := writeFrames(conn, frameCalls, q, p.batch, done, p.stats.frame)
+		err := writeFrames(conn, frameCalls, l.q, p.batch, l.done, p.stats.frame)
 		if err != nil {
-			p.fail(conn, err)
+			p.fail(l, err)
 		}
 	}()
 	go func() {
 		defer p.wg.Done()
-		p.fail(conn, p.readAnswers(conn))
+		p.fail(l, p.readAnswers(l))
 	}()
 }
 
 // readAnswers dispatches answers to pending calls until the connection fails.
-func (p *peerClient) readAnswers(conn net.Conn) error {
-	fr := newFrameReader(conn, frameAnswers)
+// Every frame received counts as a sign of life (l.recv), whatever it holds.
+func (p *peerClient) readAnswers(l *link) error {
+	fr := newFrameReader(l.conn, frameAnswers)
 	for {
 		items, err := fr.next()
 		if err != nil {
 			return err
 		}
+		l.recv.Add(1)
 		for _, it := range items {
+			p.mu.Lock()
+			if it.id == l.ping { // the answer to our probe: nothing to dispatch
+				l.ping = 0
+				p.mu.Unlock()
+				continue
+			}
+			ch := p.pending[it.id]
+			delete(p.pending, it.id)
+			p.mu.Unlock()
+			if ch == nil {
+				continue
+			}
 			var res result
 			if it.status == itemError {
 				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
 			} else {
 				res.answer, res.err = DecodeAnswer(it.body)
 			}
-			p.mu.Lock()
-			ch := p.pending[it.id]
-			delete(p.pending, it.id)
-			p.mu.Unlock()
-			if ch != nil {
-				ch <- res
-			}
+			ch <- res
 		}
 	}
 }
 
-// fail tears conn down (if it is still the current one) and fails every
+// fail tears l down (if it is still the current connection) and fails every
 // pending call with ErrPeerDown. The next call dials again.
-func (p *peerClient) fail(conn net.Conn, cause error) {
+func (p *peerClient) fail(l *link, cause error) {
 	p.mu.Lock()
-	if p.conn != conn {
+	if p.cur != l {
 		p.mu.Unlock()
 		return
 	}
-	p.conn = nil
-	close(p.done)
+	p.cur = nil
+	close(l.done)
 	pending := p.pending
 	p.pending = make(map[uint64]chan result)
 	closed := p.closed
 	p.mu.Unlock()
-	conn.Close()
+	l.conn.Close()
 	if cause != nil && !closed {
 		p.log.Debug("peer connection lost", "peer", p.addr, "err", cause)
 	}
@@ -210,23 +241,82 @@ func (p *peerClient) fail(conn net.Conn, cause error) {
 	}
 }
 
-// call forwards c and waits for its answer or ctx's end. An acquire whose
-// caller stops waiting is not forgotten: if the owner admits it after all,
-// the admission is cancelled there, so a timed-out forward followed by a
-// fallback decision does not count the request twice.
+// errSilent is why a probed connection was torn down.
+var errSilent = errors.New("no frame received within the liveness interval after a probe")
+
+// liveness is one waiting call's view of its connection's liveness. The
+// call checks it ProbeAfter after it was queued, then every Liveness while it
+// waits. A check that finds a frame received on the connection since the
+// previous check (for the first check: since the call was queued) finds the
+// peer alive: the call keeps waiting, however slow its own answer is. A
+// check that finds the connection silent makes sure one ping is in flight;
+// the next check, one Liveness later, declares the peer unreachable if the
+// connection is still silent: not even the ping was answered. So a hung peer
+// costs exactly ProbeAfter+Liveness, and a live one is never given up on.
+//
+// The first check looks back over ProbeAfter, not a whole Liveness: on a
+// quiet connection that can send a ping where a frame from up to a Liveness
+// ago would have spared it. A ping is cheap, and the verdict "unreachable"
+// is never reached sooner than a full Liveness of silence after a ping.
+type liveness struct {
+	p      *peerClient
+	l      *link
+	seen   uint64 // l.recv at the previous check
+	probed bool   // the previous check found the connection silent and pinged
+}
+
+// check runs one check and reports whether the peer is unreachable.
+func (v *liveness) check() (dead bool) {
+	if n := v.l.recv.Load(); n != v.seen {
+		v.seen, v.probed = n, false
+		return false
+	}
+	if v.probed {
+		return true
+	}
+	v.probed = true
+	v.p.ping(v.l)
+	return false
+}
+
+// ping sends an OpPing on l unless one is in flight already. It never
+// blocks: a writer too stuck to take it is a sign of a hung peer too, and
+// the next check judges by what was received.
+func (p *peerClient) ping(l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.ping != 0 || p.cur != l {
+		return
+	}
+	p.nextID++
+	it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing})}
+	select {
+	case l.q <- it:
+		l.ping = it.id
+	default:
+	}
+}
+
+// call forwards c and waits for its answer or ctx's end. It gives up on the
+// owner early only when the connection breaks or the peer stays silent past
+// the liveness rule (see liveness): then the error wraps ErrPeerDown. A slow
+// answer on a live connection is waited for as long as ctx allows.
+//
+// An acquire whose caller stops waiting is not forgotten: if the owner admits
+// it after all, the admission is cancelled there, so a timed-out forward
+// followed by a fallback decision does not count the request twice.
 func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 	body := AppendCall(nil, c)
 	ch := make(chan result, 1)
 	var id uint64
-	var q chan item
-	var done chan struct{}
+	var l *link
 	for {
 		var err error
-		if q, done, err = p.connect(ctx); err != nil {
+		if l, err = p.connect(ctx); err != nil {
 			return Answer{}, err
 		}
 		p.mu.Lock()
-		if p.done != done { // that connection failed meanwhile: use the next one
+		if p.cur != l { // that connection failed meanwhile: use the next one
 			p.mu.Unlock()
 			continue
 		}
@@ -236,23 +326,30 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		p.mu.Unlock()
 		break
 	}
-	select {
-	case q <- item{id: id, body: body}:
-	case <-done: // fail() answers ch with ErrPeerDown
-	case <-ctx.Done():
-		p.forget(id)
-		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
-	}
-	select {
-	case res := <-ch:
-		return res.answer, res.err
-	case <-ctx.Done():
-		if c.Op == OpAcquire {
-			p.abandon(c.Key, ch)
-		} else {
-			p.forget(id)
+	v := liveness{p: p, l: l, seen: l.recv.Load()}
+	timer := p.fwd.After(p.fwd.ProbeAfter)
+	q := l.q // nil once the call is queued
+	for {
+		select {
+		case q <- item{id: id, body: body}:
+			q = nil
+		case res := <-ch: // the answer, or ErrPeerDown from fail
+			return res.answer, res.err
+		case <-timer:
+			if v.check() {
+				p.stats.downs.Add(1)
+				p.fail(l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
+				continue // fail answered ch
+			}
+			timer = p.fwd.After(p.fwd.Liveness)
+		case <-ctx.Done():
+			if q == nil && c.Op == OpAcquire {
+				p.abandon(c.Key, ch)
+			} else {
+				p.forget(id)
+			}
+			return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
 		}
-		return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
 	}
 }
 
@@ -290,10 +387,10 @@ func (p *peerClient) forget(id uint64) {
 func (p *peerClient) close() {
 	p.mu.Lock()
 	p.closed = true
-	conn := p.conn
+	l := p.cur
 	p.mu.Unlock()
-	if conn != nil {
-		p.fail(conn, errors.New("closed"))
+	if l != nil {
+		p.fail(l, errors.New("closed"))
 	}
 	p.abandoned.Wait()
 	p.wg.Wait()
@@ -391,6 +488,10 @@ func (s *peerServer) serveConn(conn net.Conn) {
 			c, err := DecodeCall(it.body)
 			if err != nil {
 				reply(it.id, Answer{}, err)
+				continue
+			}
+			if c.Op == OpPing { // a liveness probe: answered at once, whatever else is queued
+				reply(it.id, Answer{}, nil)
 				continue
 			}
 			if s.inline(&c) {

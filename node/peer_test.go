@@ -1,0 +1,342 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// stepClock is a fake clock for ForwardConfig.After: timers fire only when
+// the test advances it, and the test can wait for the code under test to
+// arm its next timer before it advances.
+type stepClock struct {
+	mu     sync.Mutex
+	now    time.Duration // since the start
+	timers []stepTimer
+	armed  int // timers ever armed
+}
+
+type stepTimer struct {
+	at time.Duration
+	ch chan time.Time
+}
+
+func (c *stepClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed++
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- time.Unix(0, 0).Add(c.now)
+		return ch
+	}
+	c.timers = append(c.timers, stepTimer{at: c.now + d, ch: ch})
+	return ch
+}
+
+// Advance moves the clock by d and fires every timer due by then.
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now += d
+	kept := c.timers[:0]
+	for _, tm := range c.timers {
+		if tm.at <= c.now {
+			tm.ch <- time.Unix(0, 0).Add(tm.at)
+		} else {
+			kept = append(kept, tm)
+		}
+	}
+	c.timers = kept
+}
+
+func (c *stepClock) Now() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// next waits until n timers are pending and returns when the earliest fires.
+func (c *stepClock) next(t *testing.T, n int) time.Duration {
+	t.Helper()
+	var at time.Duration
+	eventually(t, "timers armed", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.timers) != n {
+			return false
+		}
+		at = c.timers[0].at
+		for _, tm := range c.timers {
+			at = min(at, tm.at)
+		}
+		return true
+	})
+	return at
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+const (
+	testProbeAfter = 15 * time.Millisecond
+	testLiveness   = time.Second
+)
+
+func newTestPeerClient(addr string, clk func(time.Duration) <-chan time.Time) *peerClient {
+	var d net.Dialer
+	return newPeerClient(addr, d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: testLiveness, After: clk},
+		slog.New(slog.DiscardHandler), &peerStats{})
+}
+
+// hungPeer accepts connections and reads every frame sent to it, and never
+// writes a byte: a peer whose process is stopped (SIGSTOP), or whose host
+// vanished without resetting the connection.
+type hungPeer struct {
+	ln    net.Listener
+	calls atomic.Int64
+	pings atomic.Int64
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startHungPeer(t *testing.T) *hungPeer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hungPeer{ln: ln}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.conns = append(h.conns, conn)
+			h.mu.Unlock()
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				fr := newFrameReader(conn, frameCalls)
+				for {
+					items, err := fr.next()
+					if err != nil {
+						return
+					}
+					for _, it := range items {
+						if c, err := DecodeCall(it.body); err == nil && c.Op == OpPing {
+							h.pings.Add(1)
+						} else {
+							h.calls.Add(1)
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return h
+}
+
+func (h *hungPeer) close() {
+	h.ln.Close()
+	h.mu.Lock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// A hung owner (connection up, nothing ever comes back) is unreachable:
+// every call waiting on it fails with ErrPeerDown exactly ProbeAfter +
+// Liveness after it was sent, not a nanosecond sooner, after one ping.
+func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h := startHungPeer(t)
+	defer h.close()
+	clk := &stepClock{}
+	p := newTestPeerClient(h.ln.Addr().String(), clk.After)
+	defer p.close()
+
+	const calls = 2
+	type res struct {
+		err error
+		at  time.Duration
+	}
+	done := make(chan res, calls)
+	for range calls {
+		go func() {
+			_, err := p.call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
+			done <- res{err, clk.Now()}
+		}()
+	}
+	if at := clk.next(t, calls); at != testProbeAfter {
+		t.Fatalf("first check armed for %v, want ProbeAfter %v", at, testProbeAfter)
+	}
+	eventually(t, "both calls at the peer", func() bool { return h.calls.Load() == calls })
+	clk.Advance(testProbeAfter) // the probe: silent since the calls were sent
+	if at := clk.next(t, calls); at != testProbeAfter+testLiveness {
+		t.Fatalf("liveness check armed for %v, want ProbeAfter+Liveness %v", at, testProbeAfter+testLiveness)
+	}
+	eventually(t, "the ping at the peer", func() bool { return h.pings.Load() >= 1 })
+
+	clk.Advance(testLiveness - time.Nanosecond)
+	time.Sleep(20 * time.Millisecond) // room for a wrong verdict to show
+	select {
+	case r := <-done:
+		t.Fatalf("a call ended at %v, before ProbeAfter+Liveness: %v", r.at, r.err)
+	default:
+	}
+
+	clk.Advance(time.Nanosecond)
+	for range calls {
+		select {
+		case r := <-done:
+			if !errors.Is(r.err, ErrPeerDown) {
+				t.Fatalf("call to a hung peer: %v, want ErrPeerDown", r.err)
+			}
+			if r.at != testProbeAfter+testLiveness {
+				t.Fatalf("failed at %v, want %v", r.at, testProbeAfter+testLiveness)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("call still pending at ProbeAfter+Liveness")
+		}
+	}
+	if n := h.pings.Load(); n != 1 {
+		t.Fatalf("%d pings sent for two waiting calls, want one per connection", n)
+	}
+}
+
+// An owner that answers pings at once but takes 3×Liveness to answer the
+// call is alive: the call waits and gets the answer. The owner is a real
+// peerServer whose handler is slow, so this also shows the server answering
+// OpPing ahead of the calls it is busy with.
+func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var pinged atomic.Int64
+	srv := &peerServer{
+		ln: ln,
+		handle: func(ctx context.Context, c *Call) (Answer, error) {
+			if c.Op == OpPing {
+				pinged.Add(1) // must not happen: pings are answered by the reader
+			}
+			select {
+			case <-release:
+				return Answer{Owner: "slow", OK: true}, nil
+			case <-ctx.Done():
+				return Answer{}, ctx.Err()
+			}
+		},
+		inline: func(*Call) bool { return false },
+		log:    slog.New(slog.DiscardHandler),
+		conns:  map[net.Conn]struct{}{},
+	}
+	srv.wg.Add(1)
+	go srv.serve()
+	defer srv.close()
+
+	clk := &stepClock{}
+	p := newTestPeerClient(ln.Addr().String(), clk.After)
+	defer p.close()
+	type res struct {
+		a   Answer
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		a, err := p.call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
+		done <- res{a, err}
+	}()
+	var l *link
+	for clk.Now() < 3*testLiveness {
+		at := clk.next(t, 1)
+		clk.Advance(at - clk.Now())
+		clk.next(t, 1) // the check ran and armed the next one
+		p.mu.Lock()
+		l = p.cur
+		p.mu.Unlock()
+		if l == nil {
+			t.Fatalf("connection torn down at %v", clk.Now())
+		}
+		eventually(t, "no ping in flight", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return l.ping == 0
+		})
+		select {
+		case r := <-done:
+			t.Fatalf("call ended at %v, before the owner answered: %+v %v", clk.Now(), r.a, r.err)
+		default:
+		}
+	}
+	// Checks at ProbeAfter (silent: ping), +Liveness (the pong: alive),
+	// +2 Liveness (silent again: ping), +3 Liveness (alive). Until the call's
+	// answer, every frame received was a pong.
+	if pongs := l.recv.Load(); pongs != 2 {
+		t.Fatalf("%d pongs received over %v, want 2", pongs, clk.Now())
+	}
+	close(release)
+	select {
+	case r := <-done:
+		if r.err != nil || r.a.Owner != "slow" || !r.a.OK {
+			t.Fatalf("slow owner's answer: %+v %v", r.a, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer after the owner answered")
+	}
+	if n := pinged.Load(); n != 0 {
+		t.Fatalf("%d pings reached the handler, want none: the reader answers them", n)
+	}
+}
+
+// A refused connection is unreachable at once: no timer is even armed.
+func TestPeerCallRefusedFailsAtOnce(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	clk := &stepClock{}
+	p := newTestPeerClient(addr, clk.After)
+	defer p.close()
+	start := time.Now()
+	_, err = p.call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("call to a refused address: %v, want ErrPeerDown", err)
+	}
+	clk.mu.Lock()
+	armed := clk.armed
+	clk.mu.Unlock()
+	if armed != 0 {
+		t.Fatalf("%d timers armed for a refused connection, want none", armed)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("refused connection took %v", took)
+	}
+}
