@@ -108,19 +108,63 @@ type changeTest struct {
 	window  time.Duration
 	tenants []string
 	setupAt time.Time         // when the first admission was sent
+	setup   LoadResult        // the changeUsed admissions per tenant before the change
 	before  map[string]string // owners before the change
 }
 
-// setup admits changeUsed acquires for every tenant through every node and
-// records the owners.
+// newChangeTest sends changeUsed acquires for every tenant, round robin
+// through every node (all of them allowed: the limit is far), and records
+// the owners. Fallback answers and client errors there are test errors,
+// but the test goes on: what the clients were allowed before the change
+// counts in each tenant's total.
 func newChangeTest(t *testing.T, c *Cluster, window time.Duration, prefix string) *changeTest {
 	t.Helper()
 	ct := &changeTest{t: t, c: c, window: window, tenants: tenantNames(prefix, changeTenants), setupAt: time.Now()}
-	client := newClient()
-	defer client.CloseIdleConnections()
-	admitEach(t, client, c.Live(), ct.tenants, changeUsed)
-	ct.before = owners(t, c.Live(), ct.tenants)
+	ct.setup = StartLoad(LoadConfig{
+		Clients:     16,
+		Tenants:     ct.tenants,
+		Targets:     c.Nodes,
+		MaxRequests: changeUsed * len(ct.tenants),
+		MaxDuration: time.Minute,
+	}).Wait()
+	var wrong []string
+	for _, tn := range ct.tenants {
+		if tl := ct.setup.Tenants[tn]; tl.Allowed != changeUsed || tl.Errors != 0 || tl.Fallbacks != 0 {
+			wrong = append(wrong, fmt.Sprintf("%s: %v", tn, *tl))
+		}
+	}
+	if len(wrong) > 0 || ct.setup.Sent != changeUsed*len(ct.tenants) {
+		sort.Strings(wrong)
+		t.Errorf("before any change, %d acquires per tenant through every node of a healthy, converged cluster: %d of %d tenants did not get all of them allowed without fallback or error:\n  %s\n%s",
+			changeUsed, len(wrong), len(ct.tenants), strings.Join(wrong, "\n  "), ct.setup.Summary())
+	} else {
+		t.Logf("before the change: %s", ct.setup.Summary())
+	}
+	ct.before = ownerMap(t, c.Live(), ct.tenants)
 	return ct
+}
+
+// ownerMap asks, for every tenant, a node of procs (round robin) for its
+// owner. Unlike owners, it does not stop a test that already has errors.
+func ownerMap(t *testing.T, procs []*Proc, tenants []string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	var failed []string
+	for i, tn := range tenants {
+		var out struct {
+			Owner string `json:"owner"`
+		}
+		p := procs[i%len(procs)]
+		if err := GetJSON(p.URL()+"/admin/owner?tenant="+tn, &out); err != nil || out.Owner == "" {
+			failed = append(failed, fmt.Sprintf("%s via %s: %q %v", tn, p.Name, out.Owner, err))
+			continue
+		}
+		m[tn] = out.Owner
+	}
+	if len(failed) > 0 {
+		t.Errorf("/admin/owner failed for %d tenants: %s", len(failed), strings.Join(failed, "; "))
+	}
+	return m
 }
 
 // load starts the clients: 16 goroutines, each pausing 15 ms between two
@@ -156,7 +200,7 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 	}
 
 	live := ct.c.Live()
-	after := owners(t, live, ct.tenants)
+	after := ownerMap(t, live, ct.tenants)
 	st := statuses(t, live, ct.tenants)
 	moved := 0
 	var wrong []string
@@ -164,13 +208,13 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 		if ct.before[tn] != after[tn] {
 			moved++
 		}
-		tl := res.Tenants[tn]
+		tl, pre := res.Tenants[tn], ct.setup.Tenants[tn]
 		s, haveStatus := st[tn]
-		total := changeUsed + tl.Allowed
+		total := pre.Allowed + tl.Allowed
 		if total != changeLimit || tl.Errors != 0 || tl.Fallbacks != 0 || tl.Refused == 0 ||
 			!haveStatus || s.Limits.Requests.Limit != changeLimit || s.Limits.Requests.Remaining != 0 {
-			wrong = append(wrong, fmt.Sprintf("%s (owner %s -> %s): admitted %d in all (%d before + %d), want exactly %d; %v; status: limit %d remaining %d (want %d, 0)",
-				tn, ct.before[tn], after[tn], total, changeUsed, tl.Allowed, changeLimit, *tl, s.Limits.Requests.Limit, s.Limits.Requests.Remaining, changeLimit))
+			wrong = append(wrong, fmt.Sprintf("%s (owner %s -> %s): admitted %d in all (%d before + %d during and after), want exactly %d; before: %v; during and after: %v; status: limit %d remaining %d (want %d, 0)",
+				tn, ct.before[tn], after[tn], total, pre.Allowed, tl.Allowed, changeLimit, *pre, *tl, s.Limits.Requests.Limit, s.Limits.Requests.Remaining, changeLimit))
 		}
 	}
 	t.Logf("%d of %d tenants changed owner through %s", moved, len(ct.tenants), what)
@@ -182,14 +226,21 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 	}
 	if len(wrong) > 0 {
 		sort.Strings(wrong)
-		over := 0
+		over, under, troubled := 0, 0, 0
 		for _, tn := range ct.tenants {
-			if changeUsed+res.Tenants[tn].Allowed > changeLimit {
+			pre, tl := ct.setup.Tenants[tn], res.Tenants[tn]
+			switch total := pre.Allowed + tl.Allowed; {
+			case total > changeLimit:
 				over++
+			case total < changeLimit:
+				under++
+			}
+			if tl.Errors+tl.Fallbacks > 0 {
+				troubled++
 			}
 		}
-		t.Errorf("%s: %d of %d tenants not exact (%d over their limit of %d):\n  %s\nper-tenant tallies:%s",
-			what, len(wrong), len(ct.tenants), over, changeLimit, strings.Join(wrong, "\n  "), res.TenantReport())
+		t.Errorf("%s: %d of %d tenants wrong: %d admitted over their limit of %d, %d under it, %d saw client errors or fallback answers:\n  %s\nper-tenant tallies during and after the change:%s",
+			what, len(wrong), len(ct.tenants), over, changeLimit, under, troubled, strings.Join(wrong, "\n  "), res.TenantReport())
 	}
 	return res
 }
@@ -213,7 +264,7 @@ func TestJoinUnderLoadIsExact(t *testing.T) {
 
 	ct.finish(d, "a join")
 	joined := 0
-	after := owners(t, c.Live(), ct.tenants)
+	after := ownerMap(t, c.Live(), ct.tenants)
 	for _, tn := range ct.tenants {
 		if after[tn] == p4.Name {
 			joined++
@@ -295,8 +346,7 @@ func TestRollingRestartThroughHAProxyIsExact(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // HAProxy's rise 2 puts it back in the rotation
 	}
 
-	res := ct.finish(d, "a rolling restart")
-	_ = res
+	ct.finish(d, "a rolling restart")
 	for _, p := range c.Live() {
 		resets.read(p, "at the end")
 	}
@@ -326,15 +376,14 @@ func TestBusyClusterIsExactTenRuns(t *testing.T) {
 	const runs = 10
 	start := time.Now()
 	c := NewCluster(t, daemon, 3, busyConfig(runs))
+	// A counter vector has no sample before its first fallback: absent
+	// reads as 0.
 	fallbacks := func() map[string]float64 {
 		m := map[string]float64{}
 		for _, p := range c.Procs {
-			v, found, err := metricValue(p, fallbackMetric)
+			v, _, err := metricValue(p, fallbackMetric)
 			if err != nil {
 				t.Fatalf("read %s on %s: %v", fallbackMetric, p.Name, err)
-			}
-			if !found {
-				t.Logf("%s not exported by %s yet (counted as 0)", fallbackMetric, p.Name)
 			}
 			m[p.Name] = v
 		}
@@ -387,5 +436,12 @@ func TestBusyClusterIsExactTenRuns(t *testing.T) {
 			failedRuns++
 		}
 	}
-	t.Logf("%d of %d runs exact with no fallback (took %v):\n  %s", runs-failedRuns, runs, time.Since(start), strings.Join(summary, "\n  "))
+	fb := fallbacks()
+	for _, p := range c.Procs {
+		if fb[p.Name] != 0 {
+			t.Errorf("%s = %v on %s at the end, want 0", fallbackMetric, fb[p.Name], p.Name)
+		}
+	}
+	t.Logf("%d of %d runs exact with no fallback (took %v); %s at the end %v:\n  %s",
+		runs-failedRuns, runs, time.Since(start), fallbackMetric, fb, strings.Join(summary, "\n  "))
 }

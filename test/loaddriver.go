@@ -129,15 +129,16 @@ func (r LoadResult) Summary() string {
 // LoadDriver runs a LoadConfig. Start it with StartLoad; it stops by itself
 // after MaxRequests acquires or MaxDuration, or earlier by Stop.
 type LoadDriver struct {
-	cfg    LoadConfig
-	client *http.Client
-	check  *http.Client
-	start  time.Time
-	ctx    context.Context
-	cancel context.CancelFunc
-	seq    atomic.Int64 // acquires handed out so far
-	wg     sync.WaitGroup
-	done   chan struct{} // closed when every client and the poller have stopped
+	cfg     LoadConfig
+	client  *http.Client
+	check   *http.Client
+	start   time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+	seq     atomic.Int64 // acquires handed out so far
+	clients sync.WaitGroup
+	poller  sync.WaitGroup
+	done    chan struct{} // closed when every client and the poller have stopped
 
 	live atomic.Pointer[[]*Proc] // nodes passing their last health check
 
@@ -196,15 +197,16 @@ func StartLoad(cfg LoadConfig) *LoadDriver {
 	d.start = time.Now()
 	d.ctx, d.cancel = context.WithTimeout(context.Background(), cfg.MaxDuration)
 	d.poll()
-	d.wg.Add(1)
-	go d.poller()
+	d.poller.Add(1)
+	go d.pollLoop()
 	for range cfg.Clients {
-		d.wg.Add(1)
+		d.clients.Add(1)
 		go d.clientLoop()
 	}
 	go func() {
-		d.wg.Wait()
+		d.clients.Wait() // every client stopped: by Stop, MaxDuration or MaxRequests
 		d.cancel()
+		d.poller.Wait()
 		d.mu.Lock()
 		d.res.Elapsed = time.Since(d.start)
 		d.mu.Unlock()
@@ -217,10 +219,10 @@ func (d *LoadDriver) since() string {
 	return fmt.Sprintf("+%.3fs", time.Since(d.start).Seconds())
 }
 
-// poller re-polls every target's /readyz every CheckEvery until the driver
-// stops.
-func (d *LoadDriver) poller() {
-	defer d.wg.Done()
+// pollLoop re-polls every target's /readyz every CheckEvery until the
+// driver stops.
+func (d *LoadDriver) pollLoop() {
+	defer d.poller.Done()
 	tick := time.NewTicker(d.cfg.CheckEvery)
 	defer tick.Stop()
 	for {
@@ -295,7 +297,7 @@ func (d *LoadDriver) Live() []string {
 }
 
 func (d *LoadDriver) clientLoop() {
-	defer d.wg.Done()
+	defer d.clients.Done()
 	n := int64(len(d.cfg.Tenants))
 	for d.ctx.Err() == nil {
 		live := *d.live.Load()
