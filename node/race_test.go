@@ -1,0 +1,8 @@
+//go:build race
+
+package node
+
+// raceEnabled: the race detector slows the simulation tenfold, so under it
+// TestCustodySim runs a tenth of its seeds; make test runs all of them
+// without it too.
+const raceEnabled = true
