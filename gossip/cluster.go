@@ -76,6 +76,8 @@ type Cluster struct {
 	closed   bool          // events is closed: apply does nothing
 	conflict error         // first conflict on our own name, wraps ErrNameConflict
 
+	delegate *delegate
+
 	lifecycle sync.Mutex // serialises Leave and Shutdown; guards shut
 	shut      bool
 }
@@ -101,6 +103,7 @@ func Start(cfg Config) (*Cluster, error) {
 		events: make(chan Snapshot, 1),
 	}
 	d := &delegate{c: c, meta: cfg.Meta.encode()}
+	c.delegate = d
 	ml, err := memberlist.Create(cfg.memberlistConfig(d))
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name,
@@ -180,6 +183,27 @@ func (c *Cluster) LocalName() string { return c.cfg.Name }
 // address (with the actual port when BindPort was 0) and its metadata (with
 // the BootID Start generated, if any).
 func (c *Cluster) Local() MemberState { return c.local }
+
+// SetLeaving marks this node as draining in its gossiped metadata (see
+// Meta.Leaving) and broadcasts the change, waiting up to timeout for it to
+// go out. Every member then rebuilds its ring without this node, while it
+// stays a member until Leave.
+func (c *Cluster) SetLeaving(timeout time.Duration) error {
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	if c.shut {
+		return ErrShutdown
+	}
+	meta := c.cfg.Meta
+	meta.Leaving = true
+	c.delegate.mu.Lock()
+	c.delegate.meta = meta.encode()
+	c.delegate.mu.Unlock()
+	if err := c.ml.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("gossip: announce leaving: %w", err)
+	}
+	return nil
+}
 
 // Leave announces to the cluster that this node is leaving, and waits until
 // the announcement has been sent to at least one member or timeout has
@@ -269,7 +293,8 @@ func (c *Cluster) apply(name string, st *MemberState, reason string) {
 // into our values and returns at once.
 type delegate struct {
 	c    *Cluster
-	meta []byte // encoded c.cfg.Meta
+	mu   sync.Mutex // guards meta
+	meta []byte     // encoded c.cfg.Meta
 }
 
 // memberState converts a memberlist node.
@@ -282,7 +307,11 @@ func memberState(n *memberlist.Node) (MemberState, error) {
 }
 
 // NodeMeta returns this node's encoded metadata (memberlist.Delegate).
-func (d *delegate) NodeMeta(limit int) []byte { return d.meta }
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.meta
+}
 
 // NotifyMsg ignores user messages: we send none (memberlist.Delegate).
 func (d *delegate) NotifyMsg([]byte) {}

@@ -19,6 +19,12 @@ type Meta struct {
 	// one that only went quiet. Start fills an empty one with 16 random
 	// hex digits.
 	BootID string
+
+	// Leaving says the node is draining: it stays a member, answers and
+	// hands its state on, but owns nothing in the ring any more. Encoded
+	// after the three strings as one byte (1 = leaving); older decoders
+	// ignore it.
+	Leaving bool
 }
 
 // metaVersion is the first byte of an encoded Meta. A later version may
@@ -37,6 +43,9 @@ func (m Meta) encode() []byte {
 	for _, s := range []string{m.HTTP, m.Peer, m.BootID} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
+	}
+	if m.Leaving {
+		b = append(b, 1)
 	}
 	return b
 }
@@ -61,7 +70,7 @@ func decodeMeta(b []byte) (Meta, error) {
 		fields[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2]}, nil
+	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2], Leaving: len(b) > 0 && b[0] == 1}, nil
 }
 
 // newBootID returns bootIDLen random hex digits.

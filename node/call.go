@@ -46,7 +46,11 @@ type Call struct {
 	Req   limiter.Request // OpAcquire
 	Lease uint64          // OpSettle, OpRelease, OpCancel, OpRenew
 	Usage limiter.Usage   // OpSettle
-	Hops  uint8           // how many times this call was forwarded already
+	Hops  uint8           // how many times this call was forwarded already (at most 127)
+	// Handed says the forwarder is handing (or handed) the key's
+	// partition to the receiver: the receiver waits for it instead of
+	// forwarding the call on.
+	Handed bool
 	From  string          // OpTake, OpPut: the sender's peer address
 	State []byte          // OpPut: a limiter snapshot
 }
@@ -78,7 +82,11 @@ func appendDim(b []byte, d limiter.DimStatus) []byte {
 
 // AppendCall encodes c onto b.
 func AppendCall(b []byte, c *Call) []byte {
-	b = append(b, byte(c.Op), c.Hops)
+	hops := c.Hops & 0x7f
+	if c.Handed {
+		hops |= 0x80
+	}
+	b = append(b, byte(c.Op), hops)
 	b = appendString(b, c.Key)
 	b = binary.AppendUvarint(b, c.Lease)
 	b = binary.AppendVarint(b, c.Req.PromptTokens)
@@ -192,7 +200,8 @@ func (r *reader) dim() limiter.DimStatus {
 
 func (r *reader) call(c *Call) error {
 	c.Op = Op(r.byte())
-	c.Hops = r.byte()
+	hops := r.byte()
+	c.Hops, c.Handed = hops&0x7f, hops&0x80 != 0
 	c.Key = r.string()
 	c.Lease = r.uvarint()
 	c.Req.PromptTokens = r.varint()
@@ -254,4 +263,109 @@ func DecodeAnswer(b []byte) (Answer, error) {
 		return Answer{}, fmt.Errorf("decode answer: %d trailing bytes", len(r.b))
 	}
 	return a, nil
+}
+
+// A partition's state, as custody hands it over: a uvarint count, then
+// each key as a string followed by its limiter snapshot as a string.
+
+func appendEntry(b []byte, key string, state []byte) []byte {
+	b = appendString(b, key)
+	return appendString(b, string(state))
+}
+
+// decodeEntries calls fn for each key of a partition's state, stopping at
+// the first error. Empty data is an empty partition.
+func decodeEntries(data []byte, fn func(key string, state []byte) error) error {
+	if len(data) == 0 {
+		return nil
+	}
+	r := reader{b: data}
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.err = errShort
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		key, state := r.string(), r.bytes()
+		if r.err != nil {
+			break
+		}
+		if err := fn(key, state); err != nil {
+			return err
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	if r.err != nil {
+		return fmt.Errorf("decode partition state: %w", r.err)
+	}
+	return nil
+}
+
+// Custody messages travel in OpTransfer calls: a uvarint count, then per
+// message its kind, flags (1 held, 2 claiming), from, to, partition,
+// epoch, round, state, gave-to and gave epoch.
+
+func appendCustodyMsgs(b []byte, msgs []custodyMsg) []byte {
+	b = binary.AppendUvarint(b, uint64(len(msgs)))
+	for i := range msgs {
+		m := &msgs[i]
+		var flags byte
+		if m.Held {
+			flags |= 1
+		}
+		if m.Claiming {
+			flags |= 2
+		}
+		b = append(b, byte(m.Kind), flags)
+		b = appendString(b, m.From)
+		b = appendString(b, m.To)
+		b = binary.AppendUvarint(b, uint64(m.Part))
+		b = binary.AppendUvarint(b, m.Epoch)
+		b = binary.AppendUvarint(b, m.Round)
+		b = appendString(b, string(m.State))
+		b = appendString(b, m.GaveTo)
+		b = binary.AppendUvarint(b, m.Gave)
+	}
+	return b
+}
+
+// maxCustodyMsgs bounds the messages of one OpTransfer call: a few per
+// partition.
+const maxCustodyMsgs = 1 << 16
+
+func decodeCustodyMsgs(data []byte) ([]custodyMsg, error) {
+	r := reader{b: data}
+	n := r.uvarint()
+	if r.err == nil && (n > maxCustodyMsgs || n > uint64(len(r.b))) {
+		return nil, fmt.Errorf("decode custody messages: count %d", n)
+	}
+	msgs := make([]custodyMsg, 0, n)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		var m custodyMsg
+		m.Kind = msgKind(r.byte())
+		flags := r.byte()
+		m.Held, m.Claiming = flags&1 != 0, flags&2 != 0
+		m.From, m.To = r.string(), r.string()
+		part := r.uvarint()
+		m.Epoch, m.Round = r.uvarint(), r.uvarint()
+		if m.Kind == msgOffer {
+			m.State = []byte(r.string()) // non-nil: an empty partition is still a snapshot
+		} else {
+			m.State = r.bytes()
+		}
+		m.GaveTo, m.Gave = r.string(), r.uvarint()
+		if r.err == nil && (m.Kind < msgOffer || m.Kind > msgInfo || part > 1<<20) {
+			r.err = fmt.Errorf("message %d: kind %d, partition %d", i, m.Kind, part)
+		}
+		m.Part = int(part)
+		msgs = append(msgs, m)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode custody messages: %w", r.err)
+	}
+	return msgs, nil
 }

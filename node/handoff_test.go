@@ -87,7 +87,10 @@ func keysMoving(before, after *ring.Ring, from, to string, want int) []string {
 	return keys
 }
 
-func TestHandoffOnJoinPullsState(t *testing.T) {
+// A joiner that learns the new ring before the members holding its
+// partitions waits for them: calls through any node, meanwhile and after,
+// count from the real windows, never from zero and never twice.
+func TestHandoffOnJoinKeepsCounts(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
 	nodes := newNodes(t, 3, limits)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
@@ -101,17 +104,26 @@ func TestHandoffOnJoinPullsState(t *testing.T) {
 			t.Fatalf("%s: %d of 6 admitted before the join", k, got)
 		}
 	}
-	// n3 joins: it learns the ring first; n1 and n2 are still behind.
+	// n3 learns the ring first; n1 and n2 a moment later, while calls
+	// through all three are under way.
 	n3.SetRing(after)
+	counts := make([]int, len(keys))
+	var wg sync.WaitGroup
 	for i, k := range keys {
-		via := []*Node{n1, n2, n3}[i%3]
-		if got := admit(t, via, k, 10); got != 4 {
-			t.Fatalf("%s via %s after the join: %d of 10 admitted, want exactly 4 (6 were used before)", k, via.Name(), got)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts[i] = admit(t, nodes[i%3], k, 10)
+		}()
 	}
+	time.Sleep(30 * time.Millisecond)
 	n1.SetRing(after)
 	n2.SetRing(after)
-	for _, k := range keys {
+	wg.Wait()
+	for i, k := range keys {
+		if counts[i] != 4 {
+			t.Fatalf("%s via %s across the join: %d of 10 admitted, want exactly 4 (6 were used before)", k, nodes[i%3].Name(), counts[i])
+		}
 		if got := admit(t, n1, k, 3); got != 0 {
 			t.Fatalf("%s: %d admitted once every ring agreed, want 0", k, got)
 		}
@@ -119,12 +131,19 @@ func TestHandoffOnJoinPullsState(t *testing.T) {
 	if n1.Keys() != 0 || n3.Keys() != len(keys) {
 		t.Fatalf("keys held: n1 %d n3 %d, want 0 and %d", n1.Keys(), n3.Keys(), len(keys))
 	}
-	if pulled, given := n3.stats.pulled.Load(), n1.stats.given.Load(); pulled != int64(len(keys)) || given != int64(len(keys)) {
-		t.Fatalf("pulled %d given %d, want %d each", pulled, given, len(keys))
+	for _, nd := range nodes {
+		if c := nd.custodyStats().Conflicts; c != 0 {
+			t.Fatalf("%s: %d partitions reset while their holder was alive", nd.Name(), c)
+		}
+	}
+	if got, want := n3.custodyStats().Received, int64(len(after.OwnedPartitions("n3"))); got != want {
+		t.Fatalf("n3 received %d partitions, want the %d it owns", got, want)
 	}
 }
 
-func TestHandoffKeepsLeasesAndWaitersRetry(t *testing.T) {
+// Leases move with their key, and so do waiters: a waiter queued at the old
+// owner follows its key and is granted at the new one when a slot frees.
+func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Concurrency: 2} }
 	nodes := newNodes(t, 2, limits)
 	n1, n2 := nodes[0], nodes[1]
@@ -141,10 +160,14 @@ func TestHandoffKeepsLeasesAndWaitersRetry(t *testing.T) {
 		}
 		leases = append(leases, a.Decision.Lease)
 	}
-	waiter := make(chan limiter.Decision, 1)
+	type result struct {
+		a   Answer
+		err error
+	}
+	waiter := make(chan result, 1)
 	go func() {
-		a, _ := n1.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
-		waiter <- a.Decision
+		a, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
+		waiter <- result{a, err}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for n1.Waiting() != 1 {
@@ -155,32 +178,40 @@ func TestHandoffKeepsLeasesAndWaitersRetry(t *testing.T) {
 	}
 	n2.SetRing(after)
 	n1.SetRing(after)
-	// The first call at the new owner pulls the state: both slots are
-	// still held there.
+	// Both slots are still held at the new owner.
 	if a, err := n2.Do(ctx, &Call{Op: OpAcquire, Key: key}); err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.Concurrency {
 		t.Fatalf("acquire at the new owner: %+v %v, want a concurrency refusal", a, err)
 	}
-	// The waiter at the old owner was refused so that it retries there.
-	select {
-	case d := <-waiter:
-		if d.Allowed || d.RetryAfter <= 0 {
-			t.Fatalf("waiter: %+v", d)
+	for n2.Waiting() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not follow its key: %d waiting at n1, %d at n2", n1.Waiting(), n2.Waiting())
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter at the old owner was never answered")
+		time.Sleep(time.Millisecond)
 	}
-	// A lease issued by the old owner settles at the new one, exactly once.
+	// A lease issued by the old owner settles at the new one, exactly
+	// once, and the freed slot goes to the waiter that moved.
 	for i, want := range []bool{true, false} {
 		if a, err := n1.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: leases[0]}); err != nil || a.OK != want || a.Owner != "n2" {
 			t.Fatalf("settle #%d: %+v %v, want ok=%v decided by n2", i+1, a, err, want)
 		}
 	}
-	if got := admit(t, n2, key, 3); got != 1 {
-		t.Fatalf("%d admitted after one settle, want exactly 1", got)
+	select {
+	case r := <-waiter:
+		if r.err != nil || !r.a.Decision.Allowed || r.a.Owner != "n2" {
+			t.Fatalf("waiter: %+v %v, want admitted by n2", r.a, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter that followed its key was never granted")
+	}
+	if got := admit(t, n2, key, 3); got != 0 {
+		t.Fatalf("%d admitted with both slots held, want 0", got)
 	}
 }
 
-func TestHandoffOnGracefulLeavePushesEverything(t *testing.T) {
+// Drain hands every partition on and returns once all are acknowledged;
+// calls reaching the draining node meanwhile are forwarded, never decided
+// from zero, while the others learn of the leave.
+func TestDrainHandsEverythingOn(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
 	nodes := newNodes(t, 3, limits)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
@@ -195,29 +226,48 @@ func TestHandoffOnGracefulLeavePushesEverything(t *testing.T) {
 			t.Fatalf("%s: %d of 7", k, got)
 		}
 	}
-	pushed, err := n1.Handoff(context.Background())
-	if err != nil || pushed != len(keys) || n1.Keys() != 0 {
-		t.Fatalf("handoff pushed %d of %d (err %v), %d keys left", pushed, len(keys), err, n1.Keys())
-	}
-	// n2 and n3 still have the old ring for a moment: calls reaching n1
-	// are forwarded to the new owners, never decided from zero.
-	var wg sync.WaitGroup
 	counts := make([]int, len(keys))
+	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[i] = admit(t, nodes[1+i%2], k, 2)
+			counts[i] = admit(t, nodes[i%3], k, 2)
 		}()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- n1.Drain(ctx) }()
+	time.Sleep(20 * time.Millisecond) // the others hear of it late
+	for _, nd := range []*Node{n2, n3} {
+		tellLeaving(t, nd, nodes, n1)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
-	n2.SetRing(without)
-	n3.SetRing(without)
+	if n1.Keys() != 0 || n1.tr.Load().held() != 0 {
+		t.Fatalf("after Drain n1 holds %d keys, %d partitions", n1.Keys(), n1.tr.Load().held())
+	}
 	for i, k := range keys {
-		counts[i] += admit(t, nodes[1+i%2], k, 5)
+		counts[i] += admit(t, nodes[i%3], k, 5)
 		if counts[i] != 3 {
 			t.Fatalf("%s after the leave: %d admitted, want exactly 3 (7 of 10 were used)", k, counts[i])
 		}
+	}
+}
+
+// tellLeaving gives nd the membership of all with leaver draining: still a
+// member, out of the ring (what gossip's Meta.Leaving carries).
+func tellLeaving(t *testing.T, nd *Node, all []*Node, leaver *Node) {
+	t.Helper()
+	var members []viewMember
+	for _, m := range all {
+		members = append(members, viewMember{Member: member(m), Leaving: m == leaver})
+	}
+	if err := nd.follow(members); err != nil {
+		t.Fatal(err)
 	}
 }
 

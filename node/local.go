@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,9 +18,13 @@ type local struct {
 	table   *limiter.Table
 	now     func() time.Time
 	changed func(key string) // told of every key whose state an operation may have changed; may be nil
+	// guard, if set, admits a background change (a timer's wake, a
+	// withdrawn waiter) to key only while this node decides for it,
+	// holding its partition's gate until unlock.
+	guard func(key string) (unlock func(), ok bool)
 
-	mu      sync.Mutex                         // guards waiters, timers and closed
-	waiters map[waiterID]chan limiter.Decision // one per queued ticket, buffered 1
+	mu      sync.Mutex                // guards waiters, timers and closed
+	waiters map[waiterID]chan waiting // one per queued ticket, buffered 1
 	timers  map[string]*time.Timer             // one per key with waiters
 	closed  bool
 }
@@ -29,43 +34,64 @@ type waiterID struct {
 	ticket uint64
 }
 
+// waiting is what a queued acquire receives: its decision, or word that
+// its key left this node (moved), so the call follows the key.
+type waiting struct {
+	d     limiter.Decision
+	moved bool
+}
+
+// errMoved is await's error for a waiter whose key was handed to another
+// node: the caller sends the call after its key.
+var errMoved = errors.New("key moved while queued")
+
 func newLocal(name string, table *limiter.Table, now func() time.Time) *local {
 	return &local{
 		name:    name,
 		table:   table,
 		now:     now,
-		waiters: make(map[waiterID]chan limiter.Decision),
+		waiters: make(map[waiterID]chan waiting),
 		timers:  make(map[string]*time.Timer),
 	}
 }
 
 // do executes c here. An acquire that queues blocks until it is granted, its
-// deadline passes (a refusal) or ctx ends (the waiter is withdrawn and ctx's
-// error returned).
+// deadline passes (a refusal), its key moves away (errMoved) or ctx ends
+// (the waiter is withdrawn and ctx's error returned).
 func (l *local) do(ctx context.Context, c *Call) (Answer, error) {
-	a, err := l.decide(ctx, c)
+	a, ch, err := l.start(c)
+	if ch == nil || err != nil {
+		return a, err
+	}
+	return l.await(ctx, c.Key, a, ch)
+}
+
+// start executes c here without blocking; a queued acquire comes back with
+// the channel to await. The caller holds the key's partition gate.
+func (l *local) start(c *Call) (Answer, chan waiting, error) {
+	a, ch, err := l.decide(c)
 	// Mark after the operation: a replication round that drained the mark
 	// before the change was made would copy the state without it. Refusals
 	// and misses change nothing worth copying.
 	if l.changed != nil && err == nil && (a.Decision.Allowed || a.Decision.Queued || a.OK) {
 		l.changed(c.Key)
 	}
-	return a, err
+	return a, ch, err
 }
 
-// decide executes c on the table; do wraps it.
-func (l *local) decide(ctx context.Context, c *Call) (Answer, error) {
+// decide executes c on the table; start wraps it.
+func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 	now := l.now()
 	a := Answer{Owner: l.name}
 	var next time.Time
 	var wake bool
-	var ch chan limiter.Decision
+	var ch chan waiting
 	switch c.Op {
 	case OpAcquire:
 		l.table.Do(c.Key, now, func(b *limiter.Budget) {
 			a.Decision = b.Acquire(now, c.Req)
 			if a.Decision.Queued {
-				ch = make(chan limiter.Decision, 1)
+				ch = make(chan waiting, 1)
 				l.mu.Lock()
 				l.waiters[waiterID{c.Key, a.Decision.Ticket}] = ch
 				l.mu.Unlock()
@@ -74,11 +100,10 @@ func (l *local) decide(ctx context.Context, c *Call) (Answer, error) {
 		})
 		if ch != nil {
 			l.schedule(c.Key, next, wake)
-			return l.await(ctx, c.Key, a, ch)
 		}
-		return a, nil
+		return a, ch, nil
 	case OpSettle, OpRelease, OpCancel:
-		l.change(c.Key, func(now time.Time, b *limiter.Budget) bool {
+		l.changeLocked(c.Key, func(now time.Time, b *limiter.Budget) bool {
 			switch c.Op {
 			case OpSettle:
 				a.OK = b.Settle(now, c.Lease, c.Usage)
@@ -90,26 +115,29 @@ func (l *local) decide(ctx context.Context, c *Call) (Answer, error) {
 			a.Decision.Status = b.Status(now)
 			return a.OK
 		})
-		return a, nil
+		return a, nil, nil
 	case OpRenew:
 		l.table.Peek(c.Key, func(b *limiter.Budget) {
 			a.Expires, a.OK = b.Renew(now, c.Lease)
 			a.Decision.Status = b.Status(now)
 		})
-		return a, nil
+		return a, nil, nil
 	case OpStatus:
 		l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) })
-		return a, nil
+		return a, nil, nil
 	}
-	return a, fmt.Errorf("call %s on %q: unknown op", c.Op, c.Key)
+	return a, nil, fmt.Errorf("call %s on %q: unknown op", c.Op, c.Key)
 }
 
 // await blocks a queued acquire until its grant arrives or ctx ends.
-func (l *local) await(ctx context.Context, key string, a Answer, ch chan limiter.Decision) (Answer, error) {
+func (l *local) await(ctx context.Context, key string, a Answer, ch chan waiting) (Answer, error) {
 	ticket := a.Decision.Ticket
 	select {
-	case d := <-ch:
-		a.Decision = d
+	case w := <-ch:
+		if w.moved {
+			return a, fmt.Errorf("wait on %q: %w", key, errMoved)
+		}
+		a.Decision = w.d
 		return a, nil
 	case <-ctx.Done():
 	}
@@ -121,8 +149,8 @@ func (l *local) await(ctx context.Context, key string, a Answer, ch chan limiter
 	if !withdrawn {
 		// The grant was already taken from the queue and is on its way:
 		// receive it and roll back an admission nobody will use.
-		if d := <-ch; d.Allowed {
-			l.change(key, func(now time.Time, b *limiter.Budget) bool { return b.Cancel(now, d.Lease) })
+		if w := <-ch; !w.moved && w.d.Allowed {
+			l.change(key, func(now time.Time, b *limiter.Budget) bool { return b.Cancel(now, w.d.Lease) })
 		}
 	}
 	l.mu.Lock()
@@ -142,8 +170,33 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 		id := waiterID{key, g.Ticket}
 		if ch, ok := l.waiters[id]; ok {
 			delete(l.waiters, id)
-			ch <- g.Decision
+			ch <- waiting{d: g.Decision}
 		}
+	}
+}
+
+// moveAll tells every waiter of key, those drained from its queue (grants)
+// and any other still parked, that the key left this node: each call
+// follows it to the new owner.
+func (l *local) moveAll(key string, grants []limiter.Grant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range grants {
+		id := waiterID{key, g.Ticket}
+		if ch, ok := l.waiters[id]; ok {
+			delete(l.waiters, id)
+			ch <- waiting{moved: true}
+		}
+	}
+	for id, ch := range l.waiters {
+		if id.key == key {
+			delete(l.waiters, id)
+			ch <- waiting{moved: true}
+		}
+	}
+	if t := l.timers[key]; t != nil {
+		t.Stop()
+		delete(l.timers, key)
 	}
 }
 
@@ -155,7 +208,7 @@ func (l *local) refuseAll(key string) {
 	for id, ch := range l.waiters {
 		if id.key == key {
 			delete(l.waiters, id)
-			ch <- limiter.Decision{Reason: limiter.Requests, RetryAfter: 10 * time.Millisecond}
+			ch <- waiting{d: limiter.Decision{Reason: limiter.Requests, RetryAfter: 10 * time.Millisecond}}
 		}
 	}
 }
@@ -183,10 +236,25 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
 }
 
-// change runs fn on key's budget, if the key is held here. When fn reports
-// that capacity may have been freed, the queue is woken: its grants are
-// delivered and the key's timer re-armed.
+// change is changeLocked for background work (timers, withdrawn waiters):
+// it takes the key's partition gate first, and does nothing when this node
+// no longer decides for the key.
 func (l *local) change(key string, fn func(now time.Time, b *limiter.Budget) bool) {
+	if l.guard != nil {
+		unlock, ok := l.guard(key)
+		if !ok {
+			return
+		}
+		defer unlock()
+	}
+	l.changeLocked(key, fn)
+}
+
+// changeLocked runs fn on key's budget, if the key is held here. When fn
+// reports that capacity may have been freed, the queue is woken: its grants
+// are delivered and the key's timer re-armed. The caller holds the key's
+// partition gate.
+func (l *local) changeLocked(key string, fn func(now time.Time, b *limiter.Budget) bool) {
 	now := l.now()
 	var grants []limiter.Grant
 	var next time.Time

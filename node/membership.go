@@ -21,7 +21,7 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
-	if err := n.follow(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
+	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
 		c.Shutdown()
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 				if !ok {
 					return
 				}
-				if err := n.follow(snap); err != nil {
+				if err := n.followSnapshot(snap); err != nil {
 					n.log.Error("membership change ignored", "reason", snap.Reason, "err", err)
 				}
 			}
@@ -48,27 +48,20 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	return c, nil
 }
 
-// follow installs the ring for one membership snapshot. After Handoff the
-// node keeps the ring without itself.
-func (n *Node) follow(snap gossip.Snapshot) error {
-	if n.leaving.Load() {
-		return nil
-	}
-	members := make([]ring.Member, 0, len(snap.Members))
+// followSnapshot installs the membership of one gossip snapshot.
+func (n *Node) followSnapshot(snap gossip.Snapshot) error {
+	members := make([]viewMember, 0, len(snap.Members))
 	for _, m := range snap.Members {
-		members = append(members, ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr})
+		members = append(members, viewMember{
+			Member:  ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr},
+			Boot:    m.Meta.BootID,
+			Leaving: m.Meta.Leaving,
+		})
 	}
-	next, err := ring.New(n.ringConfig(), members)
-	if err != nil {
-		return fmt.Errorf("ring for %d members: %w", len(members), err)
+	if err := n.follow(members); err != nil {
+		return err
 	}
-	prev := n.ring.Load()
-	if prev != nil && prev.Version() == next.Version() {
-		return nil
-	}
-	moves := ring.Moves(prev, next)
-	n.SetRing(next)
-	n.log.Info("ring changed", "reason", snap.Reason, "members", len(members), "version", next.Version(), "partitions_moved", len(moves))
+	n.log.Info("membership changed", "reason", snap.Reason, "members", len(members), "version", n.ring.Load().Version())
 	return nil
 }
 

@@ -22,11 +22,26 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_peer_unreachable_total", Help: "Connections to peers that failed (refused, timed out).",
 		}, func() float64 { return float64(n.stats.downs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tokenring_handoff_received_total", Help: "Keys whose state this node received by handoff (pulled or pushed).",
-		}, func() float64 { return float64(n.stats.pulled.Load()) }),
+			Name: "tokenring_handoff_received_total", Help: "Partitions whose custody this node received from another node.",
+		}, func() float64 { return float64(n.custodyStats().Received) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tokenring_handoff_given_total", Help: "Keys whose state this node handed to another node.",
-		}, func() float64 { return float64(n.stats.given.Load()) }),
+			Name: "tokenring_handoff_given_total", Help: "Partitions whose custody this node handed to another node (acknowledged).",
+		}, func() float64 { return float64(n.custodyStats().Given) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_handoff_orphans_total", Help: "Partitions this node restored (from replicas and checkpoint, key by key) because their custodian died.",
+		}, func() float64 { return float64(n.custodyStats().Orphans) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_reset_while_holder_alive_total",
+			Help: "Partitions started over while a live member held them (an offer reaching a custodian, a restore while a live member held it). Always 0 when handoff works.",
+		}, func() float64 { return float64(n.custodyStats().Conflicts) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_partitions_held", Help: "Partitions this node is custodian of.",
+		}, func() float64 {
+			if t := n.tr.Load(); t != nil {
+				return float64(t.held())
+			}
+			return 0
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
 		}, func() float64 { return float64(n.stats.replicated.Load()) }),
@@ -54,4 +69,13 @@ func (n *Node) Collectors() []prometheus.Collector {
 			return 0
 		}),
 	}
+}
+
+// custodyStats returns the custody machine's counters (zero before the
+// first ring).
+func (n *Node) custodyStats() custodyStats {
+	if t := n.tr.Load(); t != nil {
+		return t.stats()
+	}
+	return custodyStats{}
 }

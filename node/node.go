@@ -48,12 +48,19 @@ type Config struct {
 	// the call's wait), so a further hop to an unresponsive node cannot
 	// pin the connection's goroutine. Zero means one second.
 	HopTimeout time.Duration
-	// HandoffHorizon is how long after a partition moved here its keys are
-	// pulled from the previous holder on first use. State older than one
-	// window plus one lease TTL has expired anyway. Zero means 3 minutes.
+	// TransferWait bounds how long a call waits for its key's partition
+	// to arrive here, when custody of the partition is on its way (a
+	// ring change). It is the transfer's deadline, not the client's: past
+	// it the call fails with ErrTransferPending and the caller falls back.
+	// Zero means 2 seconds.
+	TransferWait time.Duration
+	// HandoffHorizon is how long after a partition's custodian crashed
+	// its keys are looked up, on first use, in the backup's replicas and
+	// the checkpoint. State older than one window plus one lease TTL has
+	// expired anyway. Zero means 3 minutes.
 	HandoffHorizon time.Duration
-	// PullTimeout bounds one handoff pull; a crashed previous holder refuses
-	// at once, a hung one costs this much. Zero means 250ms.
+	// PullTimeout bounds one lookup of a crashed custodian's key in a
+	// replica or the checkpoint. Zero means 250ms.
 	PullTimeout time.Duration
 	// ReplicationInterval is how often the keys changed since the last
 	// round are copied to their backups. It bounds what an owner's crash
@@ -82,9 +89,14 @@ type Node struct {
 
 	ring     atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
 	ready    atomic.Bool               // joined and the first ring installed
-	leaving  atomic.Bool               // Handoff ran: ignore membership, forward everything
-	hand     handoff
-	dirty    dirtySet     // keys changed since the last replication round
+	leaving  atomic.Bool               // Drain ran: own nothing, hand everything on
+	stripes  [64]sync.Mutex            // serialise restores of the same key
+	seed     maphash.Seed
+	tmu      sync.Mutex                 // guards tr's creation
+	tr       atomic.Pointer[transfer]   // custody of partitions; nil until the first ring
+	members  []viewMember               // the last membership, for Drain; guarded by tmu
+	viewSig  string                     // the last membership's ring version and members; guarded by tmu
+	dirty    dirtySet                   // keys changed since the last replication round
 	inflight atomic.Int32 // replication rounds under way
 	replicas replicaStore // copies held for other owners
 	server   *peerServer
@@ -131,6 +143,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.HopTimeout <= 0 {
 		cfg.HopTimeout = time.Second
 	}
+	if cfg.TransferWait <= 0 {
+		cfg.TransferWait = 2 * time.Second
+	}
 	if cfg.HandoffHorizon <= 0 {
 		cfg.HandoffHorizon = 3 * time.Minute
 	}
@@ -159,9 +174,10 @@ func New(cfg Config) (*Node, error) {
 		peers: make(map[string]*peerClient),
 		stop:  make(chan struct{}),
 	}
-	n.hand.seed = maphash.MakeSeed()
+	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
 	n.local.changed = n.dirty.mark
+	n.local.guard = n.guard
 	n.server = &peerServer{
 		ln:     ln,
 		handle: n.serve,
@@ -173,6 +189,11 @@ func New(cfg Config) (*Node, error) {
 	n.server.wg.Add(1)
 	go n.server.serve()
 	n.every(cfg.SweepInterval, n.sweep)
+	n.every(transferTick, func() {
+		if t := n.tr.Load(); t != nil {
+			t.tick()
+		}
+	})
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
 			n.replicateOnce()
@@ -191,13 +212,29 @@ func (n *Node) PeerAddr() string { return n.server.ln.Addr().String() }
 // Ring is the current ring, nil before the first membership snapshot.
 func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
 
-// SetRing installs a new ring built from the latest membership and notes
-// which partitions moved here, and from where, for handoff.
+// SetRing installs r as the membership: its members are alive, with no
+// boot ids and none leaving. Join does this from gossip; tests call it.
 func (n *Node) SetRing(r *ring.Ring) {
-	prev := n.ring.Swap(r)
-	if r != nil {
-		n.updateHints(prev, r)
+	members := make([]viewMember, 0, len(r.Members()))
+	for _, m := range r.Members() {
+		members = append(members, viewMember{Member: m})
 	}
+	n.setMembers(r, members, "")
+}
+
+// setMembers installs a membership: r is the ring of the members that are
+// not leaving; self's boot id names this process to custody.
+func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	t := n.tr.Load()
+	if t == nil {
+		t = newTransfer(n, memberID(n.cfg.Name, boot), r.PartitionCount())
+		n.tr.Store(t)
+	}
+	n.members = members
+	n.ring.Store(r)
+	t.setView(r, members)
 	n.prunePeers(r)
 }
 
@@ -221,86 +258,157 @@ func (n *Node) Owner(key string) (ring.Member, bool) {
 	return m, m.Name == n.cfg.Name
 }
 
-// Do executes c at its key's owner: here when this node owns the key,
-// otherwise over the peer connection to the owner. A forward that cannot
-// reach the owner fails with an error wrapping ErrPeerDown (at once for a
-// refused connection) or ctx's error; the caller decides the fallback.
+// Do executes c at its key's owner: here when this node is custodian of
+// the key's partition, otherwise over the peer connection to the member
+// that is (or is about to be). A call whose partition is on its way here
+// waits for it, at most TransferWait, then fails with ErrTransferPending. A
+// forward that cannot reach the owner fails with an error wrapping
+// ErrPeerDown; ctx ending returns ctx's error. On those errors the caller
+// decides the fallback; nothing was admitted.
 func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 	select {
 	case <-n.stop:
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
 	default:
 	}
-	owner, self := n.Owner(c.Key)
-	if self {
-		if to, gone := n.goneTo(c.Key); gone && int(c.Hops) < n.cfg.MaxHops {
-			// Handed to a node whose ring is ahead of ours.
+	t := n.tr.Load()
+	if t == nil {
+		return n.local.do(ctx, c) // no cluster: everything is here
+	}
+	cc := *c // a waiter that follows its key spends its wait here
+	c = &cc
+	p := n.ring.Load().Partition(c.Key)
+	g := &t.gates[p]
+	var deadline <-chan time.Time
+	for {
+		h := g.hop.Load()
+		switch {
+		case h.mode == routeLocal:
+			a, err := n.decideHere(ctx, t, p, c)
+			if errors.Is(err, errMoved) || errors.Is(err, errNotHere) {
+				continue // the partition left while we queued: follow it
+			}
+			return a, err
+		case h.mode == routeAwait || (c.Handed && c.Hops > 0):
+			if deadline == nil {
+				timer := time.NewTimer(n.cfg.TransferWait)
+				defer timer.Stop()
+				deadline = timer.C
+			}
+			changed := *g.changed.Load()
+			if g.hop.Load() != h {
+				continue
+			}
+			select {
+			case <-changed:
+				continue
+			case <-deadline:
+				return Answer{}, fmt.Errorf("call %s %q at %s: partition %d: %w", c.Op, c.Key, n.cfg.Name, p, ErrTransferPending)
+			case <-ctx.Done():
+				return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ctx.Err())
+			case <-n.stop:
+				return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
+			}
+		default:
+			if int(c.Hops) >= n.cfg.MaxHops {
+				return Answer{}, fmt.Errorf("call %s %q at %s: %w: %w", c.Op, c.Key, n.cfg.Name, ErrNoOwner, ErrTransferPending)
+			}
 			fwd := *c
 			fwd.Hops++
-			return n.peer(to).call(ctx, &fwd)
+			fwd.Handed = h.handed
+			return n.peer(h.addr).call(ctx, &fwd)
 		}
-		n.ensure(ctx, c.Key, c.Hops)
-		return n.local.do(ctx, c)
 	}
-	if c.Hops > 0 && n.table.Peek(c.Key, func(*limiter.Budget) {}) {
-		// Forwarded here by a member whose ring says we own the key, and
-		// we hold its state (handed to us, or not yet pulled by the owner
-		// our ring names): the state lives in one place, so deciding here
-		// is exact, and it ends a ping-pong between lagging rings.
-		return n.local.do(ctx, c)
-	}
-	if int(c.Hops) >= n.cfg.MaxHops {
-		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrNoOwner)
-	}
-	fwd := *c
-	fwd.Hops++
-	return n.peer(owner.Peer).call(ctx, &fwd)
 }
 
-// serve executes a call that arrived from a peer: here, or one hop further
-// within HopTimeout when this node's ring says another member owns the key.
-// Handoff calls are addressed to this node, whoever owns the key.
+// errNotHere: the partition left between reading its route and taking its
+// gate; the call looks again.
+var errNotHere = errors.New("partition not here")
+
+// decideHere executes c at this node, the custodian of partition p: under
+// the partition's gate, so custody cannot change mid-decision; a queued
+// acquire waits after releasing it.
+func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Answer, error) {
+	g := &t.gates[p]
+	if h := g.restore.Load(); h != nil {
+		n.restoreKey(ctx, g, h, c.Key)
+	}
+	g.mu.RLock()
+	if g.hop.Load().mode != routeLocal {
+		g.mu.RUnlock()
+		return Answer{}, errNotHere
+	}
+	start := n.cfg.Now()
+	a, ch, err := n.local.start(c)
+	g.mu.RUnlock()
+	if ch == nil || err != nil {
+		return a, err
+	}
+	if a, err = n.local.await(ctx, c.Key, a, ch); errors.Is(err, errMoved) {
+		// The waiter follows its key with what is left of its wait.
+		c.Req.Wait = max(0, c.Req.Wait-n.cfg.Now().Sub(start))
+	}
+	return a, err
+}
+
+// guard holds key's partition gate for a background change, if this node
+// decides for the key.
+func (n *Node) guard(key string) (func(), bool) {
+	t := n.tr.Load()
+	if t == nil {
+		return func() {}, true
+	}
+	g := &t.gates[n.ring.Load().Partition(key)]
+	g.mu.RLock()
+	if g.hop.Load().mode != routeLocal {
+		g.mu.RUnlock()
+		return nil, false
+	}
+	return g.mu.RUnlock, true
+}
+
+// serve executes a call that arrived from a peer.
 func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	switch c.Op {
-	case OpTake:
-		return n.take(ctx, c)
-	case OpPut:
-		return n.put(c)
+	case OpTransfer:
+		msgs, err := decodeCustodyMsgs(c.State)
+		if err != nil {
+			return Answer{}, err
+		}
+		if t := n.tr.Load(); t != nil {
+			t.step(msgs)
+		}
+		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case OpReplicate:
 		n.replicas.put(c.Key, c.State, n.cfg.Now())
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case OpReplica: // Expires carries when the replica arrived
 		rep, ok := n.replicas.take(c.Key)
 		return Answer{Owner: n.cfg.Name, OK: ok, State: rep.state, Expires: rep.at}, nil
+	case OpTake, OpPut, OpPing:
+		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}
-	if _, self := n.Owner(c.Key); !self {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.HopTimeout+c.Req.Wait)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
+	defer cancel()
 	return n.Do(ctx, c)
 }
 
 // inline reports whether a forwarded call is cheap enough to run on the
-// connection's reader goroutine: decided here, without waiting, pulling or
+// connection's reader goroutine: decided here at once, without waiting or
 // forwarding.
 func (n *Node) inline(c *Call) bool {
 	switch {
 	case c.Op == OpReplicate || c.Op == OpReplica:
 		return true
-	case c.Op == OpTake || c.Op == OpPut:
-		return false
-	case c.Op == OpAcquire && c.Req.Wait > 0:
+	case c.Op == OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
 		return false
 	}
-	if _, self := n.Owner(c.Key); !self {
-		return false
+	t := n.tr.Load()
+	if t == nil {
+		return true
 	}
-	if _, hinted := n.hintFor(c.Key); hinted {
-		return false
-	}
-	_, gone := n.goneTo(c.Key)
-	return !gone
+	g := &t.gates[n.ring.Load().Partition(c.Key)]
+	return g.hop.Load().mode == routeLocal && g.restore.Load() == nil
 }
 
 func (n *Node) peer(addr string) *peerClient {
@@ -314,20 +422,15 @@ func (n *Node) peer(addr string) *peerClient {
 	return p
 }
 
-// prunePeers closes connections to peers that are neither in r nor named
-// by a handoff hint (a node that left gracefully still serves pulls).
+// prunePeers closes connections to peers that are not in the membership.
+// Callers hold tmu.
 func (n *Node) prunePeers(r *ring.Ring) {
 	if r == nil {
 		return
 	}
 	live := make(map[string]bool)
-	for _, m := range r.Members() {
+	for _, m := range n.members {
 		live[m.Peer] = true
-	}
-	if hp := n.hand.hints.Load(); hp != nil {
-		for _, h := range *hp {
-			live[h.from] = true
-		}
 	}
 	var gone []*peerClient
 	n.mu.Lock()
@@ -387,6 +490,9 @@ func (n *Node) Close() error {
 	}
 	n.local.close()
 	n.wg.Wait()
+	if t := n.tr.Load(); t != nil {
+		t.sends.Wait()
+	}
 	return nil
 }
 

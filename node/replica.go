@@ -143,8 +143,8 @@ func (n *Node) replicateOnce() {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, key := range keys {
-		if owner, _ := r.Owner(key); owner.Name != n.cfg.Name {
-			continue // moved away meanwhile: the new owner replicates it
+		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != routeLocal {
+			continue // handed on meanwhile: the new custodian replicates it
 		}
 		var state []byte
 		if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -136,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	base := log
 	log = log.With("node", f.name)
 
+	var draining atomic.Bool // SIGTERM came: /readyz fails
 	limits := keyLimits(cfg)
 	n, err := node.New(node.Config{
 		Name:       f.name,
@@ -194,7 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Fallback:       router.FallbackPolicy(cfg.Fallback),
 		ForwardTimeout: cfg.ForwardTimeout,
 		AdminToken:     cfg.AdminToken,
-		Ready:          n.Ready,
+		Ready:          func() bool { return n.Ready() && !draining.Load() },
 		Registry:       reg,
 		Gatherer:       reg,
 		Logger:         log,
@@ -209,6 +211,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	drainFor := 5 * time.Second
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
@@ -218,18 +221,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
-	if members.NumMembers() > 1 { // the last member has nobody to tell
-		log.Info("shutting down: leaving the cluster")
-		if err := members.Leave(5 * time.Second); err != nil {
-			log.Warn("leave", "err", err)
-		}
-		// Hand every key to its new owner, then keep serving peers a
-		// moment: new owners pull keys they need before our push lands.
-		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		pushed, err := n.Handoff(hctx)
-		cancel()
-		log.Info("handed keys to their new owners", "keys", pushed, "err", err)
-	}
+	drain(log, &draining, srv, n, members, drainFor)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -237,6 +229,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// drain leaves the cluster without a client noticing (DESIGN.md "Drain"):
+// /readyz fails at once and connections stop being kept alive, so load
+// balancers and clients move elsewhere, while the node keeps serving and
+// forwarding for drainFor; then it tells the cluster it is leaving, hands
+// every partition on and waits for the acknowledgements, leaves the gossip
+// cluster, and only then is the HTTP server shut down.
+func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, members *gossip.Cluster, drainFor time.Duration) {
+	draining.Store(true)
+	srv.SetKeepAlivesEnabled(false)
+	if members.NumMembers() <= 1 {
+		return // the last member has nobody to hand to
+	}
+	log.Info("draining: not ready, still serving", "for", drainFor)
+	time.Sleep(drainFor)
+	if err := members.SetLeaving(2 * time.Second); err != nil {
+		log.Warn("drain: announce leaving", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := n.Drain(ctx)
+	cancel()
+	if err != nil {
+		log.Warn("drain: partitions not handed on; their new owners restore them from replicas", "err", err)
+	} else {
+		log.Info("drain: every partition handed on")
+	}
+	if err := members.Leave(5 * time.Second); err != nil {
+		log.Warn("drain: leave", "err", err)
+	}
 }
 
 // keyLimits maps limiter keys to the configured limits: "t:<tenant>" to the

@@ -1,0 +1,312 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// transfer is the thin shell around the custody machine (custody.go): it
+// owns the machine's lock, turns memberships into views, carries the
+// machine's messages over the peer protocol, freezes and installs
+// partitions in the limiter table, and publishes each partition's route to
+// the hot path. It holds no lock across network I/O: messages leave on
+// goroutines of their own, and a lost one is resent by the machine.
+type transfer struct {
+	n     *Node
+	self  string // this member's id: name, or name/boot id
+	gates []gate
+
+	mu    sync.Mutex // guards m, addrs, ring, prev
+	m     *custody
+	addrs map[string]string // member id → peer address
+	ring  *ring.Ring        // the ring of the current view (leaving members excluded)
+	prev  *ring.Ring        // the one before: who backed a partition up
+
+	sends sync.WaitGroup // messages on their way
+}
+
+// gate is one partition's door on the hot path.
+type gate struct {
+	// mu is held for reading while a call decides on one of the
+	// partition's keys, and for writing while the shell changes the
+	// partition's custody (freeze, install): so no admission slips
+	// between a freeze's snapshot and the route that forwards.
+	mu      sync.RWMutex
+	hop     atomic.Pointer[hop]
+	changed atomic.Pointer[chan struct{}] // closed when hop changes
+	restore atomic.Pointer[restoreHint]   // set after the partition's custodian died
+}
+
+// hop is where calls for a partition go.
+type hop struct {
+	mode   routeMode
+	addr   string // routeForward: the peer address
+	handed bool   // routeForward: custody is going (or went) there
+}
+
+// restoreHint says where the keys of a partition whose custodian died may
+// still be found, key by key, until the window and leases have expired.
+type restoreHint struct {
+	backup string // peer address of the dead custodian's backup
+	until  time.Time
+}
+
+// memberID is how custody names a member: a restarted process is a new
+// member, since it lost its RAM.
+func memberID(name, boot string) string {
+	if boot == "" {
+		return name
+	}
+	return name + "/" + boot
+}
+
+// transferTick is the custody machine's tick.
+const transferTick = 20 * time.Millisecond
+
+func newTransfer(n *Node, self string, partitions int) *transfer {
+	t := &transfer{
+		n:     n,
+		self:  self,
+		gates: make([]gate, partitions),
+		m:     newCustody(self, partitions, custodyConfig{Retry: 5, Round: 50}), // 100ms, 1s
+		addrs: map[string]string{},
+	}
+	for p := range t.gates {
+		t.gates[p].hop.Store(&hop{mode: routeAwait})
+		ch := make(chan struct{})
+		t.gates[p].changed.Store(&ch)
+	}
+	return t
+}
+
+// viewMember is one live member for setView.
+type viewMember struct {
+	ring.Member
+	Boot    string
+	Leaving bool // alive, but not in the ring: handing its partitions on
+}
+
+// setView installs a membership: the ring of its members that are not
+// leaving, and every member as alive.
+func (t *transfer) setView(r *ring.Ring, members []viewMember) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make(map[string]string, len(members)) // name → id
+	alive := make(map[string]bool, len(members)+1)
+	alive[t.self] = true
+	for _, m := range members {
+		id := memberID(m.Name, m.Boot)
+		ids[m.Name] = id
+		alive[id] = true
+		t.addrs[id] = m.Peer
+	}
+	owners := make([]string, len(t.gates))
+	for p := range owners {
+		if o, ok := r.PartitionOwner(p); ok {
+			owners[p] = ids[o.Name]
+			if owners[p] == "" {
+				owners[p] = memberID(o.Name, "")
+			}
+		}
+	}
+	if t.ring != nil && t.ring.Version() != r.Version() {
+		t.prev = t.ring
+	}
+	t.ring = r
+	t.m.SetView(custodyView{Owners: owners, Alive: alive})
+	t.apply()
+	for p := range t.gates {
+		t.publish(p) // forwards follow the new ring and addresses
+	}
+}
+
+// tick advances the machine's time.
+func (t *transfer) tick() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m.Tick()
+	t.apply()
+}
+
+// step feeds messages from a peer to the machine.
+func (t *transfer) step(msgs []custodyMsg) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, msg := range msgs {
+		t.m.Step(msg)
+	}
+	t.apply()
+}
+
+// held counts the partitions this member is custodian of.
+func (t *transfer) held() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m.Held()
+}
+
+// stats returns the machine's counters.
+func (t *transfer) stats() custodyStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m.stats
+}
+
+// apply carries out the machine's Ready until it has nothing more to say.
+// Callers hold t.mu.
+func (t *transfer) apply() {
+	for {
+		rd := t.m.Ready()
+		if len(rd.Msgs)+len(rd.Freeze)+len(rd.Install)+len(rd.Restore)+len(rd.Routes) == 0 {
+			return
+		}
+		t.send(rd.Msgs)
+		if len(rd.Freeze) > 0 {
+			for p, state := range t.freeze(rd.Freeze) {
+				t.m.Frozen(p, state)
+			}
+		}
+		for _, in := range rd.Install {
+			t.install(in)
+		}
+		for _, p := range rd.Restore {
+			t.noteRestore(p)
+			t.m.Restored(p)
+		}
+		for _, p := range rd.Routes {
+			t.publish(p)
+		}
+	}
+}
+
+// publish makes partition p's current route the hot path's, and wakes the
+// calls waiting for it to change. Callers hold t.mu.
+func (t *transfer) publish(p int) {
+	r := t.m.Route(p)
+	h := &hop{mode: r.Mode, handed: r.Handed}
+	if r.Mode == routeForward {
+		h.addr = t.addrs[r.To]
+	}
+	g := &t.gates[p]
+	if old := g.hop.Load(); *old == *h {
+		return
+	}
+	g.hop.Store(h)
+	ch := make(chan struct{})
+	close(*g.changed.Swap(&ch))
+}
+
+// freeze stops admitting for partitions ps and snapshots their keys out of
+// the table, one blob per partition. Waiters queued on those keys are told
+// to follow their key (local.moveAll). Callers hold t.mu.
+func (t *transfer) freeze(ps []int) map[int][]byte {
+	want := make(map[int]bool, len(ps))
+	for _, p := range ps {
+		g := &t.gates[p]
+		g.mu.Lock()
+		want[p] = true
+		t.publish(p) // forward from now on
+	}
+	defer func() {
+		for _, p := range ps {
+			t.gates[p].mu.Unlock()
+		}
+	}()
+	var keys []string
+	t.n.table.Range(func(key string) bool {
+		if want[t.ring.Partition(key)] {
+			keys = append(keys, key)
+		}
+		return true
+	})
+	now := t.n.cfg.Now()
+	entries := make(map[int][]byte, len(ps))
+	counts := make(map[int]uint64, len(ps))
+	for _, key := range keys {
+		var grants []limiter.Grant
+		t.n.table.Peek(key, func(b *limiter.Budget) { grants = b.DrainWaiters(now, nil) })
+		t.n.local.moveAll(key, grants)
+		state, ok := t.n.table.Take(key)
+		if !ok {
+			continue // swept meanwhile: idle, nothing to hand on
+		}
+		p := t.ring.Partition(key)
+		entries[p] = appendEntry(entries[p], key, state)
+		counts[p]++
+	}
+	blobs := make(map[int][]byte, len(ps))
+	for _, p := range ps {
+		blobs[p] = append(binary.AppendUvarint(nil, counts[p]), entries[p]...)
+	}
+	return blobs
+}
+
+// install puts a partition's snapshot into the table and admits for it
+// from now on. Callers hold t.mu.
+func (t *transfer) install(in install) {
+	g := &t.gates[in.Part]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := decodeEntries(in.State, func(key string, state []byte) error {
+		if err := t.n.table.Put(key, state); err != nil {
+			return fmt.Errorf("install %q: %w", key, err)
+		}
+		t.n.dirty.mark(key) // replicate to its backup here
+		return nil
+	})
+	if err != nil {
+		// Only a peer with a different build sends what we cannot read:
+		// the keys read so far are kept, the rest start from zero.
+		t.n.log.Error("handoff: bad partition state received", "partition", in.Part, "err", err)
+	}
+	t.publish(in.Part)
+}
+
+// noteRestore remembers where partition p's keys may be recovered from,
+// one by one on first use: its custodian died. Callers hold t.mu.
+func (t *transfer) noteRestore(p int) {
+	var backup string
+	for _, r := range []*ring.Ring{t.prev, t.ring} {
+		if r == nil {
+			continue
+		}
+		if b, ok := r.PartitionBackup(p); ok {
+			backup = b.Peer
+			break
+		}
+	}
+	t.gates[p].restore.Store(&restoreHint{backup: backup, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
+}
+
+// send delivers messages, one batch per peer, each on its own goroutine.
+// Callers hold t.mu.
+func (t *transfer) send(msgs []custodyMsg) {
+	if len(msgs) == 0 {
+		return
+	}
+	byPeer := map[string][]custodyMsg{}
+	for _, msg := range msgs {
+		if addr := t.addrs[msg.To]; addr != "" {
+			byPeer[addr] = append(byPeer[addr], msg)
+		}
+	}
+	for addr, batch := range byPeer {
+		body := appendCustodyMsgs(nil, batch)
+		t.sends.Add(1)
+		go func() {
+			defer t.sends.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := t.n.peer(addr).call(ctx, &Call{Op: OpTransfer, From: t.n.PeerAddr(), State: body}); err != nil {
+				t.n.log.Debug("handoff: message not delivered; the machine resends", "peer", addr, "err", err)
+			}
+		}()
+	}
+}
