@@ -51,8 +51,8 @@ type Call struct {
 	// partition to the receiver: the receiver waits for it instead of
 	// forwarding the call on.
 	Handed bool
-	From  string          // OpTake, OpPut: the sender's peer address
-	State []byte          // OpPut: a limiter snapshot
+	From   string // OpTake, OpPut: the sender's peer address
+	State  []byte // OpPut: a limiter snapshot
 }
 
 // Answer is the owner's reply to a Call.

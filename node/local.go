@@ -25,7 +25,7 @@ type local struct {
 
 	mu      sync.Mutex                // guards waiters, timers and closed
 	waiters map[waiterID]chan waiting // one per queued ticket, buffered 1
-	timers  map[string]*time.Timer             // one per key with waiters
+	timers  map[string]*time.Timer    // one per key with waiters
 	closed  bool
 }
 

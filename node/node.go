@@ -92,13 +92,13 @@ type Node struct {
 	leaving  atomic.Bool               // Drain ran: own nothing, hand everything on
 	stripes  [64]sync.Mutex            // serialise restores of the same key
 	seed     maphash.Seed
-	tmu      sync.Mutex                 // guards tr's creation
-	tr       atomic.Pointer[transfer]   // custody of partitions; nil until the first ring
-	members  []viewMember               // the last membership, for Drain; guarded by tmu
-	viewSig  string                     // the last membership's ring version and members; guarded by tmu
-	dirty    dirtySet                   // keys changed since the last replication round
-	inflight atomic.Int32 // replication rounds under way
-	replicas replicaStore // copies held for other owners
+	tmu      sync.Mutex               // guards tr's creation
+	tr       atomic.Pointer[transfer] // custody of partitions; nil until the first ring
+	members  []viewMember             // the last membership, for Drain; guarded by tmu
+	viewSig  string                   // the last membership's ring version and members; guarded by tmu
+	dirty    dirtySet                 // keys changed since the last replication round
+	inflight atomic.Int32             // replication rounds under way
+	replicas replicaStore             // copies held for other owners
 	server   *peerServer
 
 	mu    sync.Mutex // guards peers
