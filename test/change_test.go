@@ -167,19 +167,27 @@ func ownerMap(t *testing.T, procs []*Proc, tenants []string) map[string]string {
 	return m
 }
 
-// load starts the clients: 16 goroutines, each pausing 15 ms between two
-// acquires, through targets; bounded at 60,000 acquires and 3 minutes.
+// load starts the clients: 16 goroutines sending back to back through
+// targets (a few thousand acquires a second here, so every tenant reaches its
+// limit within about a second and is refused from then on); bounded at
+// 400,000 acquires and 3 minutes. It returns once the clients have been busy
+// on every target for changeLead, so the change starts under load with the
+// tenants partly used.
 func (ct *changeTest) load(targets func() []*Proc, noHealthCheck bool) *LoadDriver {
-	return StartLoad(LoadConfig{
+	d := StartLoad(LoadConfig{
 		Clients:       16,
 		Tenants:       ct.tenants,
 		Targets:       targets,
 		NoHealthCheck: noHealthCheck,
-		Pace:          15 * time.Millisecond,
-		MaxRequests:   60_000,
+		MaxRequests:   400_000,
 		MaxDuration:   3 * time.Minute,
 	})
+	time.Sleep(changeLead)
+	return d
 }
+
+// changeLead is how long the clients run before the change starts.
+const changeLead = 300 * time.Millisecond
 
 // finish keeps the clients sending until every tenant has been refused at
 // least 10 more times (at least 2 s) after the change, stops them, and checks
@@ -255,7 +263,6 @@ func TestJoinUnderLoadIsExact(t *testing.T) {
 	resets := &resetCounter{t: t}
 
 	d := ct.load(c.Nodes, false)
-	time.Sleep(time.Second) // clients busy on every node before the change
 	t0 := time.Now()
 	p4 := c.Start()
 	ready := time.Since(t0)
@@ -303,7 +310,6 @@ func TestSigtermLeaveUnderLoadIsExact(t *testing.T) {
 	resets.read(leaver, "before SIGTERM")
 
 	d := ct.load(c.Nodes, false)
-	time.Sleep(time.Second)
 	t0 := time.Now()
 	c.Stop(leaver)
 	stopped := time.Since(t0)
@@ -337,7 +343,6 @@ func TestRollingRestartThroughHAProxyIsExact(t *testing.T) {
 	resets := &resetCounter{t: t}
 
 	d := ct.load(func() []*Proc { return []*Proc{lbProc} }, true)
-	time.Sleep(time.Second)
 	for _, p := range append([]*Proc(nil), c.Procs...) {
 		resets.read(p, "before its restart")
 		stopped, ready := c.Restart(p)
