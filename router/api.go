@@ -276,6 +276,9 @@ func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
 	}
 	res, err := r.admit(req.Context(), adm)
 	if err != nil {
+		if writeOwnerTimeout(w, err) { // the owner is alive but slow: nothing admitted
+			return
+		}
 		writeError(w, 499, "request cancelled: "+err.Error())
 		return
 	}
@@ -489,6 +492,9 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	c := node.Call{Op: node.OpStatus, Key: TenantKey(name)}
 	o, err := r.decide(req.Context(), &c, 0)
 	if err != nil {
+		if writeOwnerTimeout(w, err) {
+			return
+		}
 		writeError(w, 499, "request cancelled: "+err.Error())
 		return
 	}

@@ -2,9 +2,13 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,9 +161,113 @@ func TestFallbackDegradedSlots(t *testing.T) {
 	}
 }
 
+// slack is the real time a test allows the router for an HTTP round trip
+// on top of what its logic waits: scheduling on a busy 2-core machine under
+// -race. A router that added 40×forward_timeout (600ms) of its own would fail.
+const slack = 250 * time.Millisecond
+
+// stepClock is one fake clock for the node's liveness timers (After) and
+// the router's clock (Now): timers fire only when the test advances it.
+type stepClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []stepTimer
+}
+
+type stepTimer struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newStepClock() *stepClock { return &stepClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.timers = append(c.timers, stepTimer{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// Advance moves the clock by d and fires every timer due by then.
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, tm := range c.timers {
+		if !tm.at.After(c.now) {
+			tm.ch <- tm.at
+		} else {
+			kept = append(kept, tm)
+		}
+	}
+	c.timers = kept
+}
+
+// waitArmed waits until one timer is pending and returns how far ahead of
+// now it fires.
+func (c *stepClock) waitArmed(t *testing.T) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		if len(c.timers) == 1 {
+			d := c.timers[0].at.Sub(c.now)
+			c.mu.Unlock()
+			return d
+		}
+		c.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the node to arm its liveness timer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// histogramSum returns the sum and count of the histogram name with the
+// given label values.
+func histogramSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) (float64, uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i, lp := range m.GetLabel() {
+				if i >= len(labels) || lp.GetValue() != labels[i] {
+					continue metric
+				}
+			}
+			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
+		}
+	}
+	return 0, 0
+}
+
 // An owner that accepts connections but never answers (hung, not crashed)
-// costs one forward_timeout: then the fallback answers, flagged.
-func TestFallbackAfterForwardTimeout(t *testing.T) {
+// is unreachable: the node probes it after ProbeAfter (forward_timeout),
+// and after Liveness of silence the flagged fallback answers. With the
+// node's timers and the router's clock on one fake clock, the fail-over
+// takes exactly ProbeAfter+Liveness: the request is still unanswered a
+// nanosecond before, answered at that instant, and the router measured
+// exactly that long for the failed call, far below the cap.
+func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +293,14 @@ func TestFallbackAfterForwardTimeout(t *testing.T) {
 		}
 		mu.Unlock()
 	}()
+	const (
+		probeAfter = 15 * time.Millisecond
+		liveness   = time.Second
+	)
+	clk := newStepClock()
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 300} }
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, ReplicationInterval: -1})
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, ReplicationInterval: -1,
+		Forward: node.ForwardConfig{ProbeAfter: probeAfter, Liveness: liveness, After: clk.After}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,22 +316,219 @@ func TestFallbackAfterForwardTimeout(t *testing.T) {
 			tenant = fmt.Sprint("t", i)
 		}
 	}
-	const timeout = 50 * time.Millisecond
-	r, err := New(n, Config{Limits: limits, ForwardTimeout: timeout})
+	reg := prometheus.NewRegistry()
+	r, err := New(n, Config{Limits: limits, ForwardTimeout: probeAfter, Now: clk.Now, Registry: reg, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(r)
 	defer hs.Close()
 	s := &server{Server: hs}
+	got := make(chan reply, 1)
 	start := time.Now()
-	got := s.acquire(t, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1}`, tenant))
-	took := time.Since(start)
-	if !got.Allowed || !got.Fallback {
-		t.Fatalf("answer with a hung owner: %+v, want a flagged degraded admission", got)
+	go func() { got <- s.acquire(t, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1}`, tenant)) }()
+
+	if d := clk.waitArmed(t); d != probeAfter {
+		t.Fatalf("first check in %v, want ProbeAfter %v", d, probeAfter)
 	}
-	if took < timeout {
-		t.Fatalf("answered in %v, before forward_timeout %v: the owner was not asked", took, timeout)
+	clk.Advance(probeAfter)
+	if d := clk.waitArmed(t); d != liveness {
+		t.Fatalf("liveness check in %v, want Liveness %v", d, liveness)
 	}
-	t.Logf("hung owner: fallback answer after %v (forward_timeout %v)", took, timeout)
+	clk.Advance(liveness - time.Nanosecond)
+	time.Sleep(20 * time.Millisecond) // room for a wrong early answer to show
+	select {
+	case a := <-got:
+		t.Fatalf("answered before ProbeAfter+Liveness: %+v", a)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	var a reply
+	select {
+	case a = <-got:
+	case <-time.After(slack):
+		t.Fatalf("no answer within %v of real time once ProbeAfter+Liveness was reached", slack)
+	}
+	if a.Code != 200 || !a.Allowed || !a.Fallback {
+		t.Fatalf("answer with a hung owner: %+v, want a flagged degraded admission", a)
+	}
+	sum, count := histogramSum(t, reg, "tokenring_call_seconds", "acquire", "failed")
+	if count != 1 || time.Duration(sum*float64(time.Second)).Round(time.Microsecond) != probeAfter+liveness {
+		t.Fatalf("router measured %d failed calls taking %vs, want 1 taking exactly %v", count, sum, probeAfter+liveness)
+	}
+	if took := time.Since(start); took >= 2*time.Second {
+		t.Fatalf("took %v of real time: the cap, not the liveness rule, ended the wait", took)
+	}
+}
+
+// errCluster is a three-member cluster whose owner answers every call with
+// do's result: an unreachable one, or a live one slower than the cap. It
+// records the deadline the router gave the call.
+type errCluster struct {
+	ring     *ring.Ring
+	do       func(ctx context.Context) error
+	mu       sync.Mutex
+	entered  []time.Time
+	deadline []time.Time
+}
+
+func (e *errCluster) Do(ctx context.Context, _ *node.Call) (node.Answer, error) {
+	dl, _ := ctx.Deadline()
+	e.mu.Lock()
+	e.entered, e.deadline = append(e.entered, time.Now()), append(e.deadline, dl)
+	e.mu.Unlock()
+	return node.Answer{}, e.do(ctx)
+}
+func (e *errCluster) Ring() *ring.Ring { return e.ring }
+func (e *errCluster) Name() string     { return "n1" }
+
+// slowOwner is an owner that is alive but does not answer before the caller's
+// deadline: the call ends with ctx's deadline error, as peerClient.call's does.
+func slowOwner(ctx context.Context) error {
+	<-ctx.Done()
+	return fmt.Errorf("peer 127.0.0.1:2: %w", ctx.Err())
+}
+
+func startErr(t *testing.T, do func(context.Context) error, maxWait time.Duration) (*server, *prometheus.Registry, *errCluster) {
+	t.Helper()
+	rg, err := ring.New(ring.Config{}, []ring.Member{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c := &errCluster{ring: rg, do: do}
+	r, err := New(c, Config{
+		Limits:         func(string) limiter.Limits { return limiter.Limits{Requests: 30} },
+		ForwardMaxWait: maxWait,
+		Registry:       reg,
+		Gatherer:       reg,
+		Proxy: ProxyConfig{
+			Tenant: func(k string) (string, bool) { return "acme", k == "sk-acme" },
+			OpenAI: Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Anthropic: Upstream{BaseURL: "http://127.0.0.1:1/v1"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(r)
+	t.Cleanup(hs.Close)
+	return &server{Server: hs}, reg, c
+}
+
+// gathered reports whether the registry holds a sample of name.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// A live owner slower than forward_max_wait gets no fallback: the request is
+// refused with a 503 that admits nothing, the timeout is counted, and the
+// call's deadline was exactly the cap (plus wait_ms).
+func TestOwnerTimeoutRefusesWithoutAdmission(t *testing.T) {
+	const maxWait = 50 * time.Millisecond
+	s, reg, c := startErr(t, slowOwner, maxWait)
+	for i, wait := range []time.Duration{0, 30 * time.Millisecond} {
+		before := time.Now()
+		resp, err := s.Client().Post(s.URL+"/v1/acquire", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"tenant":"acme","prompt_tokens":1,"wait_ms":%d}`, wait.Milliseconds())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(before)
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		want := map[string]any{"error": fmt.Sprintf("owner of t:acme did not answer within %v", maxWait+wait), "retry_after_ms": float64(1000)}
+		if resp.StatusCode != http.StatusServiceUnavailable || fmt.Sprint(body) != fmt.Sprint(want) || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("slow owner: %d %v Retry-After %q, want 503 %v Retry-After 1", resp.StatusCode, body, resp.Header.Get("Retry-After"), want)
+		}
+		c.mu.Lock()
+		entered, dl := c.entered[i], c.deadline[i]
+		c.mu.Unlock()
+		if dl.Before(before.Add(maxWait+wait)) || dl.After(entered.Add(maxWait+wait)) {
+			t.Fatalf("call deadline %v after the request, want exactly the cap %v (between %v and %v)",
+				dl.Sub(before), maxWait+wait, maxWait+wait, entered.Sub(before)+maxWait+wait)
+		}
+		if took < maxWait+wait || took > maxWait+wait+slack {
+			t.Fatalf("answered in %v, want the cap %v (+ at most %v)", took, maxWait+wait, slack)
+		}
+	}
+	if got := counter(t, reg, "tokenring_owner_timeouts_total"); got != 2 {
+		t.Fatalf("owner timeouts counted %v, want 2", got)
+	}
+	if gathered(t, reg, "tokenring_fallback_decisions_total") || gathered(t, reg, "tokenring_decisions_total") {
+		t.Fatal("a timed-out call was decided (by the fallback or otherwise)")
+	}
+}
+
+// The proxy answers a slow owner the same way, in the provider's error shape:
+// a 503 with retry-after headers, and nothing sent upstream.
+func TestProxyOwnerTimeout(t *testing.T) {
+	const maxWait = 20 * time.Millisecond
+	s, reg, _ := startErr(t, slowOwner, maxWait)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("retry-after-ms") != "1000" ||
+			!strings.Contains(string(raw), "owner of t:acme did not answer within 20ms") {
+			t.Fatalf("%s with a slow owner: %d %v %s", tc.path, resp.StatusCode, resp.Header, raw)
+		}
+	}
+	if got := counter(t, reg, "tokenring_owner_timeouts_total"); got != 2 {
+		t.Fatalf("owner timeouts counted %v, want 2", got)
+	}
+}
+
+// An unreachable owner (ErrPeerDown) or a key whose state is still in
+// transfer (ErrTransferPending) gets the flagged fallback at once: the
+// router adds no wait of its own, and counts no owner timeout.
+func TestFallbackOnUnreachableNotOnTimeout(t *testing.T) {
+	for _, cause := range []error{node.ErrPeerDown, node.ErrTransferPending} {
+		t.Run(cause.Error(), func(t *testing.T) {
+			s, reg, _ := startErr(t, func(context.Context) error { return fmt.Errorf("peer 127.0.0.1:1: %w", cause) }, time.Minute)
+			start := time.Now()
+			a := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+			if a.Code != 200 || !a.Allowed || !a.Fallback {
+				t.Fatalf("%v: %+v, want a flagged degraded admission", cause, a)
+			}
+			if took := time.Since(start); took > slack {
+				t.Fatalf("%v: fallback after %v, want at once (within %v)", cause, took, slack)
+			}
+			if got := counter(t, reg, "tokenring_fallback_decisions_total", "degraded", "allowed"); got != 1 {
+				t.Fatalf("fallback counter %v, want 1", got)
+			}
+			if got := counter(t, reg, "tokenring_owner_timeouts_total"); got != 0 {
+				t.Fatalf("owner timeouts %v, want 0", got)
+			}
+		})
+	}
+	// A deadline error that wraps ErrPeerDown too (a liveness verdict that
+	// raced the cap) is unreachability: fall back.
+	s, _, _ := startErr(t, func(context.Context) error {
+		return fmt.Errorf("%w: %w", node.ErrPeerDown, context.DeadlineExceeded)
+	}, time.Minute)
+	if a := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`); !a.Allowed || !a.Fallback {
+		t.Fatalf("peer down and deadline: %+v, want the fallback", a)
+	}
 }

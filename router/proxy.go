@@ -219,6 +219,12 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 		return
 	}
 	res, err := r.admit(req.Context(), adm)
+	var slow *ownerTimeoutError
+	if errors.As(err, &slow) { // the owner is alive but slow: nothing admitted, nothing forwarded
+		setRetryHeaders(w.Header(), ownerTimeoutRetry.Milliseconds())
+		p.fail(w, apiError{http.StatusServiceUnavailable, "server_error", "", "overloaded_error", slow.Error()})
+		return
+	}
 	if err != nil {
 		p.fail(w, apiError{499, "invalid_request_error", "", "invalid_request_error", "request cancelled: " + err.Error()})
 		return

@@ -7,6 +7,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -25,7 +26,10 @@ import (
 // implements it.
 type Cluster interface {
 	// Do executes c at the owner of c.Key, here or forwarded. An error means
-	// the owner could not be reached (wrapping node.ErrPeerDown) or ctx ended.
+	// the owner could not be reached (wrapping node.ErrPeerDown), its key's
+	// state is still on its way (node.ErrTransferPending), or ctx ended
+	// (wrapping ctx.Err(): the router's cap on a live but slow owner, or the
+	// client gone).
 	Do(ctx context.Context, c *node.Call) (node.Answer, error)
 	// Ring is the current ring; nil on a node that has not joined a cluster.
 	Ring() *ring.Ring
@@ -59,9 +63,20 @@ type Config struct {
 	Counter Counter
 	// Fallback is the policy when an owner is unreachable. Empty means Degraded.
 	Fallback FallbackPolicy
-	// ForwardTimeout bounds a forwarded decision (plus the caller's wait_ms).
-	// Zero means 15ms.
+	// ForwardTimeout is the config's forward_timeout: how long a forward
+	// waits before the node probes the owner (node.ForwardConfig.ProbeAfter,
+	// wired there). It no longer bounds a decision: the router uses it only
+	// as the retry-after of the closed policy's refusals, the time after
+	// which an unreachable owner is worth asking again. Kept rather than
+	// removed so callers and the config keep their meaning. Zero means 15ms.
 	ForwardTimeout time.Duration
+	// ForwardMaxWait is the hard cap on waiting for a key's owner that is
+	// alive but slow (plus the call's wait_ms for an acquire). An owner
+	// that is unreachable fails sooner (the node's liveness rule) and the
+	// fallback answers; an owner still silent at the cap gets no fallback:
+	// the request is refused with a 503 and admits nothing, since the owner
+	// may yet count it. Zero means 2s.
+	ForwardMaxWait time.Duration
 	// AdminToken, when set, is required as "Authorization: Bearer <token>" on /admin/*.
 	AdminToken string
 	// Ready reports readiness for /readyz. Nil means always ready.
@@ -91,6 +106,7 @@ type Router struct {
 	cluster  Cluster
 	degraded *degraded
 	metrics  *metrics
+	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
 	mux      *http.ServeMux
 	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
@@ -110,6 +126,9 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = 15 * time.Millisecond
 	}
+	if cfg.ForwardMaxWait <= 0 {
+		cfg.ForwardMaxWait = 2 * time.Second
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() bool { return true }
 	}
@@ -123,11 +142,21 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	timeouts := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tokenring_owner_timeouts_total",
+		Help: "Calls refused with a 503 because the key's owner, alive but slow, did not answer within forward_max_wait (nothing admitted, no fallback).",
+	})
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(timeouts); err != nil {
+			return nil, fmt.Errorf("router metrics: %w", err)
+		}
+	}
 	r := &Router{
 		cfg:      cfg,
 		cluster:  cluster,
 		degraded: newDegraded(cfg.Now),
 		metrics:  m,
+		timeouts: timeouts,
 		log:      cfg.Logger,
 		warn:     rate.Sometimes{Interval: time.Second},
 	}
@@ -155,15 +184,53 @@ type outcome struct {
 	localID  uint64
 }
 
-// decide executes c at its owner with the forward timeout; if the owner cannot
-// be reached it applies the fallback policy. ctx's own end (client gone) is
-// returned as an error.
-func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcome, error) {
-	timeout := r.cfg.ForwardTimeout
-	if c.Op == node.OpAcquire {
-		timeout += c.Req.Wait
+// ownerTimeoutRetry is the retry-after of a 503 for an owner that did not
+// answer within the cap: it is alive, but too busy to be asked again at once.
+const ownerTimeoutRetry = time.Second
+
+// ownerTimeoutError is decide's error for an owner that is alive (its
+// connection is not silent) but did not answer within ForwardMaxWait. Nothing
+// was admitted: the HTTP answer is a 503 (writeOwnerTimeout).
+type ownerTimeoutError struct {
+	key  string
+	wait time.Duration
+}
+
+func (e *ownerTimeoutError) Error() string {
+	return fmt.Sprintf("owner of %s did not answer within %v", e.key, e.wait)
+}
+
+// writeOwnerTimeout writes the decision API's 503 for err if it is an owner
+// timeout, and reports whether it did.
+func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
+	var ot *ownerTimeoutError
+	if !errors.As(err, &ot) {
+		return false
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	ms := ownerTimeoutRetry.Milliseconds()
+	setRetryAfter(w, ms)
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": ot.Error(), "retry_after_ms": ms})
+	return true
+}
+
+// decide executes c at its owner. It waits for a live owner up to the hard
+// cap ForwardMaxWait (plus wait_ms for an acquire); the node gives up sooner,
+// with an error wrapping node.ErrPeerDown, when the owner is unreachable
+// (refused, reset, or silent past its liveness interval after a probe), and
+// then decide applies the fallback policy, as it does for
+// node.ErrTransferPending. The cap passing means the owner is alive but slow:
+// no fallback, since the owner may still count the call; decide returns an
+// *ownerTimeoutError and admits nothing. ctx's own end (client gone) is
+// returned as an error.
+//
+// Other errors (node.ErrNoOwner while rings disagree, an error text from a
+// remote node) fall back as they always did.
+func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcome, error) {
+	wait := r.cfg.ForwardMaxWait
+	if c.Op == node.OpAcquire {
+		wait += c.Req.Wait
+	}
+	cctx, cancel := context.WithTimeout(ctx, wait)
 	start := r.cfg.Now()
 	a, err := r.cluster.Do(cctx, c)
 	cancel()
@@ -180,6 +247,13 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	}
 	if ctx.Err() != nil {
 		return outcome{}, ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, node.ErrPeerDown) && !errors.Is(err, node.ErrTransferPending) {
+		r.timeouts.Inc()
+		r.warn.Do(func() {
+			r.log.Warn("owner alive but slow: refused without fallback (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "cap", wait, "err", err)
+		})
+		return outcome{}, &ownerTimeoutError{key: c.Key, wait: wait}
 	}
 	r.warn.Do(func() {
 		r.log.Warn("owner unreachable, falling back (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
