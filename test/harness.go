@@ -328,24 +328,13 @@ func (c *Cluster) Kill(p *Proc) {
 	}
 }
 
+// stopAll ends every process when the test is over. It kills (SIGKILL):
+// a graceful stop drains for 5 s, which tests of the shutdown itself wait
+// for with Stop, and every other test need not.
 func (c *Cluster) stopAll() {
-	var wg sync.WaitGroup
 	for _, p := range c.Procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if p.Alive() {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-p.done:
-				case <-time.After(10 * time.Second):
-					_ = p.cmd.Process.Kill()
-					<-p.done
-				}
-			}
-		}()
+		c.Kill(p)
 	}
-	wg.Wait()
 	if c.t.Failed() {
 		for _, p := range c.Procs {
 			c.t.Logf("--- log of %s\n%s", p.Name, tail(p.Log(), 8000))
