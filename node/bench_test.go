@@ -59,3 +59,40 @@ func BenchmarkDecisions(b *testing.B) {
 	b.Run("forwarded/linger100us", func(b *testing.B) { benchDecisions(b, BatchConfig{Wait: 100 * time.Microsecond}, 1) })
 	b.Run("forwarded/linger500us", func(b *testing.B) { benchDecisions(b, BatchConfig{Wait: 500 * time.Microsecond}, 1) })
 }
+
+// BenchmarkTransfer100kKeys measures a handoff in bulk: n1 holds 100,000
+// keys in all 271 partitions and drains to n2; the clock runs from the
+// start of the drain until n2 has acknowledged every partition.
+func BenchmarkTransfer100kKeys(b *testing.B) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000, Concurrency: 1000} }
+	for range b.N {
+		b.StopTimer()
+		nodes := newNodes(b, 2, limits, noReplication)
+		n1, n2 := nodes[0], nodes[1]
+		n1.SetRing(ringOf(b, n1))
+		now := time.Now()
+		for i := range 100_000 {
+			n1.table.Do(fmt.Sprintf("t:k%d", i), now, func(bd *limiter.Budget) { bd.Acquire(now, limiter.Request{PromptTokens: 10}) })
+		}
+		for n1.tr.Load().held() != n1.Ring().PartitionCount() {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+		start := time.Now()
+		tellLeaving(b, n2, nodes, n1)
+		tellLeaving(b, n1, nodes, n1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := n1.Drain(ctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(time.Since(start).Seconds(), "s/transfer")
+		if n1.Keys() != 0 || n2.Keys() != 100_000 {
+			b.Fatalf("%d and %d keys after the transfer, want 0 and 100000; n1 %+v n2 %+v", n1.Keys(), n2.Keys(), n1.custodyStats(), n2.custodyStats())
+		}
+		n1.Close()
+		n2.Close()
+	}
+}

@@ -350,6 +350,10 @@ func (m *custody) Frozen(p int, state []byte) {
 		state = []byte{}
 	}
 	pt.frozen = state
+	if m.alive(pt.sendTo) {
+		m.offer(p) // at once: the retry interval counts from here
+		return
+	}
 	m.eval(p)
 }
 

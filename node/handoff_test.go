@@ -14,7 +14,7 @@ import (
 // member returns nd as a ring member.
 func member(nd *Node) ring.Member { return ring.Member{Name: nd.Name(), Peer: nd.PeerAddr()} }
 
-func ringOf(t *testing.T, nodes ...*Node) *ring.Ring {
+func ringOf(t testing.TB, nodes ...*Node) *ring.Ring {
 	t.Helper()
 	var ms []ring.Member
 	for _, nd := range nodes {
@@ -42,7 +42,7 @@ func admit(t *testing.T, nd *Node, key string, n int) (allowed int) {
 	return allowed
 }
 
-func newNodes(t *testing.T, n int, limits func(string) limiter.Limits, opts ...func(*Config)) []*Node {
+func newNodes(t testing.TB, n int, limits func(string) limiter.Limits, opts ...func(*Config)) []*Node {
 	t.Helper()
 	var nodes []*Node
 	for i := range n {
@@ -260,7 +260,7 @@ func TestDrainHandsEverythingOn(t *testing.T) {
 
 // tellLeaving gives nd the membership of all with leaver draining: still a
 // member, out of the ring (what gossip's Meta.Leaving carries).
-func tellLeaving(t *testing.T, nd *Node, all []*Node, leaver *Node) {
+func tellLeaving(t testing.TB, nd *Node, all []*Node, leaver *Node) {
 	t.Helper()
 	var members []viewMember
 	for _, m := range all {

@@ -30,6 +30,18 @@ type transfer struct {
 	prev  *ring.Ring        // the one before: who backed a partition up
 
 	sends sync.WaitGroup // messages on their way
+
+	// offering holds the offers whose call is still under way: the
+	// machine's retry resends an offer only once that call has failed
+	// (TCP does not lose what it delivers), not while a large partition
+	// is still being read. Guarded by mu.
+	offering map[offerKey]bool
+}
+
+type offerKey struct {
+	part  int
+	epoch uint64
+	to    string
 }
 
 // gate is one partition's door on the hot path.
@@ -76,7 +88,8 @@ func newTransfer(n *Node, self string, partitions int) *transfer {
 		self:  self,
 		gates: make([]gate, partitions),
 		m:     newCustody(self, partitions, custodyConfig{Retry: 5, Round: 50}), // 100ms, 1s
-		addrs: map[string]string{},
+		addrs:    map[string]string{},
+		offering: map[offerKey]bool{},
 	}
 	for p := range t.gates {
 		t.gates[p].hop.Store(&hop{mode: routeAwait})
@@ -167,7 +180,6 @@ func (t *transfer) apply() {
 		if len(rd.Msgs)+len(rd.Freeze)+len(rd.Install)+len(rd.Restore)+len(rd.Routes) == 0 {
 			return
 		}
-		t.send(rd.Msgs)
 		if len(rd.Freeze) > 0 {
 			for p, state := range t.freeze(rd.Freeze) {
 				t.m.Frozen(p, state)
@@ -183,6 +195,9 @@ func (t *transfer) apply() {
 		for _, p := range rd.Routes {
 			t.publish(p)
 		}
+		// Last: an acknowledgement leaves only once its partition is
+		// installed, and offers are only made after their freeze.
+		t.send(rd.Msgs)
 	}
 }
 
@@ -291,21 +306,52 @@ func (t *transfer) send(msgs []custodyMsg) {
 	if len(msgs) == 0 {
 		return
 	}
-	byPeer := map[string][]custodyMsg{}
-	for _, msg := range msgs {
-		if addr := t.addrs[msg.To]; addr != "" {
-			byPeer[addr] = append(byPeer[addr], msg)
-		}
+	// Small messages to one peer share a call; each offer (a partition's
+	// keys, megabytes for a busy partition) travels in its own.
+	var batches []struct {
+		addr string
+		msgs []custodyMsg
 	}
-	for addr, batch := range byPeer {
-		body := appendCustodyMsgs(nil, batch)
+	small := map[string]int{} // peer → index in batches
+	for _, msg := range msgs {
+		addr := t.addrs[msg.To]
+		if addr == "" {
+			continue
+		}
+		if msg.Kind == msgOffer {
+			k := offerKey{msg.Part, msg.Epoch, msg.To}
+			if t.offering[k] {
+				continue
+			}
+			t.offering[k] = true
+		}
+		if i, ok := small[addr]; ok && msg.Kind != msgOffer {
+			batches[i].msgs = append(batches[i].msgs, msg)
+			continue
+		}
+		if msg.Kind != msgOffer {
+			small[addr] = len(batches)
+		}
+		batches = append(batches, struct {
+			addr string
+			msgs []custodyMsg
+		}{addr, []custodyMsg{msg}})
+	}
+	for _, batch := range batches {
+		addr, body := batch.addr, appendCustodyMsgs(nil, batch.msgs)
 		t.sends.Add(1)
 		go func() {
 			defer t.sends.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if _, err := t.n.peer(addr).call(ctx, &Call{Op: OpTransfer, From: t.n.PeerAddr(), State: body}); err != nil {
+			_, err := t.n.peer(addr).call(ctx, &Call{Op: OpTransfer, From: t.n.PeerAddr(), State: body})
+			if err != nil {
 				t.n.log.Debug("handoff: message not delivered; the machine resends", "peer", addr, "err", err)
+			}
+			if m := batch.msgs[0]; m.Kind == msgOffer {
+				t.mu.Lock()
+				delete(t.offering, offerKey{m.Part, m.Epoch, m.To})
+				t.mu.Unlock()
 			}
 		}()
 	}
