@@ -40,8 +40,9 @@ type LimitsSection struct {
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
-// Fallback is what a node does when a key's owner does not answer within
-// ForwardTimeout.
+// Fallback is what a node does when a key's owner is unreachable: the
+// connection is refused or reset, or the peer stays silent for PeerLiveness
+// after a probe. A live owner that is merely slow never gets a fallback.
 type Fallback string
 
 // The fallback policies.
@@ -85,11 +86,23 @@ type Config struct {
 	// matches every model starting with the rest ("gpt-4o-*"); see Pool.
 	// A field absent from a pool's entry is unlimited.
 	Pools map[string]Limits `yaml:"pools,omitempty"`
-	// Fallback is the policy when a key's owner does not answer in time.
+	// Fallback is the policy when a key's owner is unreachable.
 	Fallback Fallback `yaml:"fallback"`
-	// ForwardTimeout is how long a node waits for a key's owner before it
-	// falls back.
+	// ForwardTimeout is how long a forwarded decision waits for its answer
+	// before the node probes the owner: if nothing was received from the
+	// owner lately it sends one ping, and the owner counts as unreachable
+	// (fallback) only if it then stays silent for PeerLiveness. It is no
+	// longer a deadline: a slow owner is waited for up to ForwardMaxWait.
 	ForwardTimeout time.Duration `yaml:"forward_timeout"`
+	// ForwardMaxWait is the hard cap on waiting for a live but slow owner
+	// (plus an acquire's wait_ms). At the cap the request is refused with a
+	// 503 that admits nothing: slowness never admits on top of the owner.
+	// It must exceed ForwardTimeout + PeerLiveness, the time a hung owner
+	// takes to count as unreachable.
+	ForwardMaxWait time.Duration `yaml:"forward_max_wait"`
+	// PeerLiveness is how long a probed peer connection may stay silent
+	// before the peer counts as unreachable and its calls fall back.
+	PeerLiveness time.Duration `yaml:"peer_liveness"`
 	// Keys maps the LLM proxy's API keys to tenants.
 	Keys map[string]string `yaml:"keys,omitempty"`
 	// Upstream is the OpenAI-compatible provider the proxy forwards to.
@@ -117,6 +130,8 @@ const (
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultFallback         = FallbackDegraded
 	DefaultForwardTimeout   = 15 * time.Millisecond
+	DefaultForwardMaxWait   = 2 * time.Second
+	DefaultPeerLiveness     = time.Second
 	DefaultUpstreamURL      = "http://127.0.0.1:9000/v1"
 	DefaultDefaultMaxTokens = 4096
 	DefaultMaxWaiters       = 1024
@@ -128,12 +143,13 @@ const (
 	MaxLimit    = 1_000_000_000_000_000 // 1e15, for every count
 	MaxDuration = 24 * time.Hour        // for window, lease_ttl and queue.aging
 	MinDuration = time.Millisecond      // for window and lease_ttl
-	MaxForward  = time.Minute           // for forward_timeout
+	MaxForward  = time.Minute           // for forward_timeout, forward_max_wait and peer_liveness
 )
 
 // Default returns the built-in configuration: every tenant gets 60 requests,
 // 100000 tokens and 10 concurrent requests per 60 s window, slots live 120 s,
-// fallback is degraded after 15 ms, no pools, no API keys, the upstream is
+// fallback is degraded once an owner is unreachable (probed after 15 ms,
+// silent for 1 s), a slow owner is waited for up to 2 s, no pools, no API keys, the upstream is
 // http://127.0.0.1:9000/v1, default_max_tokens 4096, queues hold 1024 waiters
 // with 5 s aging, and there is no separate Anthropic upstream.
 func Default() Config {
@@ -145,6 +161,8 @@ func Default() Config {
 		},
 		Fallback:         DefaultFallback,
 		ForwardTimeout:   DefaultForwardTimeout,
+		ForwardMaxWait:   DefaultForwardMaxWait,
+		PeerLiveness:     DefaultPeerLiveness,
 		Upstream:         Upstream{BaseURL: DefaultUpstreamURL},
 		DefaultMaxTokens: DefaultDefaultMaxTokens,
 		Queue:            Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
@@ -236,6 +254,12 @@ func (c Config) Validate() error {
 		errs.add("fallback", fmt.Sprintf("must be one of degraded|open|closed, got %q", string(c.Fallback)))
 	}
 	errs.duration("forward_timeout", c.ForwardTimeout, 1, MaxForward)
+	errs.duration("forward_max_wait", c.ForwardMaxWait, 1, MaxForward)
+	errs.duration("peer_liveness", c.PeerLiveness, 1, MaxForward)
+	inRange := func(d time.Duration) bool { return d > 0 && d <= MaxForward }
+	if hung := c.ForwardTimeout + c.PeerLiveness; inRange(c.ForwardTimeout) && inRange(c.PeerLiveness) && inRange(c.ForwardMaxWait) && c.ForwardMaxWait <= hung {
+		errs.add("forward_max_wait", fmt.Sprintf("must be > forward_timeout + peer_liveness (%v), got %v: a hung owner would be refused at the cap instead of failing over", hung, c.ForwardMaxWait))
+	}
 	for _, k := range sortedKeys(c.Keys) {
 		if k == "" {
 			errs.add("keys", "API key must not be empty")

@@ -80,6 +80,8 @@ func TestDefault(t *testing.T) {
 		},
 		Fallback:         FallbackDegraded,
 		ForwardTimeout:   15 * time.Millisecond,
+		ForwardMaxWait:   2 * time.Second,
+		PeerLiveness:     time.Second,
 		Upstream:         Upstream{BaseURL: "http://127.0.0.1:9000/v1"},
 		DefaultMaxTokens: 4096,
 		Queue:            Queue{MaxWaiters: 1024, Aging: 5 * time.Second},
@@ -130,6 +132,9 @@ func TestParse(t *testing.T) {
 			c.ForwardTimeout, c.Queue.Aging = 250*time.Microsecond, time.Second
 		}},
 		{"fallback", "fallback: closed\n", func(c *Config) { c.Fallback = FallbackClosed }},
+		{"forward waits", "forward_timeout: 50ms\nforward_max_wait: 10s\npeer_liveness: 3s\n", func(c *Config) {
+			c.ForwardTimeout, c.ForwardMaxWait, c.PeerLiveness = 50*time.Millisecond, 10*time.Second, 3*time.Second
+		}},
 		{"strings stay as written", "keys:\n  0123: 007\n  yes: true\nadmin_token: 1e3\n", func(c *Config) {
 			c.Keys = map[string]string{"0123": "007", "yes": "true"}
 			c.AdminToken = "1e3"
@@ -196,6 +201,11 @@ func TestParseErrors(t *testing.T) {
 		{"forward_timeout: 0ms\n", "forward_timeout: must be > 0"},
 		{"forward_timeout: -1s\n", "forward_timeout: must be > 0"},
 		{"forward_timeout: 2m\n", "forward_timeout: must be <= 1m0s, got 2m0s"},
+		{"forward_max_wait: 0s\n", "forward_max_wait: must be > 0"},
+		{"forward_max_wait: 2m\n", "forward_max_wait: must be <= 1m0s, got 2m0s"},
+		{"peer_liveness: -1s\n", "peer_liveness: must be > 0"},
+		{"peer_liveness: 61s\n", "peer_liveness: must be <= 1m0s, got 1m1s"},
+		{"forward_timeout: 500ms\npeer_liveness: 1500ms\n", "forward_max_wait: must be > forward_timeout + peer_liveness (2s), got 2s: a hung owner would be refused at the cap instead of failing over"},
 		{"keys:\n  sk-1: ''\n", "keys.sk-1: tenant must not be empty"},
 		{"keys:\n  sk-1:\n", "keys.sk-1: tenant must not be empty"},
 		{"keys:\n  '': acme\n", "keys: API key must not be empty"},
@@ -215,7 +225,7 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},
@@ -365,6 +375,7 @@ func TestRoundTrip(t *testing.T) {
 	c.Pools["gpt-4o-*"] = Limits{TPM: 1e15}
 	c.Fallback = FallbackOpen
 	c.ForwardTimeout = 250 * time.Microsecond
+	c.ForwardMaxWait, c.PeerLiveness = 3*time.Second, 1500*time.Millisecond
 	c.AnthropicUpstream = Upstream{BaseURL: "https://api.anthropic.com/v1", APIKey: "ak"}
 	for _, want := range []Config{Default(), c} {
 		data, err := yaml.Marshal(want)

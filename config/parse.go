@@ -324,8 +324,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		d.structural(n, "", "the document must be a mapping of settings, got "+kind(resolve(n)))
 		return
 	}
-	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "keys", "upstream",
-		"admin_token", "default_max_tokens", "queue", "anthropic_upstream")
+	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
+		"keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -338,6 +338,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		c.Fallback = Fallback(fallback)
 	}
 	d.duration(f["forward_timeout"], "forward_timeout", &c.ForwardTimeout)
+	d.duration(f["forward_max_wait"], "forward_max_wait", &c.ForwardMaxWait)
+	d.duration(f["peer_liveness"], "peer_liveness", &c.PeerLiveness)
 	c.Keys = d.stringMap(f["keys"], "keys")
 	d.upstream(f["upstream"], "upstream", &c.Upstream)
 	d.string(f["admin_token"], "admin_token", &c.AdminToken)

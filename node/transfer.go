@@ -84,10 +84,10 @@ const transferTick = 20 * time.Millisecond
 
 func newTransfer(n *Node, self string, partitions int) *transfer {
 	t := &transfer{
-		n:     n,
-		self:  self,
-		gates: make([]gate, partitions),
-		m:     newCustody(self, partitions, custodyConfig{Retry: 5, Round: 50}), // 100ms, 1s
+		n:        n,
+		self:     self,
+		gates:    make([]gate, partitions),
+		m:        newCustody(self, partitions, custodyConfig{Retry: 5, Round: 50}), // 100ms, 1s
 		addrs:    map[string]string{},
 		offering: map[offerKey]bool{},
 	}

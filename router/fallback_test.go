@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,8 +200,9 @@ func (c *stepClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// Advance moves the clock by d and fires every timer due by then.
-func (c *stepClock) Advance(d time.Duration) {
+// Advance moves the clock by d, fires every timer due by then and says how
+// many fired.
+func (c *stepClock) Advance(d time.Duration) (fired int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
@@ -208,28 +210,33 @@ func (c *stepClock) Advance(d time.Duration) {
 	for _, tm := range c.timers {
 		if !tm.at.After(c.now) {
 			tm.ch <- tm.at
+			fired++
 		} else {
 			kept = append(kept, tm)
 		}
 	}
 	c.timers = kept
+	return fired
 }
 
-// waitArmed waits until one timer is pending and returns how far ahead of
-// now it fires.
-func (c *stepClock) waitArmed(t *testing.T) time.Duration {
+// armed counts the pending timers, and those that fire at exactly at.
+func (c *stepClock) armed(at time.Time) (all, exactly int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tm := range c.timers {
+		if tm.at.Equal(at) {
+			exactly++
+		}
+	}
+	return len(c.timers), exactly
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c.mu.Lock()
-		if len(c.timers) == 1 {
-			d := c.timers[0].at.Sub(c.now)
-			c.mu.Unlock()
-			return d
-		}
-		c.mu.Unlock()
+	for !f() {
 		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the node to arm its liveness timer")
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -267,7 +274,17 @@ func histogramSum(t *testing.T, reg *prometheus.Registry, name string, labels ..
 // takes exactly ProbeAfter+Liveness: the request is still unanswered a
 // nanosecond before, answered at that instant, and the router measured
 // exactly that long for the failed call, far below the cap.
+//
+// The node's ownership-transfer messages to the hung member share the
+// connection (and the fake clock) with the acquire: every call on it,
+// sent at fake time 0, checks at ProbeAfter and declares the silent
+// connection dead at ProbeAfter+Liveness; calls sent later check later, so
+// nothing can fail the connection sooner.
 func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
+	const (
+		probeAfter = 15 * time.Millisecond
+		liveness   = time.Second
+	)
 	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +292,9 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 	defer hung.Close()
 	var conns []net.Conn
 	var mu sync.Mutex
+	var sawKey atomic.Value // the stream holds this key: the acquire is on the connection
+	sawKey.Store("")
+	var readers sync.WaitGroup
 	go func() {
 		for {
 			c, err := hung.Accept()
@@ -282,22 +302,40 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 				return
 			}
 			mu.Lock()
-			conns = append(conns, c) // read nothing, answer nothing
+			conns = append(conns, c)
 			mu.Unlock()
+			readers.Add(1)
+			go func() { // read everything, answer nothing
+				defer readers.Done()
+				var seen []byte
+				buf := make([]byte, 64<<10)
+				for {
+					k, err := c.Read(buf)
+					seen = append(seen, buf[:k]...)
+					if i := strings.Index(string(seen), "t:t"); i >= 0 && len(seen) >= i+64 {
+						sawKey.Store(string(seen[i : i+64]))
+					}
+					if len(seen) > 1<<20 {
+						seen = seen[len(seen)-1024:]
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
 		}
 	}()
 	defer func() {
+		hung.Close()
 		mu.Lock()
 		for _, c := range conns {
 			c.Close()
 		}
 		mu.Unlock()
+		readers.Wait()
 	}()
-	const (
-		probeAfter = 15 * time.Millisecond
-		liveness   = time.Second
-	)
 	clk := newStepClock()
+	t0 := clk.Now()
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 300} }
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, ReplicationInterval: -1,
 		Forward: node.ForwardConfig{ProbeAfter: probeAfter, Liveness: liveness, After: clk.After}})
@@ -328,13 +366,18 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 	start := time.Now()
 	go func() { got <- s.acquire(t, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1}`, tenant)) }()
 
-	if d := clk.waitArmed(t); d != probeAfter {
-		t.Fatalf("first check in %v, want ProbeAfter %v", d, probeAfter)
+	// The acquire reached the owner's connection: its first check is armed.
+	waitFor(t, "the acquire at the hung owner", func() bool {
+		return strings.Contains(sawKey.Load().(string), TenantKey(tenant))
+	})
+	if _, at := clk.armed(t0.Add(probeAfter)); at == 0 {
+		t.Fatal("no check armed at ProbeAfter")
 	}
-	clk.Advance(probeAfter)
-	if d := clk.waitArmed(t); d != liveness {
-		t.Fatalf("liveness check in %v, want Liveness %v", d, liveness)
-	}
+	fired := clk.Advance(probeAfter) // every call on the connection finds it silent; one ping
+	waitFor(t, "every probed call to arm its liveness check", func() bool {
+		_, at := clk.armed(t0.Add(probeAfter + liveness))
+		return at == fired
+	})
 	clk.Advance(liveness - time.Nanosecond)
 	time.Sleep(20 * time.Millisecond) // room for a wrong early answer to show
 	select {

@@ -81,6 +81,7 @@ func (m *InProcMember) URL() string { return "http://" + m.HTTP }
 // inProcConfig is what InProcOptions set.
 type inProcConfig struct {
 	forwardTimeout time.Duration
+	forwardMaxWait time.Duration
 	fallback       router.FallbackPolicy
 	poolFor        func(model string) (string, bool)
 	policy         limiter.Policy
@@ -92,14 +93,23 @@ type inProcConfig struct {
 // InProcOption changes how NewInProc and Add configure members.
 type InProcOption func(*inProcConfig)
 
-// WithForwardTimeout sets router.Config.ForwardTimeout on every member. The
-// default is router's (15ms). All members and the test's clients share one
-// Go scheduler, so under load a forward queues behind every runnable
-// goroutine at each hop: 900 concurrent acquires pushed forwards to 250ms-1s
-// under -race on 2 cores (15-250ms without -race). A test counting exact
-// admissions must stay clear of that, or timed-out forwards fall back.
+// WithForwardTimeout sets forward_timeout on every member, wired as
+// tokenringd wires it: router.Config.ForwardTimeout and the node's
+// ForwardConfig.ProbeAfter (how long a forward waits before it probes the
+// owner). The default is 15ms. A slow forward no longer falls back: it is
+// waited for up to the forward max wait (WithForwardMaxWait).
 func WithForwardTimeout(d time.Duration) InProcOption {
 	return func(c *inProcConfig) { c.forwardTimeout = d }
+}
+
+// WithForwardMaxWait sets router.Config.ForwardMaxWait on every member: how
+// long a live but slow owner is waited for before the request gets a 503.
+// The default is router's (2s). All members and the test's clients share
+// one Go scheduler, so under load a forward queues behind every runnable
+// goroutine at each hop: 900 concurrent acquires pushed forwards to
+// 250ms-1s under -race on 2 cores (15-250ms without -race).
+func WithForwardMaxWait(d time.Duration) InProcOption {
+	return func(c *inProcConfig) { c.forwardMaxWait = d }
 }
 
 // WithFallback sets the routers' fallback policy (default degraded).
@@ -207,6 +217,7 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 		Policy:    c.cfg.policy,
 		LimitsFor: c.limits,
 		Batch:     c.cfg.batch,
+		Forward:   node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
 		Logger:    log,
 	})
 	if err != nil {
@@ -243,6 +254,7 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 		PoolFor:        c.cfg.poolFor,
 		Fallback:       c.cfg.fallback,
 		ForwardTimeout: c.cfg.forwardTimeout,
+		ForwardMaxWait: c.cfg.forwardMaxWait,
 		Ready:          n.Ready,
 		Registry:       reg,
 		Gatherer:       reg,

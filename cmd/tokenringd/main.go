@@ -145,6 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Policy:     limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
 		LimitsFor:  limits,
 		Batch:      node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
+		Forward:    node.ForwardConfig{ProbeAfter: cfg.ForwardTimeout, Liveness: cfg.PeerLiveness},
 		Checkpoint: checkpoint,
 		Logger:     base,
 	})
@@ -195,6 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Counter:        counter,
 		Fallback:       router.FallbackPolicy(cfg.Fallback),
 		ForwardTimeout: cfg.ForwardTimeout,
+		ForwardMaxWait: cfg.ForwardMaxWait,
 		AdminToken:     cfg.AdminToken,
 		Ready:          func() bool { return n.Ready() && !draining.Load() },
 		Registry:       reg,
