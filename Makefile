@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 HTTP    ?= 127.0.0.1:8080
 
-.PHONY: build run test test-short bench fuzz cluster vet clean
+.PHONY: build run test test-short sim bench fuzz cluster vet clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -17,6 +17,11 @@ run: build
 test: build
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/   # 10,000 seeds (a tenth of them under -race above)
+
+## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
+sim:
+	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/ -sim.seeds=200000 -v
 
 ## test-short: the fast unit tests only.
 test-short:

@@ -67,5 +67,22 @@ func (n *Node) followSnapshot(snap gossip.Snapshot) error {
 
 func (n *Node) ringConfig() ring.Config { return n.cfg.Ring }
 
-// Ready reports whether the node has joined and built its ring.
-func (n *Node) Ready() bool { return n.ready.Load() }
+// Ready reports whether the node has joined, built its ring, and received
+// the state of every partition it owns (none is still on its way here):
+// what /readyz answers, so a load balancer sends nothing to a node that
+// would make its callers wait for a handoff.
+func (n *Node) Ready() bool {
+	if !n.ready.Load() {
+		return false
+	}
+	t := n.tr.Load()
+	if t == nil {
+		return true
+	}
+	for p := range t.gates {
+		if t.gates[p].hop.Load().mode == routeAwait {
+			return false
+		}
+	}
+	return true
+}
