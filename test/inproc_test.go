@@ -267,6 +267,10 @@ func TestInProcJoinLeave(t *testing.T) {
 	if after.Version != before.Version || len(after.Members) != 3 {
 		t.Fatalf("ring after the leave %s with %d members, want the ring before the join %s", after.Version, len(after.Members), before.Version)
 	}
+	const budget = 5 * time.Second // in-process, loopback, steady gossip
+	if ready > budget || leaving > budget {
+		t.Fatalf("joiner ready in %v, graceful leave took %v; budget %v each", ready, leaving, budget)
+	}
 	t.Logf("join: joiner ready in %v, 4 members on every member %v later; graceful leave took %v, 3 members on every member %v after it returned",
 		ready, joined, leaving, left)
 }
