@@ -236,10 +236,10 @@ func TestClusterOwnershipAgrees(t *testing.T) {
 // fails the test when a budget is exceeded; the times are logged too.
 func TestClusterConvergence(t *testing.T) {
 	const (
-		readyBudget = 5 * time.Second  // exec to /readyz 200: joined, ring built, owned partitions received
-		joinBudget  = 2 * time.Second  // every node sees the joiner (push-pull at join)
-		leaveBudget = 2 * time.Second  // after a drained node exits (it announced leaving, then left)
-X
+		readyBudget = 5 * time.Second // exec to /readyz 200: joined, ring built, owned partitions received
+		joinBudget  = 2 * time.Second // every node sees the joiner (push-pull at join)
+		leaveBudget = 2 * time.Second // after a drained node exits (it announced leaving, then left)
+		X
 	)
 	c := NewCluster(t, daemon, 3, clusterConfig)
 	t0 := time.Now()
