@@ -232,6 +232,10 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 	if res.Fallbacks != 0 {
 		t.Errorf("%s: %d fallback answers, want 0", what, res.Fallbacks)
 	}
+	if res.NoTarget != 0 {
+		t.Errorf("%s: every node failed /readyz at once (clients waited %d times for a live node; see the health changes): behind a load balancer that is an outage",
+			what, res.NoTarget)
+	}
 	if len(wrong) > 0 {
 		sort.Strings(wrong)
 		over, under, troubled := 0, 0, 0
