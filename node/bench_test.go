@@ -96,3 +96,45 @@ func BenchmarkTransfer100kKeys(b *testing.B) {
 		n2.Close()
 	}
 }
+
+// BenchmarkJoinToExact measures how long a joining member takes to become
+// exact for everything it owns: n1 and n2 hold 100,000 keys, n3 joins, and
+// the clock runs from every member learning the new ring until n3 holds
+// every partition it owns (from then on each of its decisions is made on
+// the real window). Before that moment calls for those partitions wait,
+// they are never decided from zero.
+func BenchmarkJoinToExact(b *testing.B) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000, Concurrency: 1000} }
+	for range b.N {
+		b.StopTimer()
+		nodes := newNodes(b, 3, limits, noReplication)
+		n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+		two, three := ringOf(b, n1, n2), ringOf(b, n1, n2, n3)
+		n1.SetRing(two)
+		n2.SetRing(two)
+		for n1.tr.Load().held()+n2.tr.Load().held() != two.PartitionCount() {
+			time.Sleep(time.Millisecond)
+		}
+		ctx := context.Background()
+		for i := range 100_000 {
+			if _, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: fmt.Sprintf("t:k%d", i), Req: limiter.Request{PromptTokens: 10}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		want := len(three.OwnedPartitions("n3"))
+		b.StartTimer()
+		start := time.Now()
+		for _, nd := range nodes {
+			nd.SetRing(three)
+		}
+		for n3.tr.Load().held() != want {
+			time.Sleep(100 * time.Microsecond)
+		}
+		b.StopTimer()
+		b.ReportMetric(time.Since(start).Seconds(), "s/join")
+		b.ReportMetric(float64(n3.Keys()), "keys_moved")
+		for _, nd := range nodes {
+			nd.Close()
+		}
+	}
+}

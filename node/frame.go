@@ -26,6 +26,14 @@ const (
 	// maxFrame bounds a frame so a corrupt length cannot make us allocate
 	// without limit.
 	maxFrame = 16 << 20
+
+	// frameBatchBytes stops a batch from growing once its items reach
+	// this many bytes, so large items (a partition's state in a handoff)
+	// never add up past maxFrame.
+	frameBatchBytes = 1 << 20
+
+	// maxItem is the largest item body a frame can carry.
+	maxItem = maxFrame - 64
 )
 
 // item is one entry of a frame.
@@ -76,6 +84,7 @@ func writeFrames(w net.Conn, kind byte, q <-chan item, cfg BatchConfig, stop <-c
 			return nil
 		}
 		batch = append(batch[:0], first)
+		size := len(first.body)
 		if cfg.Wait > 0 && max > 1 {
 			if timer == nil {
 				timer = time.NewTimer(cfg.Wait)
@@ -83,13 +92,14 @@ func writeFrames(w net.Conn, kind byte, q <-chan item, cfg BatchConfig, stop <-c
 				timer.Reset(cfg.Wait)
 			}
 		linger:
-			for len(batch) < max {
+			for len(batch) < max && size < frameBatchBytes {
 				select {
 				case it, ok := <-q:
 					if !ok {
 						break linger
 					}
 					batch = append(batch, it)
+					size += len(it.body)
 				case <-timer.C:
 					break linger
 				}
@@ -97,13 +107,14 @@ func writeFrames(w net.Conn, kind byte, q <-chan item, cfg BatchConfig, stop <-c
 			timer.Stop()
 		} else {
 		drain:
-			for len(batch) < max {
+			for len(batch) < max && size < frameBatchBytes {
 				select {
 				case it, ok := <-q:
 					if !ok {
 						break drain
 					}
 					batch = append(batch, it)
+					size += len(it.body)
 				default:
 					break drain
 				}

@@ -307,6 +307,9 @@ func (p *peerClient) ping(l *link) {
 // followed by a fallback decision does not count the request twice.
 func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 	body := AppendCall(nil, c)
+	if len(body) > maxItem {
+		return Answer{}, fmt.Errorf("peer %s: call %s %q of %d bytes exceeds the %d-byte frame limit", p.addr, c.Op, c.Key, len(body), maxItem)
+	}
 	ch := make(chan result, 1)
 	var id uint64
 	var l *link
