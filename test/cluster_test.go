@@ -239,7 +239,10 @@ func TestClusterConvergence(t *testing.T) {
 		readyBudget = 5 * time.Second // exec to /readyz 200: joined, ring built, owned partitions received
 		joinBudget  = 2 * time.Second // every node sees the joiner (push-pull at join)
 		leaveBudget = 2 * time.Second // after a drained node exits (it announced leaving, then left)
-		X
+		// SIGKILL: memberlist's LAN suspicion timeout, up to 6 × 4 ×
+		// log10(n) probe intervals (~11 s with 3 members, when too few
+		// members remain to confirm the suspicion), then the broadcast.
+		crashBudget = 20 * time.Second
 	)
 	c := NewCluster(t, daemon, 3, clusterConfig)
 	t0 := time.Now()
