@@ -67,22 +67,26 @@ func (n *Node) followSnapshot(snap gossip.Snapshot) error {
 
 func (n *Node) ringConfig() ring.Config { return n.cfg.Ring }
 
-// Ready reports whether the node has joined, built its ring, and received
-// the state of every partition it owns (none is still on its way here):
-// what /readyz answers, so a load balancer sends nothing to a node that
-// would make its callers wait for a handoff.
+// Ready reports whether the node has joined, built its ring, and, the first
+// time, received the state of every partition it owns: what /readyz
+// answers, so a load balancer sends nothing to a joiner that would make its
+// callers wait for a handoff. Once ready it stays ready: a later handoff
+// (another node leaving) makes calls wait a moment, but taking every node
+// out of rotation for it would turn a wait into errors.
 func (n *Node) Ready() bool {
 	if !n.ready.Load() {
 		return false
 	}
-	t := n.tr.Load()
-	if t == nil {
+	if n.settled.Load() {
 		return true
 	}
-	for p := range t.gates {
-		if t.gates[p].hop.Load().mode == routeAwait {
-			return false
+	if t := n.tr.Load(); t != nil {
+		for p := range t.gates {
+			if t.gates[p].hop.Load().mode == routeAwait {
+				return false
+			}
 		}
 	}
+	n.settled.Store(true)
 	return true
 }

@@ -89,6 +89,7 @@ type Node struct {
 
 	ring     atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
 	ready    atomic.Bool               // joined and the first ring installed
+	settled  atomic.Bool               // Ready once: every owned partition arrived
 	leaving  atomic.Bool               // Drain ran: own nothing, hand everything on
 	stripes  [64]sync.Mutex            // serialise restores of the same key
 	seed     maphash.Seed

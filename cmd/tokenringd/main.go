@@ -212,7 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
 	drainFor := 5 * time.Second
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
@@ -234,14 +234,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 // drain leaves the cluster without a client noticing (DESIGN.md "Drain"):
-// /readyz fails at once and connections stop being kept alive, so load
-// balancers and clients move elsewhere, while the node keeps serving and
+// /readyz fails at once and every answer closes its connection, so load
+// balancers and clients move elsewhere (a request already on its way is
+// still answered; closing idle connections at once would race with it), while the node keeps serving and
 // forwarding for drainFor; then it tells the cluster it is leaving, hands
 // every partition on and waits for the acknowledgements, leaves the gossip
 // cluster, and only then is the HTTP server shut down.
 func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, members *gossip.Cluster, drainFor time.Duration) {
-	draining.Store(true)
-	srv.SetKeepAlivesEnabled(false)
+	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
 		return // the last member has nobody to hand to
 	}
@@ -261,6 +261,18 @@ func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.No
 	if err := members.Leave(5 * time.Second); err != nil {
 		log.Warn("drain: leave", "err", err)
 	}
+}
+
+// closeWhileDraining answers with "Connection: close" once draining is
+// set: a client (or a TCP load balancer's pinned connection) finishes its
+// request here and opens its next connection to a node that is ready.
+func closeWhileDraining(h http.Handler, draining *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, req)
+	})
 }
 
 // keyLimits maps limiter keys to the configured limits: "t:<tenant>" to the
