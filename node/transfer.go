@@ -190,6 +190,7 @@ func (t *transfer) apply() {
 		}
 		for _, p := range rd.Restore {
 			t.noteRestore(p)
+			t.n.restorePartition(&t.gates[p], p)
 			t.m.Restored(p)
 		}
 		for _, p := range rd.Routes {
