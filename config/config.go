@@ -64,6 +64,26 @@ type Upstream struct {
 }
 
 // Queue configures the wait queues (DESIGN.md, "Queueing instead of 429").
+type Replication struct {
+	// Interval is how often an owner copies the keys it changed to their
+	// backup (and to the checkpoint): what a crash can lose in async mode
+	// is what the owner admitted since its last finished round.
+	Interval time.Duration `yaml:"interval"`
+	// Mode is async (rounds every Interval) or sync (an admission is
+	// answered only once its key's backup holds it; rounds still run).
+	Mode ReplicationMode `yaml:"mode"`
+}
+
+// ReplicationMode is async or sync.
+type ReplicationMode string
+
+// The replication modes.
+const (
+	ReplicationAsync ReplicationMode = "async"
+	ReplicationSync  ReplicationMode = "sync"
+)
+
+// Queue configures the wait queues.
 type Queue struct {
 	// MaxWaiters is the number of waiters per key beyond which a request is
 	// refused with reason queue_full. At least 1.
@@ -103,6 +123,12 @@ type Config struct {
 	// PeerLiveness is how long a probed peer connection may stay silent
 	// before the peer counts as unreachable and its calls fall back.
 	PeerLiveness time.Duration `yaml:"peer_liveness"`
+	// Replication copies each owner's changed keys to their backups.
+	Replication Replication `yaml:"replication"`
+	// Drain is how long a node that got SIGTERM keeps serving with /readyz
+	// failing, so load balancers notice, before it hands its partitions
+	// on and leaves. Zero leaves at once.
+	Drain time.Duration `yaml:"drain"`
 	// Keys maps the LLM proxy's API keys to tenants.
 	Keys map[string]string `yaml:"keys,omitempty"`
 	// Upstream is the OpenAI-compatible provider the proxy forwards to.
@@ -132,6 +158,9 @@ const (
 	DefaultForwardTimeout   = 15 * time.Millisecond
 	DefaultForwardMaxWait   = 2 * time.Second
 	DefaultPeerLiveness     = time.Second
+	DefaultReplication      = 100 * time.Millisecond
+	DefaultReplicationMode  = ReplicationAsync
+	DefaultDrain            = 5 * time.Second
 	DefaultUpstreamURL      = "http://127.0.0.1:9000/v1"
 	DefaultDefaultMaxTokens = 4096
 	DefaultMaxWaiters       = 1024
@@ -149,7 +178,8 @@ const (
 // Default returns the built-in configuration: every tenant gets 60 requests,
 // 100000 tokens and 10 concurrent requests per 60 s window, slots live 120 s,
 // fallback is degraded once an owner is unreachable (probed after 15 ms,
-// silent for 1 s), a slow owner is waited for up to 2 s, no pools, no API keys, the upstream is
+// silent for 1 s), a slow owner is waited for up to 2 s, changed keys are
+// replicated every 100 ms (async), a SIGTERM drains for 5 s, no pools, no API keys, the upstream is
 // http://127.0.0.1:9000/v1, default_max_tokens 4096, queues hold 1024 waiters
 // with 5 s aging, and there is no separate Anthropic upstream.
 func Default() Config {
@@ -163,6 +193,8 @@ func Default() Config {
 		ForwardTimeout:   DefaultForwardTimeout,
 		ForwardMaxWait:   DefaultForwardMaxWait,
 		PeerLiveness:     DefaultPeerLiveness,
+		Replication:      Replication{Interval: DefaultReplication, Mode: DefaultReplicationMode},
+		Drain:            DefaultDrain,
 		Upstream:         Upstream{BaseURL: DefaultUpstreamURL},
 		DefaultMaxTokens: DefaultDefaultMaxTokens,
 		Queue:            Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
@@ -259,6 +291,15 @@ func (c Config) Validate() error {
 	inRange := func(d time.Duration) bool { return d > 0 && d <= MaxForward }
 	if hung := c.ForwardTimeout + c.PeerLiveness; inRange(c.ForwardTimeout) && inRange(c.PeerLiveness) && inRange(c.ForwardMaxWait) && c.ForwardMaxWait <= hung {
 		errs.add("forward_max_wait", fmt.Sprintf("must be > forward_timeout + peer_liveness (%v), got %v: a hung owner would be refused at the cap instead of failing over", hung, c.ForwardMaxWait))
+	}
+	errs.duration("replication.interval", c.Replication.Interval, MinDuration, MaxForward)
+	switch c.Replication.Mode {
+	case ReplicationAsync, ReplicationSync:
+	default:
+		errs.add("replication.mode", fmt.Sprintf("must be async or sync, got %q", string(c.Replication.Mode)))
+	}
+	if c.Drain < 0 || c.Drain > MaxForward*10 {
+		errs.add("drain", fmt.Sprintf("must be between 0 and %v, got %v", MaxForward*10, c.Drain))
 	}
 	for _, k := range sortedKeys(c.Keys) {
 		if k == "" {

@@ -325,7 +325,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		return
 	}
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
-		"keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream")
+		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -340,6 +340,14 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.duration(f["forward_timeout"], "forward_timeout", &c.ForwardTimeout)
 	d.duration(f["forward_max_wait"], "forward_max_wait", &c.ForwardMaxWait)
 	d.duration(f["peer_liveness"], "peer_liveness", &c.PeerLiveness)
+	if r := d.fields(f["replication"], "replication", "interval", "mode"); r != nil {
+		d.duration(r["interval"], "replication.interval", &c.Replication.Interval)
+		var mode string
+		if d.string(r["mode"], "replication.mode", &mode) {
+			c.Replication.Mode = ReplicationMode(mode)
+		}
+	}
+	d.duration(f["drain"], "drain", &c.Drain)
 	c.Keys = d.stringMap(f["keys"], "keys")
 	d.upstream(f["upstream"], "upstream", &c.Upstream)
 	d.string(f["admin_token"], "admin_token", &c.AdminToken)

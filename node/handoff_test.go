@@ -350,3 +350,25 @@ func TestCrashLosesOnlyUnreplicated(t *testing.T) {
 		t.Fatalf("%d admitted after the crash, want 15: the 5 replicated count, the 3 unreplicated are lost", got)
 	}
 }
+
+// In sync mode an owner answers an admission only once the key's backup
+// holds it: a crash right after, before any replication round, loses
+// nothing. (TestCrashLosesOnlyUnreplicated is the async contrast.)
+func TestSyncReplicationLosesNothing(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 20} }
+	n1, n2, after, key := ownerPair(t, limits, func(c *Config) {
+		c.ReplicationInterval = time.Hour // no rounds: only the sync copies
+		c.ReplicationSync = true
+	})
+	if got := admit(t, n1, key, 8); got != 8 {
+		t.Fatal(got)
+	}
+	if got := n2.Replicas(); got != 1 {
+		t.Fatalf("the backup holds %d replicas after sync admissions, want 1", got)
+	}
+	n1.Close() // crash right after the last answer
+	n2.SetRing(after)
+	if got := admit(t, n2, key, 20); got != 12 {
+		t.Fatalf("%d admitted after the crash, want exactly 12: all 8 admissions were replicated before they were answered", got)
+	}
+}

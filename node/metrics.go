@@ -49,6 +49,9 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
 		}, func() float64 { return float64(n.stats.restored.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_sync_replication_missed_total", Help: "Changes answered without their backup holding them (sync mode, backup unreachable): copied by the next round instead.",
+		}, func() float64 { return float64(n.stats.syncMissed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_checkpointed_total", Help: "Key snapshots written to the checkpoint store (Redis).",
 		}, func() float64 { return float64(n.stats.checkpointed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

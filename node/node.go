@@ -64,8 +64,15 @@ type Config struct {
 	PullTimeout time.Duration
 	// ReplicationInterval is how often the keys changed since the last
 	// round are copied to their backups. It bounds what an owner's crash
-	// loses. Zero means one second; negative disables replication.
+	// loses. Zero means 100ms; negative disables replication.
 	ReplicationInterval time.Duration
+	// ReplicationSync makes the owner answer a call that changed a key
+	// (an admission, a settle) only once the key's backup holds the new
+	// state: one crash then loses nothing. The copies travel on the peer
+	// connections, batched like forwarded calls. A backup that cannot be
+	// reached does not block the answer: the key is copied by the next
+	// round instead (tokenring_sync_replication_missed_total).
+	ReplicationSync bool
 	// Checkpoint, if set, receives every replication round's snapshots
 	// too, and is read when a crashed owner's key has no newer replica.
 	Checkpoint Checkpoint
@@ -154,7 +161,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.PullTimeout = 250 * time.Millisecond
 	}
 	if cfg.ReplicationInterval == 0 {
-		cfg.ReplicationInterval = time.Second
+		cfg.ReplicationInterval = 100 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -342,12 +349,14 @@ func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Ans
 	start := n.cfg.Now()
 	a, ch, err := n.local.start(c)
 	g.mu.RUnlock()
-	if ch == nil || err != nil {
-		return a, err
+	if ch != nil && err == nil {
+		if a, err = n.local.await(ctx, c.Key, a, ch); errors.Is(err, errMoved) {
+			// The waiter follows its key with what is left of its wait.
+			c.Req.Wait = max(0, c.Req.Wait-n.cfg.Now().Sub(start))
+		}
 	}
-	if a, err = n.local.await(ctx, c.Key, a, ch); errors.Is(err, errMoved) {
-		// The waiter follows its key with what is left of its wait.
-		c.Req.Wait = max(0, c.Req.Wait-n.cfg.Now().Sub(start))
+	if n.cfg.ReplicationSync && err == nil && (a.Decision.Allowed || a.OK) {
+		n.replicateNow(ctx, c.Key)
 	}
 	return a, err
 }

@@ -97,11 +97,10 @@ func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfi
 
 // peerStats counts the peer protocol's traffic, for metrics and benchmarks.
 type peerStats struct {
-	frames atomic.Int64 // call frames written
-	calls  atomic.Int64 // calls forwarded
-	downs  atomic.Int64 // forwards failed because the peer was unreachable
-	pulled atomic.Int64 // keys received by handoff (pulled or pushed)
-	given  atomic.Int64 // keys given away by handoff
+	frames     atomic.Int64 // call frames written
+	calls      atomic.Int64 // calls forwarded
+	downs      atomic.Int64 // forwards failed because the peer was unreachable
+	syncMissed atomic.Int64 // sync replications that could not reach the backup
 	// replicated counts key snapshots sent to backups; restored counts keys
 	// recovered from a backup's replica after their owner crashed.
 	replicated, restored atomic.Int64

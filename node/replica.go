@@ -181,3 +181,27 @@ func (n *Node) replicateOnce() {
 	}
 	wg.Wait()
 }
+
+// replicateNow copies key's state to its backup and waits until the backup
+// holds it (ReplicationSync). Concurrent copies to one backup share frames
+// on its peer connection. When the backup cannot be reached in time the key
+// stays marked for the next round.
+func (n *Node) replicateNow(ctx context.Context, key string) {
+	r := n.ring.Load()
+	if r == nil {
+		return
+	}
+	backup, ok := r.Backup(key)
+	if !ok || backup.Name == n.cfg.Name {
+		return
+	}
+	var state []byte
+	if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {
+		return
+	}
+	if _, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state}); err != nil {
+		n.stats.syncMissed.Add(1)
+		return
+	}
+	n.stats.replicated.Add(1)
+}

@@ -140,14 +140,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var draining atomic.Bool // SIGTERM came: /readyz fails
 	limits := keyLimits(cfg)
 	n, err := node.New(node.Config{
-		Name:       f.name,
-		PeerAddr:   f.peer,
-		Policy:     limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
-		LimitsFor:  limits,
-		Batch:      node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
-		Forward:    node.ForwardConfig{ProbeAfter: cfg.ForwardTimeout, Liveness: cfg.PeerLiveness},
-		Checkpoint: checkpoint,
-		Logger:     base,
+		Name:                f.name,
+		PeerAddr:            f.peer,
+		Policy:              limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
+		LimitsFor:           limits,
+		Batch:               node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
+		Forward:             node.ForwardConfig{ProbeAfter: cfg.ForwardTimeout, Liveness: cfg.PeerLiveness},
+		Checkpoint:          checkpoint,
+		ReplicationInterval: cfg.Replication.Interval,
+		ReplicationSync:     cfg.Replication.Mode == config.ReplicationSync,
+		Logger:              base,
 	})
 	if err != nil {
 		return err
@@ -213,7 +215,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
-	drainFor := 5 * time.Second
+	drainFor := cfg.Drain
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
