@@ -139,6 +139,18 @@ func TestHandoffOnJoinKeepsCounts(t *testing.T) {
 	if got, want := n3.custodyStats().Received, int64(len(after.OwnedPartitions("n3"))); got != want {
 		t.Fatalf("n3 received %d partitions, want the %d it owns", got, want)
 	}
+	// Once a partition has arrived, a key never seen before in it is
+	// decided at once: no pull, no round trip to anyone.
+	fresh := keysMoving(before, after, "n1", "n3", 40)[len(keys):]
+	calls, _ := n3.Forwarded()
+	for _, k := range fresh {
+		if got := admit(t, n3, k, 1); got != 1 {
+			t.Fatalf("new key %s: %d of 1 admitted", k, got)
+		}
+	}
+	if now, _ := n3.Forwarded(); now != calls {
+		t.Fatalf("%d new keys at their new owner cost %d peer calls, want 0", len(fresh), now-calls)
+	}
 }
 
 // Leases move with their key, and so do waiters: a waiter queued at the old
