@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,12 @@ type Checkpoint interface {
 	// Load returns key's latest snapshot and when it was taken; ok is
 	// false when there is none.
 	Load(ctx context.Context, key string) (state []byte, at time.Time, ok bool, err error)
+	// Scan calls fn for every snapshot the store holds (in no particular
+	// order; a key may come more than once), stopping at fn's first error,
+	// which it returns. It reads the store in batches, so its memory does
+	// not grow with the store; state is fn's to keep. A node scans once at
+	// startup (Preload), never on the decision path.
+	Scan(ctx context.Context, fn func(key string, state []byte, at time.Time) error) error
 }
 
 // RedisCheckpoint stores snapshots in Redis as plain strings under
@@ -68,4 +75,56 @@ func (r *RedisCheckpoint) Load(ctx context.Context, key string) ([]byte, time.Ti
 		return nil, time.Time{}, false, fmt.Errorf("checkpoint of %q: %d bytes, want at least 8", key, len(v))
 	}
 	return v[8:], time.Unix(0, int64(binary.BigEndian.Uint64(v))), true, nil
+}
+
+// scanBatch is how many keys one SCAN step asks Redis for, and so how many
+// snapshots one MGET reads.
+const scanBatch = 1000
+
+// Scan walks Prefix* with SCAN (COUNT 1000) and reads each step's keys with
+// one MGET: one batch in memory at a time. A key that expired between the
+// two is skipped, and so is a value too short to hold a timestamp (Load
+// reports those as errors). SCAN may return a key twice; it returns every
+// key present for the whole scan.
+func (r *RedisCheckpoint) Scan(ctx context.Context, fn func(key string, state []byte, at time.Time) error) error {
+	match := globEscape(r.Prefix) + "*"
+	var cursor uint64
+	for {
+		keys, next, err := r.Client.Scan(ctx, cursor, match, scanBatch).Result()
+		if err != nil {
+			return fmt.Errorf("scan checkpoint %s* in redis: %w", r.Prefix, err)
+		}
+		if len(keys) > 0 {
+			vals, err := r.Client.MGet(ctx, keys...).Result()
+			if err != nil {
+				return fmt.Errorf("read %d checkpoints from redis: %w", len(keys), err)
+			}
+			for i, v := range vals {
+				s, ok := v.(string)
+				if !ok || len(s) < 8 {
+					continue // expired since the SCAN, or not ours
+				}
+				at := time.Unix(0, int64(binary.BigEndian.Uint64([]byte(s[:8]))))
+				if err := fn(strings.TrimPrefix(keys[i], r.Prefix), []byte(s[8:]), at); err != nil {
+					return err
+				}
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// globEscape quotes the characters special to Redis's glob-style MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

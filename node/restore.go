@@ -1,8 +1,228 @@
 package node
 
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// Restart from the checkpoint: a node that starts reads the whole
+// checkpoint once (Preload), before it joins, and keeps the snapshots
+// grouped by partition. A partition restored here because its custodian
+// died and nobody alive holds it (a whole cluster restarted) gets its
+// preloaded keys installed before it is admitted (restorePartition): a
+// checkpointed key counts from its checkpoint even if nobody asks for it,
+// and without a Redis read on the decision path.
+//
+// The preload describes the checkpoint as it was when the node started, so
+// it only serves the restores of the node's start: once every partition
+// this node owns has arrived (the node is settled, as Ready reports), a
+// later restore comes from a crash after the start, whose keys have newer
+// copies (the backup's replica, the checkpoint) that restoreKey finds key
+// by key. The preload is dropped then, when the node closes, or when its
+// newest snapshot is older than HandoffHorizon, whichever comes first; a
+// partition's entries are dropped as soon as it is restored.
+
+// preload is a node's startup copy of the checkpoint.
+type preload struct {
+	mu    sync.Mutex
+	parts map[int]map[string]preloaded // partition → key → its newest snapshot; nil once dropped
+	keys  int                          // in parts
+	until time.Time                    // when the newest snapshot passes HandoffHorizon
+}
+
+// preloaded is one key's snapshot and when it was taken.
+type preloaded struct {
+	state []byte
+	at    time.Time
+}
+
+// preloads maps each node that preloaded (*Node) to its *preload. It lives
+// beside Node rather than in it so that this file holds the whole feature;
+// an entry goes when its preload is dropped.
+var preloads sync.Map
+
+// Preload reads every snapshot of the configured checkpoint (none: it does
+// nothing) into memory, grouped by partition, for the partitions this node
+// will restore because nobody alive holds them: call it before Join. It
+// returns how many keys it holds, snapshots already older than
+// HandoffHorizon left out. On an error (the store failed or ctx ended) the
+// keys read so far are kept, and the rest are looked up one by one on
+// first use as without a preload.
+func (n *Node) Preload(ctx context.Context) (int, error) {
+	if n.cfg.Checkpoint == nil {
+		return 0, nil
+	}
+	select {
+	case <-n.stop:
+		return 0, fmt.Errorf("preload %s: %w", n.cfg.Name, ErrClosed)
+	default:
+	}
+	r, err := ring.New(n.cfg.Ring, nil) // partitions only: the same hash on every ring of this config
+	if err != nil {
+		return 0, fmt.Errorf("preload %s: %w", n.cfg.Name, err)
+	}
+	now, horizon := n.cfg.Now(), n.cfg.HandoffHorizon
+	parts := map[int]map[string]preloaded{}
+	keys := 0
+	var newest time.Time
+	scanErr := n.cfg.Checkpoint.Scan(ctx, func(key string, state []byte, at time.Time) error {
+		if now.Sub(at) > horizon {
+			return nil // its windows and leases have expired
+		}
+		p := r.Partition(key)
+		m := parts[p]
+		if m == nil {
+			m = map[string]preloaded{}
+			parts[p] = m
+		}
+		if old, ok := m[key]; ok {
+			if !at.After(old.at) {
+				return nil
+			}
+		} else {
+			keys++
+		}
+		m[key] = preloaded{state: state, at: at}
+		if at.After(newest) {
+			newest = at
+		}
+		return nil
+	})
+	if keys > 0 {
+		pl := &preload{parts: parts, keys: keys, until: newest.Add(horizon)}
+		if old, loaded := preloads.Swap(n, pl); loaded {
+			old.(*preload).drop() // a second Preload replaces the first
+		}
+		n.wg.Add(1)
+		go n.expirePreload(pl)
+	}
+	if scanErr != nil {
+		return keys, fmt.Errorf("preload %s: %d keys read: %w", n.cfg.Name, keys, scanErr)
+	}
+	return keys, nil
+}
+
 // restorePartition installs, before partition p is admitted here again, the
 // keys of p that this node preloaded from the checkpoint at startup (a whole
 // cluster restarted: nobody holds the partition, and no replica survives).
 // Keys not preloaded are still looked up one by one on first use
 // (restoreKey). It runs under the custody lock; gate is p's gate, not held.
-func (n *Node) restorePartition(gate *gate, p int) {}
+func (n *Node) restorePartition(gate *gate, p int) {
+	v, ok := preloads.Load(n)
+	if !ok {
+		return
+	}
+	pl := v.(*preload)
+	if n.settled.Load() {
+		// A restore after the start: the preload is older than what the
+		// dead custodian left.
+		n.dropPreload(pl, "settled")
+		return
+	}
+	keys, left := pl.take(p)
+	if left == 0 {
+		preloads.CompareAndDelete(n, pl)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	now := n.cfg.Now()
+	installed, stale := 0, 0
+	gate.mu.Lock()
+	defer gate.mu.Unlock()
+	for key, e := range keys {
+		if now.Sub(e.at) > n.cfg.HandoffHorizon {
+			stale++
+			continue
+		}
+		if n.table.Peek(key, func(*limiter.Budget) {}) {
+			continue // a newer copy is here already
+		}
+		if err := n.table.Put(key, e.state); err != nil {
+			n.log.Error("restore: bad checkpoint state", "key", key, "partition", p, "err", err)
+			continue
+		}
+		installed++
+		n.dirty.mark(key) // replicate to its backup, checkpoint again
+	}
+	n.stats.fromCheckpoint.Add(int64(installed))
+	n.log.Debug("restore: partition from the preloaded checkpoint", "partition", p, "keys", installed, "expired", stale)
+}
+
+// take removes partition p's keys from the preload and returns them, and
+// how many keys remain in other partitions.
+func (pl *preload) take(p int) (map[string]preloaded, int) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	keys := pl.parts[p]
+	delete(pl.parts, p)
+	pl.keys -= len(keys)
+	return keys, pl.keys
+}
+
+// drop empties the preload, returning how many keys it still held.
+func (pl *preload) drop() int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	left := pl.keys
+	pl.parts, pl.keys = nil, 0
+	return left
+}
+
+// dropPreload forgets pl, if it is still n's preload.
+func (n *Node) dropPreload(pl *preload, why string) {
+	preloads.CompareAndDelete(n, pl)
+	if left := pl.drop(); left > 0 {
+		n.log.Info("restore: preloaded checkpoint dropped", "reason", why, "unused_keys", left)
+	}
+}
+
+// expirePreload drops pl once the node has started up (every partition it
+// owns arrived), its snapshots are past HandoffHorizon, or the node closes.
+func (n *Node) expirePreload(pl *preload) {
+	defer n.wg.Done()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			n.dropPreload(pl, "closed")
+			return
+		case <-tick.C:
+		}
+		if v, ok := preloads.Load(n); !ok || v != pl {
+			return // used up, or replaced
+		}
+		switch {
+		case n.startedUp():
+			n.dropPreload(pl, "settled")
+			return
+		case !n.cfg.Now().Before(pl.until):
+			n.dropPreload(pl, "expired")
+			return
+		}
+	}
+}
+
+// startedUp reports whether every partition this node owns has arrived
+// once since it started: from then on, a restore follows a crash.
+func (n *Node) startedUp() bool {
+	if n.settled.Load() {
+		return true
+	}
+	t := n.tr.Load()
+	if t == nil {
+		return false
+	}
+	for p := range t.gates {
+		if t.gates[p].hop.Load().mode == routeAwait {
+			return false
+		}
+	}
+	return true
+}

@@ -113,12 +113,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 	var checkpoint node.Checkpoint
+	var rc *redis.Client
 	if f.redis != "" {
 		opts, err := redis.ParseURL(f.redis)
 		if err != nil {
 			return fmt.Errorf("%w: -redis: want redis://[user:password@]host:port[/db], got %q: %v", errUsage, f.redis, err)
 		}
-		rc := redis.NewClient(opts)
+		rc = redis.NewClient(opts)
 		defer rc.Close()
 		// Checkpoints outlive what they describe by little: a window plus
 		// a lease TTL.
@@ -171,6 +172,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		gcfg.Join = strings.Split(f.join, ",")
 	}
 	gcfg.Logger = base
+	if rc != nil {
+		preloadCheckpoint(ctx, log, n, rc)
+	}
 	members, err := n.Join(ctx, gcfg)
 	if err != nil {
 		return err
@@ -242,6 +246,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // forwarding for drainFor; then it tells the cluster it is leaving, hands
 // every partition on and waits for the acknowledgements, leaves the gossip
 // cluster, and only then is the HTTP server shut down.
+// preloadCheckpoint reads the Redis checkpoint into n before it joins, so
+// that the partitions it restores after a whole-cluster restart come back
+// with every checkpointed key. A Redis that does not answer within a few
+// seconds only costs a warning: the node starts, and restores keys one by
+// one on first use, as without a preload.
+func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *redis.Client) {
+	start := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := rc.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		log.Warn("checkpoint not preloaded: redis does not answer", "after", time.Since(start), "err", err)
+		return
+	}
+	pctx, cancel = context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	keys, err := n.Preload(pctx)
+	if err != nil {
+		log.Warn("checkpoint preloaded in part", "keys", keys, "took", time.Since(start), "err", err)
+		return
+	}
+	log.Info("checkpoint preloaded", "keys", keys, "took", time.Since(start))
+}
+
 func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
