@@ -540,3 +540,28 @@ func (b *Budget) Idle(now time.Time) bool {
 	b.tick(now.UnixNano())
 	return b.sumReq == 0 && b.sumTok == 0 && len(b.leases) == 0 && b.q.len() == 0
 }
+
+// Charge counts units admitted elsewhere at at — fallback admissions that
+// another node made while this key's owner was unreachable (a debt) — at
+// now: requests and tokens are added to the bucket of at, so they leave the
+// window exactly when admissions made at at would. An at later than the
+// newest bucket (a clock ahead of ours) is charged to the newest bucket. A
+// charge whose bucket has already left the window is dropped: those units
+// would no longer be counted anyway. Charged units count toward the limits
+// exactly like admissions (they hold no slot), and may take the window past
+// its limit: Status then reports Remaining 0, never less. Negative amounts
+// count as 0. Charge reports whether anything was counted.
+func (b *Budget) Charge(now, at time.Time, requests, tokens int64) bool {
+	b.tick(now.UnixNano())
+	requests, tokens = clampUnits(requests), clampUnits(tokens)
+	if requests == 0 && tokens == 0 {
+		return false
+	}
+	k := min(floorDiv(at.UnixNano(), b.width), b.head)
+	if !b.live(k) {
+		return false
+	}
+	b.addReq(k, requests)
+	b.addTok(k, tokens)
+	return true
+}

@@ -462,3 +462,54 @@ func TestSelectKth(t *testing.T) {
 		}
 	})
 }
+
+// Charges (debts of fallback admissions made elsewhere) land in the bucket
+// of their admission time while it is in the window, are dropped once it has
+// left, count toward the limits like admissions, and never make Remaining
+// negative.
+func TestChargeSteps(t *testing.T) {
+	b := NewBudget(Limits{Requests: 10, Tokens: 1000, Window: 10 * sec}, pol10, t0)
+	type cstep struct {
+		now, at       time.Duration // since t0
+		req, tok      int64
+		counted       bool
+		remReq, remTk int64         // Status at now after the charge
+		reset         time.Duration // requests Reset at now
+	}
+	for i, s := range []cstep{
+		// At t0+5s, a debt from t0+1.5s lands in bucket [1s,2s): counted until 12s.
+		{5 * sec, 1500 * ms, 3, 300, true, 7, 700, 7 * sec},
+		// A debt from the future (a clock ahead) goes to the newest bucket.
+		{5 * sec, 9 * sec, 1, 10, true, 6, 690, 11 * sec},
+		// A debt from before the window (bucket [-6s,-5s) left at 5s): dropped.
+		{5 * sec, -5500 * ms, 4, 400, false, 6, 690, 11 * sec},
+		// The oldest bucket still counted at 5s is [-5s,-4s) (leaves at 6s).
+		{5 * sec, -4500 * ms, 1, 0, true, 5, 690, 11 * sec},
+		{6 * sec, 0, 0, 0, false, 6, 690, 10 * sec},
+		// Over the limit: Remaining stays 0.
+		{6 * sec, 6 * sec, 20, 2000, true, 0, 0, 11 * sec},
+		// Negative amounts count as 0.
+		{6 * sec, 6 * sec, -1, -1, false, 0, 0, 11 * sec},
+		// The t0+1.5s charge leaves at 12s; the t0+5s and t0+6s buckets still count.
+		{12 * sec, 0, 0, 0, false, 0, 0, 5 * sec},
+		// Everything has left at 17s.
+		{17 * sec, 0, 0, 0, false, 10, 1000, 0},
+	} {
+		if got := b.Charge(at(s.now), at(s.at), s.req, s.tok); got != s.counted {
+			t.Fatalf("step %d: Charge counted=%v, want %v", i, got, s.counted)
+		}
+		st := b.Status(at(s.now))
+		if st.Requests.Remaining != s.remReq || st.Tokens.Remaining != s.remTk || st.Requests.Reset != s.reset {
+			t.Fatalf("step %d at t0+%v: status %+v, want remaining %d/%d, reset %v", i, s.now, st, s.remReq, s.remTk, s.reset)
+		}
+	}
+	// Charged units refuse admissions like admitted ones, with an honest
+	// retry: 9 charged at t0+0.5s leave at 11s.
+	b = NewBudget(Limits{Requests: 10, Window: 10 * sec}, pol10, t0)
+	b.Charge(at(2*sec), at(500*ms), 9, 0)
+	runSteps(t, b, []step{
+		{2 * sec, Request{Reserve: 1}, true, None, 0},
+		{3 * sec, Request{Reserve: 1}, false, Requests, 8 * sec},
+		{11 * sec, Request{Reserve: 1}, true, None, 0},
+	})
+}
