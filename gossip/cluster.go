@@ -61,6 +61,12 @@ type Snapshot struct {
 	Members []MemberState
 }
 
+// departure is a member that left the membership, and where it was.
+type departure struct {
+	addr string
+	at   time.Time
+}
+
 // Cluster is this node's membership in a gossip cluster. Its methods are
 // safe for concurrent use.
 type Cluster struct {
@@ -77,6 +83,9 @@ type Cluster struct {
 	conflict error         // first conflict on our own name, wraps ErrNameConflict
 
 	delegate *delegate
+	departed map[string]departure // by name: members seen leaving or dying; guarded by mu
+	stop     chan struct{}        // closed by Shutdown: ends the reconnect loop
+	loops    sync.WaitGroup
 
 	lifecycle sync.Mutex // serialises Leave and Shutdown; guards shut
 	shut      bool
@@ -111,6 +120,8 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	c.ml = ml
 	c.local = MemberState{Name: cfg.Name, Addr: ml.LocalNode().Address(), Meta: cfg.Meta}
+	c.departed = make(map[string]departure)
+	c.stop = make(chan struct{})
 	c.log.Info("gossip started", "addr", c.local.Addr, "boot_id", cfg.Meta.BootID)
 
 	if len(cfg.Join) > 0 {
@@ -122,7 +133,68 @@ func Start(cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if cfg.ReconnectInterval > 0 {
+		c.loops.Add(1)
+		go c.reconnectLoop()
+	}
 	return c, nil
+}
+
+// reconnectLoop tries, every ReconnectInterval, to join the members that
+// departed within ReconnectHorizon and the Join seeds: after a network
+// partition heals, whichever side tries first merges the cluster again
+// (memberlist itself never contacts a member it declared dead). A join to a
+// member that really is gone fails fast and costs a refused connection.
+func (c *Cluster) reconnectLoop() {
+	defer c.loops.Done()
+	t := time.NewTicker(c.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		addrs := c.reconnectAddrs(time.Now())
+		if len(addrs) == 0 {
+			continue
+		}
+		n, err := c.ml.Join(addrs)
+		if n > 0 {
+			c.log.Info("gossip reconnected", "contacted", n, "tried", len(addrs))
+		} else {
+			c.log.Debug("gossip reconnect found nobody", "tried", len(addrs), "err", err)
+		}
+	}
+}
+
+// reconnectAddrs lists the departed members' addresses still within the
+// horizon (forgetting older ones) and the seeds that are not a member's
+// address, without our own.
+func (c *Cluster) reconnectAddrs(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	live := map[string]bool{c.local.Addr: true}
+	for _, m := range c.members {
+		live[m.Addr] = true
+	}
+	var addrs []string
+	for name, d := range c.departed {
+		if now.Sub(d.at) > c.cfg.ReconnectHorizon {
+			delete(c.departed, name)
+			continue
+		}
+		if !live[d.addr] {
+			addrs = append(addrs, d.addr)
+		}
+	}
+	for _, seed := range c.cfg.Join {
+		if !live[seed] && !slices.Contains(addrs, seed) {
+			addrs = append(addrs, seed)
+		}
+	}
+	slices.Sort(addrs)
+	return addrs
 }
 
 // join joins cfg.Join, with retries. A name conflict is retried too: it
@@ -234,6 +306,8 @@ func (c *Cluster) Shutdown() error {
 		return nil
 	}
 	c.shut = true
+	close(c.stop)
+	c.loops.Wait() // a Join under way ends within TCPTimeout
 	// Not under c.mu: memberlist may be inside a delegate waiting for it.
 	err := c.ml.Shutdown()
 	c.closeEvents()
@@ -366,6 +440,11 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	// (it holds its node lock while calling us).
 	const what = "leave"
 	d.c.log.Info("gossip member changed", "change", what, "member", n.Name, "addr", n.Address())
+	d.c.mu.Lock()
+	if n.Name != d.c.cfg.Name && d.c.departed != nil {
+		d.c.departed[n.Name] = departure{addr: n.Address(), at: time.Now()}
+	}
+	d.c.mu.Unlock()
 	d.c.apply(n.Name, nil, what+" "+n.Name)
 }
 

@@ -482,6 +482,7 @@ func TestDocumentedDefaults(t *testing.T) {
 	got := DefaultLANConfig()
 	want := Config{
 		BindAddr: "0.0.0.0", BindPort: 7946, JoinRetries: 5, JoinRetryInterval: time.Second,
+		ReconnectInterval: 10 * time.Second, ReconnectHorizon: 72 * time.Hour,
 		ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, IndirectChecks: 3,
 		SuspicionMult: 4, SuspicionMaxTimeoutMult: 6, GossipInterval: 200 * time.Millisecond,
 		GossipNodes: 3, RetransmitMult: 4, PushPullInterval: 30 * time.Second,
@@ -539,4 +540,30 @@ func dropTime(a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+// TestReconnectAfterDeath: memberlist never contacts a member it declared
+// dead again, so a member that comes back where it was, knowing nobody (a
+// healed network partition looks the same from either side), is found only
+// because the survivors keep trying departed members.
+func TestReconnectAfterDeath(t *testing.T) {
+	n1 := start(t, localConfig(t, "n1"))
+	n2 := start(t, localConfig(t, "n2", n1.Local().Addr))
+	waitFor(t, 5*time.Second, "2 members", func() bool { return allSee([]*Cluster{n1, n2}, "n1", "n2") })
+	addr := n1.Local().Addr
+	if err := n1.Shutdown(); err != nil { // a crash, or a cut: n2 declares n1 dead
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "n1 declared dead", func() bool { return allSee([]*Cluster{n2}, "n2") })
+
+	cfg := localConfig(t, "n1") // no seeds: it cannot find n2 by itself
+	cfg.BindPort = port(t, addr)
+	back := start(t, cfg)
+	took := waitFor(t, 5*time.Second, "merged again by n2's reconnect loop", func() bool {
+		return allSee([]*Cluster{back, n2}, "n1", "n2")
+	})
+	if budget := 3 * cfg.ReconnectInterval; took > budget {
+		t.Fatalf("merged after %v, budget %v (reconnect interval %v)", took, budget, cfg.ReconnectInterval)
+	}
+	t.Logf("merged %v after the departed member came back (reconnect interval %v)", took, cfg.ReconnectInterval)
 }

@@ -79,6 +79,18 @@ type Config struct {
 	// means one second.
 	JoinRetryInterval time.Duration
 
+	// ReconnectInterval is how often this node tries to join again the
+	// members it saw depart (declared dead, or left) and the Join seeds
+	// that are not members. memberlist never contacts a member it declared
+	// dead again, so without this a healed network partition would stay
+	// split for ever, each side owning every key (Serf adds the same loop
+	// on top of memberlist). Zero means 10 s; negative disables it.
+	ReconnectInterval time.Duration
+
+	// ReconnectHorizon is how long after a member departed it is still
+	// tried. Zero means 72 hours (Serf's reconnect timeout).
+	ReconnectHorizon time.Duration
+
 	// Logger receives this package's logs and memberlist's (its [DEBUG]
 	// and [INFO] lines at debug level, [WARN] at warn, [ERR] at error).
 	// Nil means no logging.
@@ -165,7 +177,8 @@ type Config struct {
 // a second and detect a crash in about 5 seconds in a small cluster (in a
 // larger one the suspicion starts at 6 times that and shrinks as members
 // confirm it), listening on 0.0.0.0:7946 and retrying a join 5 times, a
-// second apart. Name, Meta and Join are left for the caller; set
+// second apart, and trying departed members and seeds again every 10 s for
+// 72 hours. Name, Meta and Join are left for the caller; set
 // AdvertiseAddr when the host has no private IP.
 func DefaultLANConfig() Config {
 	m := memberlist.DefaultLANConfig()
@@ -174,6 +187,8 @@ func DefaultLANConfig() Config {
 		BindPort:                m.BindPort,
 		JoinRetries:             5,
 		JoinRetryInterval:       time.Second,
+		ReconnectInterval:       10 * time.Second,
+		ReconnectHorizon:        72 * time.Hour,
 		ProbeInterval:           m.ProbeInterval,
 		ProbeTimeout:            m.ProbeTimeout,
 		IndirectChecks:          m.IndirectChecks,
@@ -196,7 +211,7 @@ func DefaultLANConfig() Config {
 // state exchange every second, so that a crash is detected in about 1 to 2
 // seconds and a join or leave spreads in about 100 ms. It listens on
 // 127.0.0.1 on a port chosen by the system, retries a join 20 times, 200 ms
-// apart, and lets a restarted node take its name back from a different port
+// apart, tries departed members again every second, and lets a restarted node take its name back from a different port
 // 1 second after the old one was declared dead (a join in the meantime
 // fails with ErrNameConflict and is retried). Such short timeouts would
 // cause false suspicions on a busy network; do not use it across hosts.
@@ -207,6 +222,7 @@ func DefaultLocalConfig() Config {
 	c.BindPort = 0
 	c.JoinRetries = 20
 	c.JoinRetryInterval = 200 * time.Millisecond
+	c.ReconnectInterval = time.Second
 	c.ProbeInterval = 200 * time.Millisecond
 	c.ProbeTimeout = 100 * time.Millisecond
 	c.IndirectChecks = m.IndirectChecks
@@ -229,6 +245,8 @@ func (c Config) withDefaults() Config {
 	if c.JoinRetryInterval == 0 {
 		c.JoinRetryInterval = d.JoinRetryInterval
 	}
+	fillDuration(&c.ReconnectInterval, d.ReconnectInterval)
+	fillDuration(&c.ReconnectHorizon, d.ReconnectHorizon)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -312,6 +330,7 @@ func (c Config) Validate() error {
 		{"TCP timeout", c.TCPTimeout},
 		{"gossip-to-the-dead time", c.GossipToTheDeadTime},
 		{"dead node reclaim time", c.DeadNodeReclaimTime},
+		{"reconnect horizon", c.ReconnectHorizon},
 	} {
 		if d.v < 0 {
 			bad("%s %v is negative", d.name, d.v)
