@@ -26,10 +26,11 @@ const (
 	OpReplica                 // crash recovery: give the backup copy of the key to the caller
 	OpPing                    // liveness probe, answered at once by the connection's reader
 	OpTransfer                // ownership transfer: State carries one encoded transfer message (transfer.go)
+	OpCharge                  // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge"}
 
 func (o Op) String() string {
 	if o < opMax {
@@ -53,6 +54,17 @@ type Call struct {
 	Handed bool
 	From   string // OpTake, OpPut: the sender's peer address
 	State  []byte // OpPut: a limiter snapshot
+	Charge Charge // OpCharge
+}
+
+// Charge is a debt: units another node admitted for the key by its
+// fallback while the owner was unreachable, the latest of them at At. The
+// owner counts them in its window (limiter.Budget.Charge) and acknowledges
+// with Answer.OK.
+type Charge struct {
+	Requests int64
+	Tokens   int64
+	At       time.Time
 }
 
 // Answer is the owner's reply to a Call.
@@ -97,7 +109,17 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = binary.AppendVarint(b, c.Usage.PromptTokens)
 	b = binary.AppendVarint(b, c.Usage.CompletionTokens)
 	b = appendString(b, c.From)
-	return appendString(b, string(c.State))
+	b = appendString(b, string(c.State))
+	if c.Op == OpCharge { // only charges carry one: other calls keep their bytes
+		b = binary.AppendVarint(b, c.Charge.Requests)
+		b = binary.AppendVarint(b, c.Charge.Tokens)
+		var at int64
+		if !c.Charge.At.IsZero() {
+			at = c.Charge.At.UnixNano()
+		}
+		b = binary.AppendVarint(b, at)
+	}
+	return b
 }
 
 // AppendAnswer encodes a onto b.
@@ -213,6 +235,13 @@ func (r *reader) call(c *Call) error {
 	c.Usage.CompletionTokens = r.varint()
 	c.From = r.string()
 	c.State = r.bytes()
+	if c.Op == OpCharge {
+		c.Charge.Requests = r.varint()
+		c.Charge.Tokens = r.varint()
+		if at := r.varint(); at != 0 {
+			c.Charge.At = time.Unix(0, at)
+		}
+	}
 	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {
 		r.err = fmt.Errorf("unknown op %d", c.Op)
 	}

@@ -125,6 +125,17 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 	case OpStatus:
 		l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) })
 		return a, nil, nil
+	case OpCharge:
+		// A debt: counted in the key's window (created if the key is new
+		// here), or dropped if its time has left the window. Either way it
+		// is settled: OK acknowledges it, and marks the key changed so
+		// that replication (sync mode: before this answer) copies it.
+		l.table.Do(c.Key, now, func(b *limiter.Budget) {
+			b.Charge(now, c.Charge.At, c.Charge.Requests, c.Charge.Tokens)
+			a.Decision.Status = b.Status(now)
+		})
+		a.OK = true
+		return a, nil, nil
 	}
 	return a, nil, fmt.Errorf("call %s on %q: unknown op", c.Op, c.Key)
 }

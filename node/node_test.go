@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,18 @@ func TestCallRoundTrip(t *testing.T) {
 	gotA.Expires = a.Expires
 	if !reflect.DeepEqual(gotA, a) {
 		t.Fatalf("answer round trip: %+v, want %+v", gotA, a)
+	}
+	// A charge carries its debt; other ops do not encode one.
+	ch := Call{Op: OpCharge, Key: "t:acme", Charge: Charge{Requests: 3, Tokens: 1 << 41, At: time.Unix(0, 1_700_000_000_987_654_321)}}
+	gotC, err := DecodeCall(AppendCall(nil, &ch))
+	if err != nil || !reflect.DeepEqual(gotC, ch) || gotC.Op.String() != "charge" {
+		t.Fatalf("charge round trip: %+v %v, want %+v", gotC, err, ch)
+	}
+	if b := AppendCall(nil, &Call{Op: OpAcquire, Key: "k", Charge: ch.Charge}); !bytes.Equal(b, AppendCall(nil, &Call{Op: OpAcquire, Key: "k"})) {
+		t.Fatal("a non-charge call encodes a charge")
+	}
+	if full := AppendCall(nil, &ch); func() bool { _, err := DecodeCall(full[:len(full)-1]); return err == nil }() {
+		t.Fatal("truncated charge decoded")
 	}
 	if _, err := DecodeCall([]byte{byte(OpAcquire)}); err == nil {
 		t.Fatal("truncated call decoded")
