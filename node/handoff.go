@@ -34,7 +34,7 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
 		return // restored by a concurrent call
 	}
-	state, from := n.recover(ctx, key, h.backup)
+	state, from := n.recover(ctx, key, h.backup, !h.preloaded)
 	if len(state) == 0 {
 		return
 	}
@@ -56,13 +56,14 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 }
 
 // recover returns the newest copy of a crashed owner's key: the replica at
-// backup or the checkpoint, and where it came from; nil when there is none.
-func (n *Node) recover(ctx context.Context, key, backup string) ([]byte, string) {
+// backup or (when checkpoint is set) the checkpoint, and where it came
+// from; nil when there is none.
+func (n *Node) recover(ctx context.Context, key, backup string, checkpoint bool) ([]byte, string) {
 	rep, repAt, err := n.replica(ctx, key, backup)
 	if err != nil {
 		n.log.Warn("restore: replica unavailable", "key", key, "backup", backup, "err", err)
 	}
-	if n.cfg.Checkpoint == nil {
+	if n.cfg.Checkpoint == nil || !checkpoint {
 		return rep, backup
 	}
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)

@@ -105,6 +105,7 @@ type Node struct {
 	members  []viewMember             // the last membership, for Drain; guarded by tmu
 	viewSig  string                   // the last membership's ring version and members; guarded by tmu
 	dirty    dirtySet                 // keys changed since the last replication round
+	preload  atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
 	inflight atomic.Int32             // replication rounds under way
 	replicas replicaStore             // copies held for other owners
 	server   *peerServer

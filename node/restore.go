@@ -33,6 +33,7 @@ type preload struct {
 	parts map[int]map[string]preloaded // partition → key → its newest snapshot; nil once dropped
 	keys  int                          // in parts
 	until time.Time                    // when the newest snapshot passes HandoffHorizon
+	whole bool                         // the scan finished: a key not here is not in the checkpoint
 }
 
 // preloaded is one key's snapshot and when it was taken.
@@ -40,11 +41,6 @@ type preloaded struct {
 	state []byte
 	at    time.Time
 }
-
-// preloads maps each node that preloaded (*Node) to its *preload. It lives
-// beside Node rather than in it so that this file holds the whole feature;
-// an entry goes when its preload is dropped.
-var preloads sync.Map
 
 // Preload reads every snapshot of the configured checkpoint (none: it does
 // nothing) into memory, grouped by partition, for the partitions this node
@@ -94,9 +90,9 @@ func (n *Node) Preload(ctx context.Context) (int, error) {
 		return nil
 	})
 	if keys > 0 {
-		pl := &preload{parts: parts, keys: keys, until: newest.Add(horizon)}
-		if old, loaded := preloads.Swap(n, pl); loaded {
-			old.(*preload).drop() // a second Preload replaces the first
+		pl := &preload{parts: parts, keys: keys, until: newest.Add(horizon), whole: scanErr == nil}
+		if old := n.preload.Swap(pl); old != nil {
+			old.drop() // a second Preload replaces the first
 		}
 		n.wg.Add(1)
 		go n.expirePreload(pl)
@@ -113,11 +109,10 @@ func (n *Node) Preload(ctx context.Context) (int, error) {
 // Keys not preloaded are still looked up one by one on first use
 // (restoreKey). It runs under the custody lock; gate is p's gate, not held.
 func (n *Node) restorePartition(gate *gate, p int) {
-	v, ok := preloads.Load(n)
-	if !ok {
+	pl := n.preload.Load()
+	if pl == nil {
 		return
 	}
-	pl := v.(*preload)
 	if n.settled.Load() {
 		// A restore after the start: the preload is older than what the
 		// dead custodian left.
@@ -125,8 +120,15 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		return
 	}
 	keys, left := pl.take(p)
+	if h := gate.restore.Load(); h != nil && pl.whole {
+		// The partition's checkpointed keys are all here now: a key
+		// missing from the table costs no Redis read on first use.
+		hint := *h
+		hint.preloaded = true
+		gate.restore.Store(&hint)
+	}
 	if left == 0 {
-		preloads.CompareAndDelete(n, pl)
+		n.preload.CompareAndSwap(pl, nil)
 	}
 	if len(keys) == 0 {
 		return
@@ -176,7 +178,7 @@ func (pl *preload) drop() int {
 
 // dropPreload forgets pl, if it is still n's preload.
 func (n *Node) dropPreload(pl *preload, why string) {
-	preloads.CompareAndDelete(n, pl)
+	n.preload.CompareAndSwap(pl, nil)
 	if left := pl.drop(); left > 0 {
 		n.log.Info("restore: preloaded checkpoint dropped", "reason", why, "unused_keys", left)
 	}
@@ -195,7 +197,7 @@ func (n *Node) expirePreload(pl *preload) {
 			return
 		case <-tick.C:
 		}
-		if v, ok := preloads.Load(n); !ok || v != pl {
+		if n.preload.Load() != pl {
 			return // used up, or replaced
 		}
 		switch {

@@ -68,6 +68,10 @@ type hop struct {
 type restoreHint struct {
 	backup string // peer address of the dead custodian's backup
 	until  time.Time
+	// preloaded: the checkpoint's keys of the partition were installed
+	// from the node's startup scan, so a key missing from the table is
+	// not in the checkpoint either: no Redis read for it.
+	preloaded bool
 }
 
 // memberID is how custody names a member: a restarted process is a new

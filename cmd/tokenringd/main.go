@@ -149,8 +149,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Forward:             node.ForwardConfig{ProbeAfter: cfg.ForwardTimeout, Liveness: cfg.PeerLiveness},
 		Checkpoint:          checkpoint,
 		ReplicationInterval: cfg.Replication.Interval,
-		ReplicationSync:     cfg.Replication.Mode == config.ReplicationSync,
-		Logger:              base,
+		// A dead custodian's keys are worth restoring as long as their
+		// windows and leases can still count.
+		HandoffHorizon:  cfg.Limits.Window + cfg.Limits.LeaseTTL,
+		ReplicationSync: cfg.Replication.Mode == config.ReplicationSync,
+		Logger:          base,
 	})
 	if err != nil {
 		return err
