@@ -186,19 +186,12 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 	}
 }
 
-// moveAll tells every waiter of key, those drained from its queue (grants)
-// and any other still parked, that the key left this node: each call
-// follows it to the new owner.
-func (l *local) moveAll(key string, grants []limiter.Grant) {
+// moveAll tells every waiter parked for key that the key left this node
+// (the caller drained them from its queue first): each call follows it to
+// the new owner.
+func (l *local) moveAll(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, g := range grants {
-		id := waiterID{key, g.Ticket}
-		if ch, ok := l.waiters[id]; ok {
-			delete(l.waiters, id)
-			ch <- waiting{moved: true}
-		}
-	}
 	for id, ch := range l.waiters {
 		if id.key == key {
 			delete(l.waiters, id)
@@ -208,19 +201,6 @@ func (l *local) moveAll(key string, grants []limiter.Grant) {
 	if t := l.timers[key]; t != nil {
 		t.Stop()
 		delete(l.timers, key)
-	}
-}
-
-// refuseAll refuses every waiter still parked for key: the key left this
-// node, and its clients should retry at the new owner.
-func (l *local) refuseAll(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id, ch := range l.waiters {
-		if id.key == key {
-			delete(l.waiters, id)
-			ch <- waiting{d: limiter.Decision{Reason: limiter.Requests, RetryAfter: 10 * time.Millisecond}}
-		}
 	}
 }
 

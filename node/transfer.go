@@ -250,9 +250,8 @@ func (t *transfer) freeze(ps []int) map[int][]byte {
 	entries := make(map[int][]byte, len(ps))
 	counts := make(map[int]uint64, len(ps))
 	for _, key := range keys {
-		var grants []limiter.Grant
-		t.n.table.Peek(key, func(b *limiter.Budget) { grants = b.DrainWaiters(now, nil) })
-		t.n.local.moveAll(key, grants)
+		t.n.table.Peek(key, func(b *limiter.Budget) { b.DrainWaiters(now, nil) })
+		t.n.local.moveAll(key)
 		state, ok := t.n.table.Take(key)
 		if !ok {
 			continue // swept meanwhile: idle, nothing to hand on
