@@ -20,8 +20,8 @@ const (
 	OpCancel                  // roll an admission back completely
 	OpRenew                   // extend a lease's slot
 	OpStatus                  // report the key's limits and usage
-	OpTake                    // handoff: give the key's state to the caller (From) and forward to it from now on
-	OpPut                     // handoff: install the key's state (State) unless the key is already held
+	OpTake                    // retired (per-key handoff, replaced by OpTransfer); the number stays taken
+	OpPut                     // retired, like OpTake
 	OpReplicate               // replication: keep State as the backup copy of the key
 	OpReplica                 // crash recovery: give the backup copy of the key to the caller
 	OpPing                    // liveness probe, answered at once by the connection's reader
@@ -52,8 +52,8 @@ type Call struct {
 	// partition to the receiver: the receiver waits for it instead of
 	// forwarding the call on.
 	Handed bool
-	From   string // OpTake, OpPut: the sender's peer address
-	State  []byte // OpPut: a limiter snapshot
+	From   string // OpTransfer, OpReplicate, OpReplica: the sender's peer address
+	State  []byte // OpReplicate: a limiter snapshot; OpTransfer: encoded custody messages
 	Charge Charge // OpCharge
 }
 
@@ -73,7 +73,7 @@ type Answer struct {
 	OK       bool             // settle/release/cancel/renew found the lease
 	Expires  time.Time        // OpRenew: the slot's new expiry
 	Owner    string           // the node that decided
-	State    []byte           // OpTake: the key's limiter snapshot; empty when the node had none
+	State    []byte           // OpReplica: the backup's copy of the key; empty when it had none
 }
 
 // Wire format. Every value is self-delimiting: unsigned and signed varints,
