@@ -1,165 +1,315 @@
 package router
 
 import (
-	"math"
+	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/tokenring/tokenring/limiter"
 )
 
-// degraded is the strict local limiter used while a key's owner cannot be
-// reached: it admits at most this node's share of each limit (limit ÷ live
-// members, rounded down). Each share is a golang.org/x/time/rate bucket with
-// burst ⌈share/2⌉ refilled at (share−burst) per window, so in any interval of
-// one window it admits at most burst + (share−burst) = share units. Slots are
-// counted per node and expire after the lease TTL like the owner's.
+// degraded is this node's fallback state, one entry per key:
+//
+//   - the owner's last report: the remaining requests and tokens its
+//     answers carried (Decision.Status), when, and until when what it
+//     counted then stays in its window (the report's Reset);
+//   - this node's own fallback window for the key (limit ÷ live members);
+//   - the debts: fallback admissions made here and not yet acknowledged by
+//     an owner (debts.go charges them).
+//
+// While a report is fresh (what the owner counted has not left its window
+// yet), this node's degraded share is the reported remaining ÷ live members,
+// minus what its fallback admitted since the report (and the debts still
+// unpaid when it came, which the report could not include). For a key never
+// reported, or once everything the report counted has left the window, the
+// share is the full limit ÷ live members. Both hold together with the local
+// window, so in any window this node never admits more than limit ÷ members
+// on its own.
+//
+// The local window is a limiter.Budget with few buckets rather than an
+// x/time/rate bucket: a token bucket refills continuously, which cannot
+// express "at most the reported remaining, until the reported usage leaves
+// the window", and its burst is only half the share. A Budget is a sliding
+// window that never admits more than its limit in any interval of one
+// window, it holds the concurrency share (slots with the lease TTL) and it
+// computes honest retry-afters, all with the limiter's own arithmetic.
+//
+// Memory is bounded: entries live in shards, each two generations of
+// maps; an entry not touched for a generation is dropped when the current
+// one fills (maxStates in all), unless it still owes debts or holds slots.
+// Every operation locks one shard: nothing scans every key per call.
 //
 // Safe for concurrent use.
 type degraded struct {
-	now func() time.Time
-
-	mu     sync.Mutex // guards keys and nextID
-	keys   map[string]*share
-	nextID uint64
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [stateShards]stateShard
 }
 
-// share is one key's local allowance.
-type share struct {
-	members  int
-	requests *rate.Limiter // nil: unlimited
-	tokens   *rate.Limiter // nil: unlimited
-	slots    int64         // -1: unlimited
-	held     map[uint64]time.Time
-	ttl      time.Duration
+const (
+	// stateShards is the number of independently locked parts of degraded.
+	stateShards = 64
+	// maxStates bounds the keys remembered (reports, local windows, debts)
+	// across all shards; a shard rotates its generations at
+	// maxStates/stateShards/2 entries.
+	maxStates = 100_000
+	genSize   = maxStates / stateShards / 2
+)
+
+// localPolicy is the local windows' policy: 10 buckets (a 6 s bucket for a
+// 60 s window, counted at most one bucket longer than the window) keeps an
+// entry small.
+var localPolicy = limiter.Policy{Buckets: 10}
+
+type stateShard struct {
+	mu       sync.Mutex
+	cur, old map[string]*keyState
+	kept     int // entries carried over at the last rotation
+	_        [64 - 32]byte
+}
+
+// report is one dimension of an owner's report.
+type report struct {
+	limited   bool      // the owner limits this dimension
+	remaining int64     // room left when reported
+	until     time.Time // when what the owner counted has all left its window
+}
+
+// fresh reports whether r still constrains the share at now.
+func (r report) fresh(now time.Time) bool { return r.limited && now.Before(r.until) }
+
+// keyState is one key's fallback state. Guarded by its shard's mu.
+type keyState struct {
+	at       time.Time // of the last report; zero: never reported
+	req, tok report
+	// spentReq and spentTok are what this node's fallback admitted since
+	// the last report, plus the debts unpaid when it came.
+	spentReq, spentTok int64
+
+	local   *limiter.Budget // this node's fallback window; nil until the first degraded acquire
+	members int             // the local window's limits are limit ÷ members
+
+	// owedReq and owedTok are the debts not yet acknowledged by an owner;
+	// owedAt is the time of the latest of them.
+	owedReq, owedTok int64
+	owedAt           time.Time
 }
 
 func newDegraded(now func() time.Time) *degraded {
-	return &degraded{now: now, keys: make(map[string]*share)}
+	d := &degraded{now: now, seed: maphash.MakeSeed()}
+	for i := range d.shards {
+		d.shards[i].cur = make(map[string]*keyState)
+		d.shards[i].old = make(map[string]*keyState)
+	}
+	return d
 }
 
-func shareLimiter(limit int64, members int, window time.Duration) *rate.Limiter {
-	if limit <= 0 {
+func (d *degraded) shard(key string) *stateShard {
+	return &d.shards[maphash.String(d.seed, key)%stateShards]
+}
+
+// get returns key's entry, promoting it to the current generation, or, if
+// create, a new one. The caller holds s.mu.
+func (s *stateShard) get(key string, now time.Time, create bool) *keyState {
+	if e := s.cur[key]; e != nil {
+		return e
+	}
+	e := s.old[key]
+	if e == nil && !create {
 		return nil
 	}
-	s := limit / int64(members)
-	burst := (s + 1) / 2
-	return rate.NewLimiter(rate.Limit(float64(s-burst)/window.Seconds()), int(burst))
+	if e != nil {
+		delete(s.old, key)
+	} else {
+		e = &keyState{}
+	}
+	if len(s.cur) >= genSize+s.kept {
+		s.rotate(now)
+	}
+	s.cur[strings.Clone(key)] = e // do not pin a caller's larger buffer
+	return e
 }
 
-// maxShares bounds the keys the degraded limiter remembers; past it, shares
-// holding no slot are dropped (their buckets refill from full, which only
-// happens in an outage touching more than maxShares tenants).
-const maxShares = 100_000
-
-func (d *degraded) shareFor(key string, l limiter.Limits, members int) *share {
-	s := d.keys[key]
-	if s == nil && len(d.keys) >= maxShares {
-		for k, old := range d.keys {
-			if len(old.held) == 0 {
-				delete(d.keys, k)
-			}
+// rotate drops the old generation, but for entries that still owe debts or
+// hold slots, and makes the current generation the old one.
+func (s *stateShard) rotate(now time.Time) {
+	next := make(map[string]*keyState, genSize/8)
+	for k, e := range s.old {
+		if e.owedReq > 0 || e.owedTok > 0 || (e.local != nil && !e.local.Idle(now)) {
+			next[k] = e
 		}
 	}
-	if s != nil && s.members == members {
-		return s
+	s.old, s.cur, s.kept = s.cur, next, len(next)
+}
+
+// report records what key's owner answered at now: its remaining requests
+// and tokens. A status without limits (unlimited key, or a call that found
+// no state) teaches nothing.
+func (d *degraded) report(key string, st limiter.Status, now time.Time) {
+	if st.Requests.Limit <= 0 && st.Tokens.Limit <= 0 {
+		return
 	}
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, now, true).setReport(st, now)
+}
+
+func (e *keyState) setReport(st limiter.Status, now time.Time) {
+	e.at = now
+	e.req = report{limited: st.Requests.Limit > 0, remaining: st.Requests.Remaining, until: now.Add(st.Requests.Reset)}
+	e.tok = report{limited: st.Tokens.Limit > 0, remaining: st.Tokens.Remaining, until: now.Add(st.Tokens.Reset)}
+	// Debts still unpaid are not in the report: they spend the share too.
+	e.spentReq, e.spentTok = e.owedReq, e.owedTok
+}
+
+// share is limit ÷ members for a limited dimension; ok is false when the
+// dimension is limited but this node's share of it is zero.
+func share(limit, members int64) (s int64, ok bool) {
+	if limit <= 0 {
+		return 0, true // unlimited
+	}
+	s = limit / members
+	return s, s > 0
+}
+
+// acquire admits one request of n tokens on key's degraded share, returning
+// a local slot id, or the refusing dimension and when to retry. An
+// admission is a debt of key (owed): the caller has it charged.
+func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
+	m := int64(max(members, 1))
+	n = max(n, 0)
+	now := d.now()
 	window := l.Window
 	if window <= 0 {
 		window = limiter.DefaultWindow
 	}
-	ttl := l.LeaseTTL
-	if ttl <= 0 {
-		ttl = limiter.DefaultLeaseTTL
+	sr, okr := share(l.Requests, m)
+	st, okt := share(l.Tokens, m)
+	sc, okc := share(l.Concurrency, m)
+	switch {
+	case !okr:
+		return 0, limiter.Requests, window
+	case !okt || (l.Tokens > 0 && n > st):
+		return 0, limiter.Tokens, window
+	case !okc:
+		return 0, limiter.Concurrency, window
 	}
-	ns := &share{
-		members:  members,
-		requests: shareLimiter(l.Requests, members, window),
-		tokens:   shareLimiter(l.Tokens, members, window),
-		slots:    -1,
-		held:     make(map[uint64]time.Time),
-		ttl:      ttl,
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.get(key, now, true)
+	// The owner's last report, while what it counted is in its window.
+	if e.req.fresh(now) && e.req.remaining/m-e.spentReq < 1 {
+		return 0, limiter.Requests, max(time.Millisecond, e.req.until.Sub(now))
 	}
-	if l.Concurrency > 0 {
-		ns.slots = l.Concurrency / int64(members)
+	if e.tok.fresh(now) && e.tok.remaining/m-e.spentTok < max(n, 1) {
+		return 0, limiter.Tokens, max(time.Millisecond, e.tok.until.Sub(now))
 	}
-	if s != nil { // membership changed: keep the slots held
-		ns.held = s.held
+	// This node's own window: limit ÷ members in any window.
+	lim := limiter.Limits{Requests: sr, Tokens: st, Concurrency: sc, Window: l.Window, LeaseTTL: l.LeaseTTL}
+	if e.local == nil {
+		e.local = limiter.NewBudget(lim, &localPolicy, now)
+		e.members = int(m)
+	} else if e.members != int(m) || e.local.Limits().Window != window {
+		e.local.SetLimits(lim)
+		e.members = int(m)
 	}
-	d.keys[key] = ns
-	return ns
+	// Reserve exactly n (at least 1: a Reserve of 0 would mean "estimate").
+	dec := e.local.Acquire(now, limiter.Request{Reserve: max(n, 1)})
+	if !dec.Allowed {
+		return 0, dec.Reason, dec.RetryAfter
+	}
+	e.spend(n, now)
+	return dec.Lease, limiter.None, 0
 }
 
-// acquire admits one request of n tokens on key's local share, returning a
-// local slot id, or the refusing dimension and when to retry.
-func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
-	if members < 1 {
-		members = 1
-	}
+// owe records an admission of n tokens for key made without a share (the
+// open policy): a debt like any other.
+func (d *degraded) owe(key string, n int64) {
 	now := d.now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s := d.shareFor(key, l, members)
-	for sid, exp := range s.held {
-		if !now.Before(exp) {
-			delete(s.held, sid)
-		}
-	}
-	if s.slots >= 0 && int64(len(s.held)) >= s.slots {
-		retry = s.ttl
-		for _, exp := range s.held {
-			retry = min(retry, exp.Sub(now))
-		}
-		return 0, limiter.Concurrency, retry
-	}
-	var rr, tr *rate.Reservation
-	if s.requests != nil {
-		if rr = s.requests.ReserveN(now, 1); !rr.OK() || rr.DelayFrom(now) > 0 {
-			retry = delayOr(rr, now, l.Window)
-			rr.CancelAt(now)
-			return 0, limiter.Requests, retry
-		}
-	}
-	if s.tokens != nil && n > 0 {
-		if tr = s.tokens.ReserveN(now, int(min(n, math.MaxInt32))); !tr.OK() || tr.DelayFrom(now) > 0 {
-			retry = delayOr(tr, now, l.Window)
-			tr.CancelAt(now)
-			if rr != nil {
-				rr.CancelAt(now)
-			}
-			return 0, limiter.Tokens, retry
-		}
-	}
-	d.nextID++
-	s.held[d.nextID] = now.Add(s.ttl)
-	return d.nextID, limiter.None, 0
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(key, now, true).spend(max(n, 0), now)
 }
 
-func delayOr(r *rate.Reservation, now time.Time, window time.Duration) time.Duration {
-	if r.OK() {
-		if d := r.DelayFrom(now); d != rate.InfDuration {
-			return d
-		}
+// spend counts one fallback admission of n tokens at now: it spends the
+// share and is owed to the key's owner.
+func (e *keyState) spend(n int64, now time.Time) {
+	e.spentReq++
+	e.spentTok += n
+	e.owedReq++
+	e.owedTok += n
+	if now.After(e.owedAt) {
+		e.owedAt = now
 	}
-	if window <= 0 {
-		window = limiter.DefaultWindow
-	}
-	return window
 }
 
 // release frees a local slot; unknown ids change nothing.
 func (d *degraded) release(key string, id uint64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s := d.keys[key]
-	if s == nil {
+	now := d.now()
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.get(key, now, false)
+	if e == nil || e.local == nil {
 		return false
 	}
-	if _, ok := s.held[id]; !ok {
-		return false
+	return e.local.Release(now, id)
+}
+
+// owed returns key's unpaid debts as one charge (at the time of the latest,
+// so no unit leaves the owner's window earlier than it would have), after
+// dropping them if even the latest is older than window: the owner would
+// count none of them any more. ok is false when key owes nothing.
+func (d *degraded) owed(key string, now time.Time, window time.Duration) (c charge, expired int64, ok bool) {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.get(key, now, false)
+	if e == nil || (e.owedReq == 0 && e.owedTok == 0) {
+		return charge{}, 0, false
 	}
-	delete(s.held, id)
-	return true
+	if !now.Before(e.owedAt.Add(window)) {
+		expired = e.owedReq
+		e.owedReq, e.owedTok = 0, 0
+		e.spentReq, e.spentTok = 0, 0 // the report's own usage has left the window too
+		return charge{}, expired, false
+	}
+	return charge{requests: e.owedReq, tokens: e.owedTok, at: e.owedAt}, 0, true
+}
+
+// repaid removes the debts an owner acknowledged (c, as owed returned it;
+// debts recorded since stay owed) and records the owner's status in its
+// acknowledgement as a report.
+func (d *degraded) repaid(key string, c charge, st limiter.Status, now time.Time) {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.get(key, now, true)
+	e.owedReq = max(0, e.owedReq-c.requests)
+	e.owedTok = max(0, e.owedTok-c.tokens)
+	if st.Requests.Limit > 0 || st.Tokens.Limit > 0 {
+		e.setReport(st, now)
+	}
+}
+
+// owes reports whether key has unpaid debts.
+func (d *degraded) owes(key string) bool {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.cur[key]
+	if e == nil {
+		e = s.old[key]
+	}
+	return e != nil && (e.owedReq > 0 || e.owedTok > 0)
+}
+
+// charge is the debt of one key sent in one OpCharge.
+type charge struct {
+	requests, tokens int64
+	at               time.Time
 }

@@ -48,13 +48,16 @@ func startDown(t *testing.T, policy FallbackPolicy, l limiter.Limits, now func()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	return &server{Server: hs}, reg
 }
 
-// Degraded: this node admits at most its share (limit ÷ 3 live members) in
-// any window, flags every answer, and counts the fallback decisions.
+// Degraded, for a key never reported by its owner: this node admits at most
+// its share (limit ÷ 3 live members) in any window, all of it at once,
+// flags every answer, counts the fallback decisions, and records each
+// admission as a debt (never repaid here: the owner stays down).
 func TestFallbackDegradedAdmitsStrictShare(t *testing.T) {
 	clock := newFakeClock()
 	s, reg := startDown(t, Degraded, limiter.Limits{Requests: 30, Tokens: 1 << 40, Window: time.Minute}, clock.Now)
@@ -75,13 +78,11 @@ func TestFallbackDegradedAdmitsStrictShare(t *testing.T) {
 		}
 		return allowed
 	}
-	// share = 30/3 = 10 per window: a burst gets half at once (burst 5) and
-	// the rest refills evenly over the window, so no window ever holds
-	// more than 10.
-	if got := count(100); got != 5 {
-		t.Fatalf("burst admitted %d, want 5", got)
+	// share = 30/3 = 10 per window.
+	if got := count(100); got != 10 {
+		t.Fatalf("burst admitted %d, want the share of 10", got)
 	}
-	total := 5
+	total := 10
 	for range 12 { // one window in 5 s steps
 		clock.Advance(5 * time.Second)
 		total += count(10)
@@ -89,8 +90,17 @@ func TestFallbackDegradedAdmitsStrictShare(t *testing.T) {
 	if total != 10 {
 		t.Fatalf("admitted %d over one window, want the share of 10", total)
 	}
-	if got := counter(t, reg, "tokenring_fallback_decisions_total", "degraded", "allowed"); got != 10 {
-		t.Fatalf("fallback allowed counter %v, want 10", got)
+	// The window's 6 s buckets: the first admissions (2 s into theirs)
+	// leave at 64 s.
+	clock.Advance(5 * time.Second)
+	if got := count(100); got != 10 {
+		t.Fatalf("after the window admitted %d, want the share of 10 again", got)
+	}
+	if got := counter(t, reg, "tokenring_fallback_decisions_total", "degraded", "allowed"); got != 20 {
+		t.Fatalf("fallback allowed counter %v, want 20", got)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debts_recorded_total"); got != 20 {
+		t.Fatalf("debts recorded %v, want 20", got)
 	}
 }
 
@@ -359,6 +369,7 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close()
 	hs := httptest.NewServer(r)
 	defer hs.Close()
 	s := &server{Server: hs}
@@ -453,6 +464,7 @@ func startErr(t *testing.T, do func(context.Context) error, maxWait time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	return &server{Server: hs}, reg, c

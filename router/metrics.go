@@ -15,6 +15,13 @@ type metrics struct {
 	decisions *prometheus.CounterVec   // by result and reason
 	fallbacks *prometheus.CounterVec   // by policy and result
 	calls     *prometheus.HistogramVec // by op and where it was decided
+
+	// Fallback debts (debts.go): each is one fallback admission.
+	debtsRecorded     prometheus.Counter
+	debtsRepaidTotal  prometheus.Counter
+	debtsExpiredTotal prometheus.Counter
+	debtsOutstanding  prometheus.Gauge
+	chargeFailures    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,11 +39,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Latency of calls to key owners, by op and by where they were decided (local, forwarded, or failed: the owner was unreachable).",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1.5e-2, 5e-2, 0.25, 1, 5},
 		}, []string{"op", "where"}),
+		debtsRecorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenring_fallback_debts_recorded_total",
+			Help: "Fallback admissions (degraded or open policy) recorded as debts owed to their key's owner.",
+		}),
+		debtsRepaidTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenring_fallback_debts_repaid_total",
+			Help: "Fallback debts charged to their key's window at its owner and acknowledged.",
+		}),
+		debtsExpiredTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenring_fallback_debts_expired_total",
+			Help: "Fallback debts dropped unpaid because they were older than their key's window (the owner would not count them any more).",
+		}),
+		debtsOutstanding: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenring_fallback_debts_outstanding",
+			Help: "Fallback debts recorded on this node and not yet repaid or expired.",
+		}),
+		chargeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenring_fallback_debt_charge_failures_total",
+			Help: "Charges of fallback debts that the key's owner did not acknowledge (unreachable, in transfer); retried.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.fallbacks, m.calls} {
+	for _, c := range []prometheus.Collector{m.decisions, m.fallbacks, m.calls,
+		m.debtsRecorded, m.debtsRepaidTotal, m.debtsExpiredTotal, m.debtsOutstanding, m.chargeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("router metrics: %w", err)
 		}
@@ -63,3 +91,20 @@ func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
 func (m *metrics) observe(op node.Op, where string, d time.Duration) {
 	m.calls.WithLabelValues(op.String(), where).Observe(d.Seconds())
 }
+
+func (m *metrics) debtRecorded() {
+	m.debtsRecorded.Inc()
+	m.debtsOutstanding.Inc()
+}
+
+func (m *metrics) debtsRepaid(n int64) {
+	m.debtsRepaidTotal.Add(float64(n))
+	m.debtsOutstanding.Sub(float64(n))
+}
+
+func (m *metrics) debtsExpired(n int64) {
+	m.debtsExpiredTotal.Add(float64(n))
+	m.debtsOutstanding.Sub(float64(n))
+}
+
+func (m *metrics) debtChargeFailed() { m.chargeFailures.Inc() }

@@ -48,8 +48,8 @@ type FallbackPolicy string
 
 // The fallback policies of DESIGN.md.
 const (
-	Degraded FallbackPolicy = "degraded" // strict local share: limit ÷ live members
-	Open     FallbackPolicy = "open"     // admit
+	Degraded FallbackPolicy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ live members, as debts
+	Open     FallbackPolicy = "open"     // admit, as debts
 	Closed   FallbackPolicy = "closed"   // refuse
 )
 
@@ -87,6 +87,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// DebtInterval is how often fallback debts are charged to their keys'
+	// owners (debts.go). Zero means DefaultDebtInterval (100ms).
+	DebtInterval time.Duration
 	// Logger receives the router's logs. Nil discards them.
 	Logger *slog.Logger
 	// Proxy configures the LLM proxy (POST /v1/chat/completions and
@@ -104,7 +107,8 @@ func PoolKey(pool string) string { return "p:" + pool }
 type Router struct {
 	cfg      Config
 	cluster  Cluster
-	degraded *degraded
+	degraded *degraded // per key: the owner's last report, the local fallback window, the debts
+	debts    *debts    // charges the debts to the keys' owners
 	metrics  *metrics
 	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
@@ -138,6 +142,9 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.DebtInterval <= 0 {
+		cfg.DebtInterval = DefaultDebtInterval
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err
@@ -160,6 +167,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		log:      cfg.Logger,
 		warn:     rate.Sometimes{Interval: time.Second},
 	}
+	r.debts = newDebts(r, cfg.DebtInterval)
 	r.routes()
 	return r, nil
 }
@@ -241,8 +249,12 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	case a.Owner != r.cluster.Name():
 		where = "forwarded"
 	}
-	r.metrics.observe(c.Op, where, r.cfg.Now().Sub(start))
+	end := r.cfg.Now()
+	r.metrics.observe(c.Op, where, end.Sub(start))
 	if err == nil {
+		// Every answer carries the key's status: remember what the owner
+		// reported as remaining, for the degraded share.
+		r.degraded.report(c.Key, a.Decision.Status, end)
 		return outcome{answer: a}, nil
 	}
 	if ctx.Err() != nil {
@@ -262,19 +274,27 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	l := r.cfg.Limits(c.Key)
 	switch c.Op {
 	case node.OpAcquire:
+		// Every fallback admission is a debt, charged to the key's window
+		// at its owner once one is reachable (debts.go). One that could not
+		// be accounted for (too many keys owing) is refused.
 		d := &o.answer.Decision
-		switch r.cfg.Fallback {
-		case Open:
-			d.Allowed = true
-		case Closed:
+		switch {
+		case r.cfg.Fallback == Closed:
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.ForwardTimeout
+		case !r.debts.room(c.Key):
+			d.Reason = limiter.Requests
+			d.RetryAfter = r.cfg.DebtInterval
+		case r.cfg.Fallback == Open:
+			d.Allowed = true
+			r.degraded.owe(c.Key, tokens)
 		default:
 			id, reason, retry := r.degraded.acquire(c.Key, l, r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}
 		if d.Allowed {
 			d.Reserved = tokens
+			r.debts.recorded(c.Key)
 		}
 		r.metrics.fallback(r.cfg.Fallback, d.Allowed)
 	case node.OpSettle, node.OpRelease, node.OpCancel, node.OpRenew:

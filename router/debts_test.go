@@ -1,0 +1,373 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// fakeOwner is a cluster of members n1 (this node) and n2, which owns
+// every key. While down, every call fails as a refused connection does;
+// while up, acquires are admitted with status in their answers, and charges
+// are recorded and acknowledged, unless failCharges says to fail the next
+// ones.
+type fakeOwner struct {
+	ring *ring.Ring
+
+	mu          sync.Mutex
+	down        bool
+	failCharges int
+	status      limiter.Status
+	charges     []node.Charge
+	onCharge    func() // runs during a charge, before it is acknowledged
+}
+
+func newFakeOwner(t *testing.T, members ...string) *fakeOwner {
+	t.Helper()
+	var ms []ring.Member
+	for _, m := range members {
+		ms = append(ms, ring.Member{Name: m})
+	}
+	rg, err := ring.New(ring.Config{}, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeOwner{ring: rg}
+}
+
+func (f *fakeOwner) Do(_ context.Context, c *node.Call) (node.Answer, error) {
+	f.mu.Lock()
+	if f.down {
+		f.mu.Unlock()
+		return node.Answer{}, fmt.Errorf("peer 127.0.0.1:1: %w", node.ErrPeerDown)
+	}
+	a := node.Answer{Owner: "n2", Decision: limiter.Decision{Status: f.status}}
+	switch c.Op {
+	case node.OpAcquire:
+		a.Decision.Allowed, a.Decision.Lease, a.Decision.Reserved = true, 1, c.Req.PromptTokens
+	case node.OpCharge:
+		if f.failCharges > 0 {
+			f.failCharges--
+			f.mu.Unlock()
+			return node.Answer{}, fmt.Errorf("call charge: %w", node.ErrTransferPending)
+		}
+		cb := f.onCharge
+		f.mu.Unlock()
+		if cb != nil {
+			cb()
+		}
+		f.mu.Lock()
+		f.charges = append(f.charges, c.Charge)
+		a.OK = true
+	default:
+		a.OK = true
+	}
+	f.mu.Unlock()
+	return a, nil
+}
+func (f *fakeOwner) Ring() *ring.Ring { return f.ring }
+func (f *fakeOwner) Name() string     { return "n1" }
+
+func (f *fakeOwner) set(fn func(f *fakeOwner)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeOwner) charged() []node.Charge {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]node.Charge(nil), f.charges...)
+}
+
+// startFake starts a router on f whose debt loop never ticks by itself: the
+// test runs rounds with r.debts.round().
+func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Time) (*Router, *server, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Gatherer: reg, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.debts.ticker = func(time.Duration) (<-chan time.Time, func()) { return nil, func() {} }
+	t.Cleanup(func() { r.Close() })
+	hs := httptest.NewServer(r)
+	t.Cleanup(hs.Close)
+	return r, &server{Server: hs}, reg
+}
+
+// gauge returns the value of the gauge name.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// admitted sends n acquires of body and counts the admissions, checking
+// every answer is a 200 or a 429 and, when fallback, flagged.
+func admitted(t *testing.T, s *server, n int, body string, fallback bool) int {
+	t.Helper()
+	got := 0
+	for range n {
+		r := s.acquire(t, body)
+		if (r.Code != 200 && r.Code != 429) || r.Fallback != fallback {
+			t.Fatalf("answer %+v, want 200 or 429 with fallback=%v", r, fallback)
+		}
+		if r.Allowed {
+			got++
+		}
+	}
+	return got
+}
+
+// The degraded share spends what the owner last reported as remaining,
+// divided among the live members: the owner said 10 requests remain, there
+// are 2 members, so this node's fallback admits 5 (not the 50 of limit ÷
+// members). Once everything the report counted has left the window (its
+// Reset), the share is limit ÷ members again, less what the local window
+// already holds.
+func TestDegradedSpendsCachedRemaining(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
+	_, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	const body = `{"tenant":"acme","prompt_tokens":1}`
+	if got := admitted(t, s, 1, body, false); got != 1 {
+		t.Fatal("the owner did not admit")
+	}
+	f.set(func(f *fakeOwner) { f.down = true })
+	if got := admitted(t, s, 100, body, true); got != 5 {
+		t.Fatalf("fallback admitted %d with 10 remaining and 2 members, want 5", got)
+	}
+	r := s.acquire(t, body)
+	if r.Allowed || r.Reason != "requests" || r.RetryAfterMS != 30_000 {
+		t.Fatalf("refusal %+v, want requests with retry-after 30 s (the report's reset)", r)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debts_recorded_total"); got != 5 {
+		t.Fatalf("debts recorded %v, want 5", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 5 {
+		t.Fatalf("debts outstanding %v, want 5", got)
+	}
+	clock.Advance(30 * time.Second)
+	if got := admitted(t, s, 100, body, true); got != 45 {
+		t.Fatalf("after the report's reset admitted %d, want 100/2 - 5 = 45", got)
+	}
+
+	// Tokens: 1000 remaining, 2 members, 100 per request: 5 admitted.
+	f = newFakeOwner(t, "n1", "n2")
+	f.status = limiter.Status{Tokens: limiter.DimStatus{Limit: 100_000, Remaining: 1000, Reset: 30 * time.Second}}
+	_, s, _ = startFake(t, f, limiter.Limits{Tokens: 100_000, Window: time.Minute}, clock.Now)
+	const tbody = `{"tenant":"acme","prompt_tokens":100}`
+	admitted(t, s, 1, tbody, false)
+	f.set(func(f *fakeOwner) { f.down = true })
+	if got := admitted(t, s, 100, tbody, true); got != 5 {
+		t.Fatalf("fallback admitted %d requests of 100 tokens with 1000 remaining and 2 members, want 5", got)
+	}
+}
+
+// A key its owner never reported gets the full limit ÷ live members.
+func TestDegradedNeverSeenKeyUsesLimitShare(t *testing.T) {
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	_, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
+	if got := admitted(t, s, 200, `{"tenant":"acme","prompt_tokens":1}`, true); got != 50 {
+		t.Fatalf("fallback admitted %d for a key never seen, want 100/2 = 50", got)
+	}
+}
+
+// Debts are charged to the owner exactly once when it comes back: nothing
+// is removed while it is down, one charge carries them all (requests,
+// tokens, the time of the latest) once it is up, and nothing is charged
+// again after its acknowledgement.
+func TestDebtsRepaidOnceWhenOwnerReturns(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":40}`, true); got != 3 {
+		t.Fatalf("admitted %d", got)
+	}
+	clock.Advance(time.Second)
+	last := clock.Now()
+	if got := admitted(t, s, 2, `{"tenant":"acme","prompt_tokens":40,"max_tokens":10}`, true); got != 2 {
+		t.Fatalf("admitted %d", got)
+	}
+	for range 3 {
+		r.debts.round()
+	}
+	if got := f.charged(); len(got) != 0 {
+		t.Fatalf("charged %v to a down owner", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 5 {
+		t.Fatalf("outstanding %v while the owner is down, want 5", got)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debt_charge_failures_total"); got != 3 {
+		t.Fatalf("charge failures %v, want 3", got)
+	}
+	f.set(func(f *fakeOwner) { f.down = false })
+	for range 3 {
+		r.debts.round()
+	}
+	want := []node.Charge{{Requests: 5, Tokens: 3*40 + 2*50, At: last}}
+	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("charged %v, want exactly %v", got, want)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debts_repaid_total"); got != 5 {
+		t.Fatalf("repaid %v, want 5", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 0 {
+		t.Fatalf("outstanding %v, want 0", got)
+	}
+	if n := r.debts.owing(); n != 0 {
+		t.Fatalf("%d keys still owing", n)
+	}
+}
+
+// A charge that fails (the owner's key still in transfer) keeps the debts:
+// the next round charges them. A debt recorded while a charge is on its way
+// is not removed by that charge's acknowledgement: it is charged next.
+func TestDebtRetriedAfterFailedCharge(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	admitted(t, s, 2, `{"tenant":"acme","prompt_tokens":7}`, true)
+	f.set(func(f *fakeOwner) { f.down, f.failCharges = false, 1 })
+	r.debts.round()
+	if got := f.charged(); len(got) != 0 {
+		t.Fatalf("a failed charge was recorded: %v", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 2 {
+		t.Fatalf("outstanding %v after a failed charge, want 2", got)
+	}
+	// The retry succeeds; meanwhile another fallback admission is owed.
+	f.set(func(f *fakeOwner) {
+		f.onCharge = func() {
+			f.onCharge = nil
+			r.degraded.owe("t:acme", 9)
+			r.debts.recorded("t:acme")
+		}
+	})
+	r.debts.round()
+	r.debts.round()
+	r.debts.round()
+	t0 := clock.Now()
+	want := []node.Charge{{Requests: 2, Tokens: 14, At: t0}, {Requests: 1, Tokens: 9, At: t0}}
+	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("charged %v, want %v", got, want)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debts_repaid_total"); got != 3 {
+		t.Fatalf("repaid %v, want 3", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 0 {
+		t.Fatalf("outstanding %v, want 0", got)
+	}
+}
+
+// A debt whose latest admission is older than the key's window expires
+// unpaid: the owner would not count it any more.
+func TestDebtExpiresAfterWindow(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	admitted(t, s, 4, `{"tenant":"acme","prompt_tokens":1}`, true)
+	clock.Advance(time.Minute)
+	f.set(func(f *fakeOwner) { f.down = false })
+	r.debts.round()
+	if got := f.charged(); len(got) != 0 {
+		t.Fatalf("charged expired debts: %v", got)
+	}
+	if got := counter(t, reg, "tokenring_fallback_debts_expired_total"); got != 4 {
+		t.Fatalf("expired %v, want 4", got)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 0 {
+		t.Fatalf("outstanding %v, want 0", got)
+	}
+}
+
+// The loop runs on its own ticker only while debts are owed: it repays
+// them once the owner is back, then ends; Close ends it at any time. No
+// goroutine outlives either.
+func TestDebtLoopRunsWhileOwedAndCloses(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	reg := prometheus.NewRegistry()
+	r, err := New(f, Config{Limits: func(string) limiter.Limits { return limiter.Limits{Requests: 100} }, Registry: reg, DebtInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{Server: httptest.NewServer(r)}
+	admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1}`, true)
+	waitFor(t, "failed charges", func() bool {
+		return counter(t, reg, "tokenring_fallback_debt_charge_failures_total") >= 3
+	})
+	f.set(func(f *fakeOwner) { f.down = false })
+	waitFor(t, "the debts repaid and the loop ended", func() bool {
+		r.debts.mu.Lock()
+		defer r.debts.mu.Unlock()
+		return !r.debts.running
+	})
+	if got := f.charged(); len(got) != 1 || got[0].Requests != 3 {
+		t.Fatalf("charged %v, want one charge of 3", got)
+	}
+	// Owed again while down: Close stops the loop mid-way.
+	f.set(func(f *fakeOwner) { f.down = true })
+	admitted(t, s, 1, `{"tenant":"acme","prompt_tokens":1}`, true)
+	r.Close()
+	r.Close()
+	s.Close()
+}
+
+// A charge reaches a real node's window: the owner counts it like an
+// admission and says so in its status.
+func TestChargeCountsAtNode(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Tokens: 1000} }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, ReplicationInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	r, err := New(n, Config{Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.debts.ticker = func(time.Duration) (<-chan time.Time, func()) { return nil, func() {} }
+	defer r.Close()
+	for range 3 {
+		r.degraded.owe("t:acme", 100)
+		r.debts.recorded("t:acme")
+	}
+	r.debts.round()
+	a, err := n.Do(context.Background(), &node.Call{Op: node.OpStatus, Key: "t:acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Decision.Status; st.Requests.Remaining != 7 || st.Tokens.Remaining != 700 {
+		t.Fatalf("owner status after a charge of 3 requests and 300 tokens: %+v", st)
+	}
+	if r.debts.owing() != 0 {
+		t.Fatal("debts still owed after the owner acknowledged")
+	}
+}
