@@ -39,6 +39,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
 
