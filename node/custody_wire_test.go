@@ -77,4 +77,3 @@ func FuzzDecodeEntries(f *testing.F) {
 		}
 	})
 }
-
