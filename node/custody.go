@@ -15,34 +15,47 @@ import "slices"
 //     removing them from its table) and offers the snapshot to the owner,
 //     under a new epoch. It keeps the snapshot, and resends the offer every
 //     retry interval, until the taker acknowledges that epoch: no timeout
-//     anywhere drops state. Only a taker that is no longer alive (crashed
-//     before acknowledging) gives custody back to the giver.
+//     anywhere drops state. If the taker leaves the membership before
+//     acknowledging, the giver asks everyone (a pull round, see 3) whether
+//     the offer made it; only if no live member has seen it is custody the
+//     giver's again.
 //  2. A taker installs an offer whose epoch is newer than any it handled
 //     for the partition, and acknowledges every offer, new or duplicate, so
 //     retries and duplicates are harmless. It does not hand custody straight
 //     back to the member it came from until its own ring changes: the two
 //     rings disagree for a moment, and the newer one wins when it arrives.
+//     An offer that reaches a member still offering the partition itself
+//     proves that member's own offer was installed (its ack was lost).
 //  3. A member whose ring names it owner and that has no custody waits. It
-//     asks every live member (a pull round) what it knows: a custodian whose
-//     ring agrees hands the partition over at once. When every live member
-//     answers that it neither holds the partition nor claims it, and the
-//     newest handover anyone reports went to a member that is no longer
-//     alive, custody died with that member: the waiter restores the
-//     partition (replica, checkpoint, or empty) under a newer epoch. Replies
-//     count only within one round begun after the last membership change,
-//     so a partition on its way between live members is never mistaken for
-//     a lost one.
+//     asks every live member, and every member it heard from or of lately
+//     that its view does not show yet (a joiner), what it knows (a pull
+//     round): a custodian whose ring agrees hands the partition over at
+//     once. When every one of them answers that it neither holds the
+//     partition nor claims it, and the newest handover anyone reports went
+//     to a member that is gone, custody died with that member: the waiter
+//     restores the partition (replica, checkpoint, or empty) under a newer
+//     epoch. Replies count only within one round begun after the last
+//     membership change, so a partition on its way between live members is
+//     never mistaken for a lost one.
 //
 // Epochs increase along the chain of custody of a partition; a member
 // remembers the newest it took part in, which is how it tells a duplicate or
 // stale offer from a new one.
 //
+// The decisions in 1 and 3 that act on a member being gone rely on failure
+// detection being slower than message delivery: a member is declared dead
+// (seconds, with memberlist) after anything it sent has arrived
+// (milliseconds, over TCP). The simulation keeps to that, and checks the
+// rest under arbitrary delay, loss, duplication, reordering and cuts.
+//
 // The machine is driven like etcd raft's: SetView (a membership change),
 // Step (a message from a peer), Tick (time) and Frozen/Restored (the shell
-// finished an action) go in; Ready returns what to do: messages to send,
-// partitions to freeze, snapshots to install, partitions to restore. The
-// shell applies them in that order before it feeds the machine anything
-// else, and publishes Route for the hot path. Not safe for concurrent use.
+// finished an action) go in; Ready returns what to do: partitions to
+// freeze, snapshots to install, partitions to restore, routes that changed,
+// and messages to send, which the shell sends last (an acknowledgement
+// leaves only once its snapshot is installed). The shell applies a Ready
+// before it feeds the machine anything else, and publishes Route for the
+// hot path. Not safe for concurrent use.
 type custody struct {
 	self  string // this member's id (name/boot id)
 	cfg   custodyConfig
