@@ -151,15 +151,16 @@ type custodyMsg struct {
 	Gave     uint64 // info: its epoch
 }
 
-// custodyReady is what the shell must do, in this order.
+// custodyReady is what the shell must do, in the order of its fields.
 type custodyReady struct {
-	Msgs    []custodyMsg
-	Freeze  []int     // stop admitting, snapshot and remove the keys, then call Frozen
-	Install []install // put the snapshot's keys in the table; the partition is then admitted here
-	Restore []int     // the custodian died: restore the partition, then call Restored
-	Routes  []int     // partitions whose Route changed
+	Freeze  []int        // stop admitting, snapshot and remove the keys, then call Frozen
+	Install []install    // put the snapshot's keys in the table; the partition is then admitted here
+	Restore []int        // the custodian died: restore the partition, then call Restored
+	Routes  []int        // partitions whose Route changed
+	Msgs    []custodyMsg // last: an ack only once its partition is installed
 }
 
+// install is a snapshot to put in the table.
 type install struct {
 	Part  int
 	State []byte
