@@ -298,7 +298,11 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 				continue // the partition left while we queued: follow it
 			}
 			return a, err
-		case h.mode == routeAwait || (c.Handed && c.Hops > 0):
+		case h.mode == routeAwait || (c.Handed && c.Hops > 0 && !h.handed):
+			// Custody is on its way here (by our ring, or by the word of
+			// the member that forwarded the call, whose ring may be
+			// ahead): wait for it. A partition this node is itself
+			// handing on is forwarded after it instead.
 			if deadline == nil {
 				timer := time.NewTimer(n.cfg.TransferWait)
 				defer timer.Stop()
