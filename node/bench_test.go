@@ -12,11 +12,14 @@ import (
 
 // benchDecisions drives acquire+settle pairs on 1,000 keys owned by node 0,
 // calling through node via, from many goroutines at once.
-func benchDecisions(b *testing.B, batch BatchConfig, via int) {
+func benchDecisions(b *testing.B, batch BatchConfig, via int, opts ...func(*Config)) {
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
 	}
-	c := newCluster(b, 2, limits, batch, noReplication) // measure forwarding alone
+	if len(opts) == 0 {
+		opts = []func(*Config){noReplication} // measure forwarding alone
+	}
+	c := newCluster(b, 2, limits, batch, opts...)
 	keys := make([]string, 0, 1000)
 	for k := 0; len(keys) < cap(keys); k++ {
 		key := fmt.Sprintf("t:bench-%d", k)
@@ -58,6 +61,21 @@ func BenchmarkDecisions(b *testing.B) {
 	b.Run("forwarded/opportunistic", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 1) })
 	b.Run("forwarded/linger100us", func(b *testing.B) { benchDecisions(b, BatchConfig{Wait: 100 * time.Microsecond}, 1) })
 	b.Run("forwarded/linger500us", func(b *testing.B) { benchDecisions(b, BatchConfig{Wait: 500 * time.Microsecond}, 1) })
+}
+
+// BenchmarkReplication compares decisions at the owner with replication
+// off, asynchronous (every 100 ms, the default) and synchronous (each change
+// answered only once the backup holds it, copies batched on the peer
+// connection). Each op is one acquire plus one settle, so sync pays two
+// copies per op.
+func BenchmarkReplication(b *testing.B) {
+	b.Run("off", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 0) })
+	b.Run("async", func(b *testing.B) {
+		benchDecisions(b, BatchConfig{}, 0, func(c *Config) { c.ReplicationInterval = 100 * time.Millisecond })
+	})
+	b.Run("sync", func(b *testing.B) {
+		benchDecisions(b, BatchConfig{}, 0, func(c *Config) { c.ReplicationInterval = 100 * time.Millisecond; c.ReplicationSync = true })
+	})
 }
 
 // BenchmarkTransfer100kKeys measures a handoff in bulk: n1 holds 100,000
