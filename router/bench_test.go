@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/ring"
 )
 
 // BenchmarkHTTPAcquireComplete measures the decision API's handler cost
@@ -50,5 +51,50 @@ func BenchmarkHTTPAcquireComplete(b *testing.B) {
 				b.Fatalf("%d %s", rec.Code, rec.Body)
 			}
 		}
+	})
+}
+
+// BenchmarkFallbackAcquire measures the cost of the fallback path (every
+// owner unreachable: degraded share, a debt recorded per admission) beside
+// the same acquire decided by a node in the same process, over 10,000
+// tenants with limits that never bind.
+func BenchmarkFallbackAcquire(b *testing.B) {
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
+	}
+	run := func(b *testing.B, cluster Cluster) {
+		r, err := New(cluster, Config{Limits: limits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tenant := fmt.Sprintf("t%d", seq.Add(1)%10000)
+				rec := httptest.NewRecorder()
+				r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/acquire",
+					strings.NewReader(`{"tenant":"`+tenant+`","prompt_tokens":100,"max_tokens":100}`)))
+				if rec.Code != 200 {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+	b.Run("owner", func(b *testing.B) {
+		n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer n.Close()
+		run(b, n)
+	})
+	b.Run("fallback+debt", func(b *testing.B) {
+		rg, err := ring.New(ring.Config{}, []ring.Member{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, downCluster{rg})
 	})
 }
