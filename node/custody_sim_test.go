@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -511,8 +512,8 @@ func (s *sim) step() {
 			mb.views = mb.views[1:]
 			s.apply(mb)
 		}
-		for p, at := range mb.restore {
-			if at <= s.now {
+		for _, p := range slices.Sorted(maps.Keys(mb.restore)) { // map order would break replay
+			if at := mb.restore[p]; at <= s.now {
 				delete(mb.restore, p)
 				mb.table[p] = 0
 				mb.m.Restored(p)
