@@ -1,0 +1,138 @@
+package router
+
+// Forwarding an admitted request to its upstream, and relaying a whole
+// (non-streaming) answer back; streams are relayed by relayStream (sse.go).
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+)
+
+// maxAnswer is the bytes of a non-streaming answer parsed for its usage;
+// larger ones pass through and release.
+const maxAnswer = 32 << 20
+
+// hopHeaders are connection-level headers a proxy does not forward.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// copyHeader copies src's end-to-end headers into dst, except those skip
+// names (canonical names).
+func copyHeader(dst, src http.Header, skip func(string) bool) {
+	conn := map[string]bool{}
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			conn[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	for k, vv := range src {
+		if hopHeaders[k] || conn[k] || skip(k) {
+			continue
+		}
+		dst[k] = append([]string(nil), vv...)
+	}
+}
+
+// forward sends the request to url with key (see Upstream.APIKey) and
+// relays the answer.
+func (x *exchange) forward(w http.ResponseWriter, req *http.Request, url, key string) {
+	c := x.c
+	if req.Context().Err() != nil { // gone while queued or admitted: nothing was sent
+		x.finish(node.OpCancel, limiter.Usage{})
+		return
+	}
+	if req.URL.RawQuery != "" {
+		url += "?" + req.URL.RawQuery
+	}
+	up, err := http.NewRequestWithContext(req.Context(), http.MethodPost, url, bytes.NewReader(c.body))
+	if err != nil {
+		x.finish(node.OpCancel, limiter.Usage{})
+		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "bad upstream URL: " + err.Error()})
+		return
+	}
+	copyHeader(up.Header, req.Header, func(k string) bool {
+		switch k {
+		case "Content-Length", "Accept-Encoding", "Host":
+			return true
+		case "Authorization", "X-Api-Key":
+			return key != ""
+		}
+		return strings.HasPrefix(k, "X-Tokenring-")
+	})
+	if key != "" {
+		c.p.authorize(up.Header, key)
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if c.stream {
+		up.Header.Set("Accept-Encoding", "identity") // a gzip reader may hold back events
+	}
+	client := x.r.cfg.Proxy.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(up)
+	if err != nil {
+		var op *net.OpError
+		switch {
+		case req.Context().Err() != nil:
+			x.finish(node.OpRelease, limiter.Usage{}) // the upstream may have started
+			return
+		case errors.As(err, &op) && op.Op == "dial":
+			x.finish(node.OpCancel, limiter.Usage{})
+		default:
+			x.finish(node.OpRelease, limiter.Usage{})
+		}
+		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "upstream unreachable: " + err.Error()})
+		return
+	}
+	defer resp.Body.Close()
+	copyHeader(w.Header(), resp.Header, func(k string) bool { return k == "Content-Length" || isRateLimitHeader(k) })
+	if resp.StatusCode/100 == 2 && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+		x.relayStream(w, req, resp)
+		return
+	}
+	x.relayBody(w, req, resp)
+}
+
+// relayBody relays a non-streaming answer: read it whole, settle, write it.
+func (x *exchange) relayBody(w http.ResponseWriter, req *http.Request, resp *http.Response) {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		x.finish(node.OpRelease, limiter.Usage{})
+		if req.Context().Err() == nil {
+			w.Header().Del("Content-Type")
+			x.c.p.fail(w, apiError{http.StatusBadGateway, errServer, "upstream answer cut: " + err.Error()})
+		}
+		return
+	}
+	switch {
+	case len(raw) > maxAnswer:
+		x.finish(node.OpRelease, limiter.Usage{})
+	case resp.StatusCode/100 != 2:
+		x.finish(node.OpSettle, limiter.Usage{PromptTokens: x.c.promptTokens})
+	default:
+		if x.c.p.readAnswer(&x.seen, raw) {
+			x.settleSeen()
+		} else {
+			x.finish(node.OpRelease, limiter.Usage{})
+		}
+	}
+	if len(raw) <= maxAnswer {
+		w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := w.Write(raw); err != nil || len(raw) <= maxAnswer {
+		return
+	}
+	_, _ = io.Copy(w, resp.Body)
+}

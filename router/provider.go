@@ -1,0 +1,184 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/prompt"
+)
+
+// provider is an LLM API shape the proxy speaks: how its requests are
+// parsed and counted, where they go, how its errors look and where its
+// answers report their usage. The shared path (proxy, forward, relayBody,
+// relayStream, the renewal and the settling) knows a provider only through
+// these methods, so a new API shape is one value that implements them
+// (openai.go and anthropic.go are the two there are). Implementations are
+// stateless and safe for concurrent use; what a request needs to remember
+// between its parse and its answer lives in its proxyCall.
+type provider interface {
+	// name names the provider in error messages ("openai").
+	name() string
+	// upstream is where the provider's requests go, from cfg, and the path
+	// appended to its BaseURL.
+	upstream(cfg ProxyConfig) (up Upstream, path string)
+	// parse validates a request body, counts its prompt with k (nil:
+	// estimated from the body, see countPrompt) and fills c's model,
+	// promptTokens, maxTokens, stream, body and stripUsage. An error is the
+	// client's mistake: it is answered 400 with its text.
+	parse(c *proxyCall, body []byte, k Counter) error
+	// authorize sets key, the configured upstream key, on the headers of a
+	// forwarded request (the client's own credentials are already removed).
+	authorize(h http.Header, key string)
+	// fail writes e in the provider's error shape.
+	fail(w http.ResponseWriter, e apiError)
+	// readAnswer reads the usage, or failing that the content, of a whole
+	// 2xx answer into s; false when raw is not the provider's JSON.
+	readAnswer(s *usageSeen, raw []byte) bool
+	// readEvent reads the data of one stream event into s. end is true for
+	// the stream's terminal event: the lease is settled before it is
+	// written. pass is false for an event the client must not receive (one
+	// the proxy caused, see proxyCall.stripUsage).
+	readEvent(c *proxyCall, s *usageSeen, data []byte) (end, pass bool)
+}
+
+// errKind is what went wrong, for a provider to name in its own error
+// shape.
+type errKind uint8
+
+const (
+	errInvalid      errKind = iota // a malformed request, a wrong method, a request cancelled by the client
+	errAuth                        // no known API key
+	errTooLarge                    // a request body over maxBody
+	errOverloaded                  // the key's owner is alive but slow
+	errServer                      // the proxy, its configuration or the upstream failed
+	errRateRequests                // refused on requests, concurrency or a full queue
+	errRateTokens                  // refused on tokens
+)
+
+// apiError is an error answer before a provider shapes it.
+type apiError struct {
+	status int
+	kind   errKind
+	msg    string
+}
+
+func badRequest(format string, args ...any) apiError {
+	return apiError{http.StatusBadRequest, errInvalid, fmt.Sprintf(format, args...)}
+}
+
+// proxyCall is a validated proxy request.
+type proxyCall struct {
+	p            provider
+	tenant       string
+	model        string
+	promptTokens int64  // counted locally
+	maxTokens    int64  // the completion bound the client gave (× n); 0: none
+	stream       bool   // the client asked for a stream
+	stripUsage   bool   // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
+	body         []byte // what to forward
+}
+
+// chatRequest is what every provider's request has in common; a provider's
+// request type embeds it.
+type chatRequest struct {
+	Model     string           `json:"model"`
+	Messages  []prompt.Message `json:"messages"`
+	MaxTokens *int64           `json:"max_tokens"`
+	Stream    bool             `json:"stream"`
+}
+
+// decodeChat decodes body into in, a provider's request type that embeds a
+// chatRequest, common, and checks the common fields but max_tokens (see
+// setMaxTokens). Fields it does not know are the upstream's business.
+func decodeChat(body []byte, in any, common *chatRequest) error {
+	if err := json.Unmarshal(body, in); err != nil {
+		return fmt.Errorf("invalid JSON body: %v", err)
+	}
+	if err := checkName("model", common.Model, true); err != nil {
+		return err
+	}
+	if len(common.Messages) == 0 {
+		return errors.New("messages is required and must not be empty")
+	}
+	return nil
+}
+
+// setMaxTokens checks the completion bound the client sent as the field
+// name, if it sent one, and records it in c.
+func (c *proxyCall) setMaxTokens(name string, mt *int64) error {
+	if mt == nil {
+		return nil
+	}
+	if err := checkCount(name, *mt); err != nil {
+		return err
+	}
+	c.maxTokens = *mt
+	return nil
+}
+
+// countPrompt counts a prompt with k, or, without one, estimates one token
+// per three bytes of the body (prompt's own fallback: too much rather than
+// too little).
+func countPrompt(k Counter, body []byte, f func(Counter) int) int64 {
+	if k == nil {
+		return int64(len(body)+2) / 3
+	}
+	return int64(f(k))
+}
+
+// textCounter counts completion text of model with k, or, without one,
+// estimates one token per three bytes.
+func textCounter(k Counter, model string) func(string) int64 {
+	return func(t string) int64 {
+		if t == "" {
+			return 0
+		}
+		if k == nil {
+			return int64(len(t)+2) / 3
+		}
+		return int64(k.Text(model, t))
+	}
+}
+
+// maxTextBuf is the completion text buffered before it is counted.
+const maxTextBuf = 64 << 10
+
+// usageSeen is what an answer has shown of its usage so far. Providers fill
+// it from answers and stream events; the exchange settles with usage.
+type usageSeen struct {
+	countText  func(string) int64 // counts completion text; see textCounter
+	prompt     int64              // reported prompt tokens; valid when promptSet
+	promptSet  bool
+	completion int64 // reported completion tokens; final when final
+	final      bool
+	text       strings.Builder // completion text not counted yet
+	counted    int64           // tokens of the completion text counted so far
+}
+
+// addText records completion text, counting it in pieces so memory stays
+// bounded (each cut can shift the count by about a token).
+func (s *usageSeen) addText(t string) {
+	s.text.WriteString(t)
+	if s.text.Len() >= maxTextBuf {
+		s.counted += s.countText(s.text.String())
+		s.text.Reset()
+	}
+}
+
+// usage is the usage to settle with: what was reported, else the counted
+// prompt and the completion counted from the text seen (never less than a
+// partial count the upstream reported).
+func (s *usageSeen) usage(countedPrompt int64) limiter.Usage {
+	u := limiter.Usage{PromptTokens: countedPrompt, CompletionTokens: s.completion}
+	if s.promptSet {
+		u.PromptTokens = s.prompt
+	}
+	if !s.final {
+		u.CompletionTokens = max(s.completion, s.counted+s.countText(s.text.String()))
+	}
+	return u
+}
