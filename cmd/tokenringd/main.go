@@ -95,35 +95,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	return f, nil
 }
 
+// run is tokenringd: it builds the parts in the order each needs the one
+// before (config and logger, checkpoint store, HTTP listener, node, gossip,
+// router, HTTP server), serves until ctx ends, drains, and shuts the parts
+// down in the reverse order (the deferred calls).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	f, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("%w: -log-level: %v", errUsage, err)
+	cfg, base, err := setup(f, getenv, stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	cfg := config.Default()
-	if f.config != "" {
-		if cfg, err = config.Load(f.config, getenv); err != nil {
-			return err // names the file, the line and the field
-		}
+	checkpoint, rc, err := openCheckpoint(f.redis, cfg)
+	if err != nil {
+		return err
 	}
-	var checkpoint node.Checkpoint
-	var rc *redis.Client
-	if f.redis != "" {
-		opts, err := redis.ParseURL(f.redis)
-		if err != nil {
-			return fmt.Errorf("%w: -redis: want redis://[user:password@]host:port[/db], got %q: %v", errUsage, f.redis, err)
-		}
-		rc = redis.NewClient(opts)
+	if rc != nil {
 		defer rc.Close()
-		// Checkpoints outlive what they describe by little: a window plus
-		// a lease TTL.
-		checkpoint = &node.RedisCheckpoint{Client: rc, Prefix: "tokenring:", TTL: cfg.Limits.Window + cfg.Limits.LeaseTTL}
 	}
 	httpLn, err := net.Listen("tcp", f.http)
 	if err != nil {
@@ -131,16 +121,91 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer httpLn.Close()
 	if f.name == "" {
-		host, _ := os.Hostname()
-		_, port, _ := net.SplitHostPort(httpLn.Addr().String())
-		f.name = host + "-" + port
+		f.name = defaultName(httpLn.Addr())
 	}
-	base := log
-	log = log.With("node", f.name)
+	log := base.With("node", f.name)
 
-	var draining atomic.Bool // SIGTERM came: /readyz fails
 	limits := keyLimits(cfg)
-	n, err := node.New(node.Config{
+	n, err := newNode(f, cfg, limits, checkpoint, base)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	members, err := joinCluster(ctx, f, n, httpLn.Addr().String(), rc, base, log)
+	if err != nil {
+		return err
+	}
+	defer members.Shutdown()
+	var draining atomic.Bool // SIGTERM came: /readyz fails
+	r, err := newRouter(n, cfg, limits, func() bool { return n.Ready() && !draining.Load() }, log)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(httpLn) }()
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	drain(log, &draining, srv, n, members, cfg.Drain)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// setup reads the log level and the config file (built-in defaults
+// without one) and makes the logger.
+func setup(f flags, getenv func(string) string, stderr io.Writer) (config.Config, *slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return config.Config{}, nil, fmt.Errorf("%w: -log-level: %v", errUsage, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg := config.Default()
+	if f.config != "" {
+		var err error
+		if cfg, err = config.Load(f.config, getenv); err != nil {
+			return config.Config{}, nil, err // names the file, the line and the field
+		}
+	}
+	return cfg, log, nil
+}
+
+// openCheckpoint connects the optional Redis checkpoint store at url; with
+// no url there is none (nil, nil). The caller closes the client.
+func openCheckpoint(url string, cfg config.Config) (node.Checkpoint, *redis.Client, error) {
+	if url == "" {
+		return nil, nil, nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: -redis: want redis://[user:password@]host:port[/db], got %q: %v", errUsage, url, err)
+	}
+	rc := redis.NewClient(opts)
+	// Checkpoints outlive what they describe by little: a window plus a
+	// lease TTL.
+	return &node.RedisCheckpoint{Client: rc, Prefix: "tokenring:", TTL: cfg.Limits.Window + cfg.Limits.LeaseTTL}, rc, nil
+}
+
+// defaultName is the node name when -name is not given: host-httpport.
+func defaultName(httpAddr net.Addr) string {
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(httpAddr.String())
+	return host + "-" + port
+}
+
+// newNode makes the node (it serves the peer protocol at once; it joins
+// the cluster in joinCluster).
+func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, checkpoint node.Checkpoint, log *slog.Logger) (*node.Node, error) {
+	return node.New(node.Config{
 		Name:                f.name,
 		PeerAddr:            f.peer,
 		Policy:              limiter.Policy{DefaultMaxTokens: cfg.DefaultMaxTokens, QueueLen: cfg.Queue.MaxWaiters, Aging: cfg.Queue.Aging},
@@ -153,24 +218,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		// windows and leases can still count.
 		HandoffHorizon:  cfg.Limits.Window + cfg.Limits.LeaseTTL,
 		ReplicationSync: cfg.Replication.Mode == config.ReplicationSync,
-		Logger:          base,
+		Logger:          log,
 	})
-	if err != nil {
-		return err
-	}
-	defer n.Close()
+}
 
+// joinCluster starts gossip for n and joins the members at -join, after
+// preloading the checkpoint from rc when there is one. The meta's BootID is
+// left empty: gossip.Start makes a new one at every start.
+func joinCluster(ctx context.Context, f flags, n *node.Node, httpAddr string, rc *redis.Client, base, log *slog.Logger) (*gossip.Cluster, error) {
 	gcfg := gossip.DefaultLANConfig()
 	if f.gossipProfile == "local" {
 		gcfg = gossip.DefaultLocalConfig()
 	} else if f.gossipProfile != "lan" {
-		return fmt.Errorf("%w: -gossip-profile: want lan or local, got %q", errUsage, f.gossipProfile)
+		return nil, fmt.Errorf("%w: -gossip-profile: want lan or local, got %q", errUsage, f.gossipProfile)
 	}
 	gcfg.Name = f.name
+	var err error
 	if gcfg.BindAddr, gcfg.BindPort, err = splitHostPort(f.gossip); err != nil {
-		return fmt.Errorf("%w: -gossip: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: -gossip: %v", errUsage, err)
 	}
-	gcfg.Meta = gossip.Meta{HTTP: httpLn.Addr().String(), Peer: n.PeerAddr(), BootID: bootID()}
+	gcfg.Meta = gossip.Meta{HTTP: httpAddr, Peer: n.PeerAddr()}
 	if f.join != "" {
 		gcfg.Join = strings.Split(f.join, ",")
 	}
@@ -178,25 +245,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if rc != nil {
 		preloadCheckpoint(ctx, log, n, rc)
 	}
-	members, err := n.Join(ctx, gcfg)
-	if err != nil {
-		return err
-	}
-	defer members.Shutdown()
+	return n.Join(ctx, gcfg)
+}
 
+// newRouter makes the HTTP side: the decision API, the LLM proxy (with the
+// prompt counter and the upstream client), admin and metrics. ready is
+// what /readyz answers.
+func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, log *slog.Logger) (*router.Router, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(n.Collectors()...)
 	counter := prompt.NewCounter()
 	if err := counter.Load(); err != nil {
-		return fmt.Errorf("load tiktoken encodings: %w", err)
+		return nil, fmt.Errorf("load tiktoken encodings: %w", err)
 	}
 	// The LLM proxy's upstream connections: no overall timeout (streams run
 	// long), and more idle connections per host than the default 2.
 	upstream := http.DefaultTransport.(*http.Transport).Clone()
 	upstream.MaxIdleConnsPerHost = 256
 	anth := cfg.Anthropic()
-	r, err := router.New(n, router.Config{
+	return router.New(n, router.Config{
 		Limits: limits,
 		PoolFor: func(model string) (string, bool) {
 			name, _, ok := cfg.Pool(model)
@@ -207,7 +275,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ForwardTimeout: cfg.ForwardTimeout,
 		ForwardMaxWait: cfg.ForwardMaxWait,
 		AdminToken:     cfg.AdminToken,
-		Ready:          func() bool { return n.Ready() && !draining.Load() },
+		Ready:          ready,
 		Registry:       reg,
 		Gatherer:       reg,
 		Logger:         log,
@@ -218,37 +286,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			Client:    &http.Client{Transport: upstream},
 		},
 	})
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
-	drainFor := cfg.Drain
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpLn) }()
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
-
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
-	case <-ctx.Done():
-	}
-	drain(log, &draining, srv, n, members, drainFor)
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	log.Info("stopped")
-	return nil
 }
 
-// drain leaves the cluster without a client noticing (DESIGN.md "Drain"):
-// /readyz fails at once and every answer closes its connection, so load
-// balancers and clients move elsewhere (a request already on its way is
-// still answered; closing idle connections at once would race with it), while the node keeps serving and
-// forwarding for drainFor; then it tells the cluster it is leaving, hands
-// every partition on and waits for the acknowledgements, leaves the gossip
-// cluster, and only then is the HTTP server shut down.
 // preloadCheckpoint reads the Redis checkpoint into n before it joins, so
 // that the partitions it restores after a whole-cluster restart come back
 // with every checkpointed key. A Redis that does not answer within a few
@@ -273,6 +312,13 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 	log.Info("checkpoint preloaded", "keys", keys, "took", time.Since(start))
 }
 
+// drain leaves the cluster without a client noticing (DESIGN.md "Drain"):
+// /readyz fails at once and every answer closes its connection, so load
+// balancers and clients move elsewhere (a request already on its way is
+// still answered; closing idle connections at once would race with it), while the node keeps serving and
+// forwarding for drainFor; then it tells the cluster it is leaving, hands
+// every partition on and waits for the acknowledgements, leaves the gossip
+// cluster, and only then is the HTTP server shut down.
 func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
@@ -334,10 +380,4 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port in %q", addr)
 	}
 	return host, p, nil
-}
-
-// bootID identifies this process's life: a restarted node has lost its RAM
-// state, and peers can tell by the changed boot id.
-func bootID() string {
-	return fmt.Sprintf("%x-%x", time.Now().UnixNano(), os.Getpid())
 }
