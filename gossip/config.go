@@ -318,36 +318,24 @@ func (c Config) Validate() error {
 	if c.JoinRetries < 0 {
 		bad("join retries %d is negative", c.JoinRetries)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"join retry interval", c.JoinRetryInterval},
-		{"probe interval", c.ProbeInterval},
-		{"probe timeout", c.ProbeTimeout},
-		{"gossip interval", c.GossipInterval},
-		{"push/pull interval", c.PushPullInterval},
-		{"TCP timeout", c.TCPTimeout},
-		{"gossip-to-the-dead time", c.GossipToTheDeadTime},
-		{"dead node reclaim time", c.DeadNodeReclaimTime},
-		{"reconnect horizon", c.ReconnectHorizon},
+	for _, f := range []signed{
+		signedField("join retry interval", c.JoinRetryInterval),
+		signedField("probe interval", c.ProbeInterval),
+		signedField("probe timeout", c.ProbeTimeout),
+		signedField("gossip interval", c.GossipInterval),
+		signedField("push/pull interval", c.PushPullInterval),
+		signedField("TCP timeout", c.TCPTimeout),
+		signedField("gossip-to-the-dead time", c.GossipToTheDeadTime),
+		signedField("dead node reclaim time", c.DeadNodeReclaimTime),
+		signedField("reconnect horizon", c.ReconnectHorizon),
+		signedField("indirect checks", c.IndirectChecks),
+		signedField("suspicion multiplier", c.SuspicionMult),
+		signedField("suspicion max timeout multiplier", c.SuspicionMaxTimeoutMult),
+		signedField("gossip nodes", c.GossipNodes),
+		signedField("retransmit multiplier", c.RetransmitMult),
 	} {
-		if d.v < 0 {
-			bad("%s %v is negative", d.name, d.v)
-		}
-	}
-	for _, i := range []struct {
-		name string
-		v    int
-	}{
-		{"indirect checks", c.IndirectChecks},
-		{"suspicion multiplier", c.SuspicionMult},
-		{"suspicion max timeout multiplier", c.SuspicionMaxTimeoutMult},
-		{"gossip nodes", c.GossipNodes},
-		{"retransmit multiplier", c.RetransmitMult},
-	} {
-		if i.v < 0 {
-			bad("%s %d is negative", i.name, i.v)
+		if f.negative {
+			bad("%s %v is negative", f.name, f.v)
 		}
 	}
 	if c.ProbeTimeout >= c.ProbeInterval && c.ProbeTimeout > 0 && c.ProbeInterval > 0 {
@@ -357,6 +345,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gossip: invalid config: %w", err)
 	}
 	return nil
+}
+
+// signed is a config field that must not be negative: a duration or a
+// count.
+type signed struct {
+	name     string
+	v        any // printed with %v
+	negative bool
+}
+
+func signedField[T time.Duration | int](name string, v T) signed {
+	return signed{name, v, v < 0}
 }
 
 // memberlistConfig translates c, with defaults filled, into memberlist's

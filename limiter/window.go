@@ -136,33 +136,21 @@ func (b *Budget) addTok(k, d int64) {
 // fitWindow returns how long after t the window starting at cnt[base] (requests
 // base 0, tokens base N+1), currently summing to sum, has room for n more
 // units under limit: 0 if it fits now. ok is false if it can never fit
-// (n > limit). The answer is exact: it is the expiry time of the oldest bucket
-// whose departure brings the sum low enough.
+// (n > limit). It is fitWindowWith with nothing extra.
 func (b *Budget) fitWindow(t int64, base int, limit, sum, n int64) (wait int64, ok bool) {
-	if limit <= 0 {
-		return 0, true
-	}
-	if n > limit {
+	if limit > 0 && n > limit {
 		return 0, false
 	}
-	excess := sum + n - limit
-	if excess <= 0 {
-		return 0, true
-	}
-	N := int64(b.nb)
-	for k := b.head - N; k <= b.head; k++ {
-		excess -= b.cnt[base+ringIndex(k, b.nb+1)]
-		if excess <= 0 {
-			return max(0, (k+N+1)*b.width-t), true
-		}
-	}
-	// Unreachable while sum is the sum of the buckets; stay conservative.
-	return max(0, (b.head+N+1)*b.width-t), true
+	return b.fitWindowWith(t, base, limit, sum, n, b.head, 0), true
 }
 
-// fitWindowWith is fitWindow for a window holding extra more units in
-// bucket extraK (≥ head, so it leaves the window last): the queue head,
-// admitted later. It assumes n ≤ limit and extra ≤ limit.
+// fitWindowWith returns how long after t the window starting at cnt[base],
+// currently summing to sum, has room for n more units under limit once it
+// also holds extra more units in bucket extraK (≥ head, so they leave the
+// window last): 0 if it fits now. The extra units are the queue head,
+// admitted later (fitBehind). It assumes n ≤ limit and extra ≤ limit. The
+// answer is exact: it is the expiry time of the oldest bucket whose
+// departure brings the sum low enough.
 func (b *Budget) fitWindowWith(t int64, base int, limit, sum, n, extraK, extra int64) int64 {
 	if limit <= 0 {
 		return 0
@@ -178,6 +166,8 @@ func (b *Budget) fitWindowWith(t int64, base int, limit, sum, n, extraK, extra i
 			return max(0, (k+N+1)*b.width-t)
 		}
 	}
+	// What is left is extra, which leaves with bucket extraK. (With no
+	// extra this is unreachable while sum is the sum of the buckets.)
 	return max(0, (extraK+N+1)*b.width-t)
 }
 

@@ -361,7 +361,11 @@ type completeRequest struct {
 	Usage  *struct {
 		PromptTokens     int64 `json:"prompt_tokens"`
 		CompletionTokens int64 `json:"completion_tokens"`
-		TotalTokens      int64 `json:"total_tokens"`
+		// TotalTokens is accepted, so that a client can pass an OpenAI
+		// usage object as it came (the decoder refuses unknown fields),
+		// and range-checked like the other two; it is not used: the
+		// settle counts prompt + completion.
+		TotalTokens int64 `json:"total_tokens"`
 	} `json:"usage"`
 }
 

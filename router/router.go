@@ -189,7 +189,6 @@ func (r *Router) members() int {
 type outcome struct {
 	answer   node.Answer
 	fallback bool // decided locally because the owner was unreachable
-	localID  uint64
 }
 
 // ownerTimeoutRetry is the retry-after of a 503 for an owner that did not

@@ -171,9 +171,9 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	defer cancel()
 
 	type workerResult struct {
-		lat                                                     []time.Duration
-		allowed, refused, fallback, errors, completions, issued int
-		codes                                                   map[string]int
+		lat                                             []time.Duration
+		allowed, refused, fallback, errors, completions int
+		codes                                           map[string]int
 	}
 	results := make([]workerResult, c.workers)
 	var next sync.Mutex
