@@ -1,13 +1,9 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,26 +12,11 @@ import (
 // metric sums the samples of a Prometheus metric on node p's /metrics.
 func metric(t *testing.T, p *Proc, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(p.URL() + "/metrics")
+	v, _, err := metricValue(p, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return v
 }
 
 // waitReplicated waits until every change made so far is copied to its
