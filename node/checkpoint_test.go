@@ -93,19 +93,31 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 		name            string
 		loseReplica     bool // the backup lost its replica: only the checkpoint has the state
 		checkpointStale bool // the checkpoint missed the last round: the replica is newer
+		replicaStale    bool // the backup missed the last round: the checkpoint is newer
 	}{
 		{name: "checkpoint only", loseReplica: true},
 		{name: "replica newer", checkpointStale: true},
+		{name: "checkpoint newer", replicaStale: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &failingCheckpoint{Checkpoint: &RedisCheckpoint{Client: client, Prefix: t.Name() + ":"}}
 			n1, n2, after, key := ownerPair(t, limits, func(c *Config) { c.ReplicationInterval = time.Hour; c.Checkpoint = cp })
 			admit(t, n1, key, 5)
 			n1.replicateOnce()
+			first, ok := n2.replicas.take(key) // the first round's replica, with its time
+			if !ok {
+				t.Fatal("no replica after the first round")
+			}
+			n2.replicas.put(key, first.state, first.at)
 			admit(t, n1, key, 3)
 			cp.fail.Store(tc.checkpointStale)
 			time.Sleep(2 * time.Millisecond) // the second round's copies are strictly newer
 			n1.replicateOnce()
+			if tc.replicaStale {
+				// The second round's replica was lost: the backup still holds
+				// the first round's (5 admissions), the checkpoint has all 8.
+				n2.replicas.put(key, first.state, first.at)
+			}
 			if tc.loseReplica {
 				n2.replicas.take(key)
 			}
