@@ -477,12 +477,40 @@ func TestLeaseRoundTrip(t *testing.T) {
 
 func FuzzParseLease(f *testing.F) {
 	f.Add(lease{Tenant: "acme", Pool: "p", TenantLease: 3, PoolLease: 9, Node: "n"}.String())
+	f.Add(lease{Tenant: "t", TenantLease: 1 << 63, TenantFallback: true, PoolFallback: true}.String())
 	f.Add("")
 	f.Add("AQA")
 	f.Fuzz(func(t *testing.T, s string) {
-		l, err := parseLease(s)
-		if err == nil && l.Tenant == "" {
-			t.Fatalf("accepted a lease without tenant: %q", s)
+		// A lease that parses re-encodes to text that parses to the same
+		// fields, and that text is canonical: it re-encodes to itself.
+		if l, err := parseLease(s); err == nil {
+			if l.Tenant == "" {
+				t.Fatalf("accepted a lease without tenant: %q", s)
+			}
+			text := l.String()
+			again, err := parseLease(text)
+			if err != nil || again != l {
+				type fields lease // without String, to print the fields
+				t.Fatalf("re-encode of %q (%+v): %q parses to %+v, %v", s, fields(l), text, fields(again), err)
+			}
+			if again.String() != text {
+				t.Fatalf("lease text not canonical: %q then %q", text, again.String())
+			}
+		}
+		// Fields built from the input, with every pair of fallback flags,
+		// survive String and parseLease.
+		if s == "" || len(s) > 200 {
+			return
+		}
+		k := uint64(len(s))
+		for flags := range 4 {
+			want := lease{Tenant: s, Pool: s[len(s)/2:], Node: s[:len(s)/3], TenantLease: k << 40, PoolLease: k*k + 1,
+				TenantFallback: flags&1 != 0, PoolFallback: flags&2 != 0}
+			got, err := parseLease(want.String())
+			if err != nil || got != want {
+				type fields lease // without String, to print the fields
+				t.Fatalf("round trip of %+v: %+v, %v", fields(want), fields(got), err)
+			}
 		}
 	})
 }
