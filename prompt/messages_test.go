@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // cookbookMessages is example_messages from the OpenAI cookbook "How to count
@@ -151,12 +152,45 @@ func FuzzMessagesJSON(f *testing.F) {
 			return
 		}
 		for _, model := range []string{"gpt-4", "gpt-4o"} {
-			if n := c.Messages(model, msgs); n < 0 || (len(msgs) > 0 && n < 3) {
-				t.Fatalf("Messages = %d", n)
+			// The count is the reply priming plus each message's own count:
+			// adding a message adds at least its overhead, never less.
+			n := c.Messages(model, msgs)
+			if len(msgs) == 0 && n != 0 {
+				t.Fatalf("%s: no messages count %d, want 0", model, n)
+			}
+			sum := replyPriming
+			for i := range msgs {
+				one := c.Messages(model, msgs[i:i+1]) - replyPriming
+				least := tokensPerMessage
+				if msgs[i].Name != "" {
+					least += tokensPerName
+				}
+				if one < least {
+					t.Fatalf("%s: message %d counts %d, less than its overhead %d", model, i, one, least)
+				}
+				sum += one
+				if prefix := c.Messages(model, msgs[:i+1]); prefix != sum {
+					t.Fatalf("%s: the first %d messages count %d, want %d (priming plus each message's count)", model, i+1, prefix, sum)
+				}
 			}
 		}
-		if n := c.AnthropicMessages("claude", string(data), msgs); n < 0 {
-			t.Fatalf("AnthropicMessages = %d", n)
+		// Anthropic: the same sum, and a system prompt counts as a first
+		// message with role "system" and that text as content.
+		system := string(data) // valid JSON, so never empty
+		n := c.AnthropicMessages("claude", system, msgs)
+		sum := c.AnthropicMessages("claude", system, nil)
+		for i := range msgs {
+			sum += c.AnthropicMessages("claude", "", msgs[i:i+1]) - replyPriming
+		}
+		if n != sum {
+			t.Fatalf("AnthropicMessages = %d, want %d (priming plus the system prompt plus each message)", n, sum)
+		}
+		if utf8.ValidString(system) { // json.Marshal would replace invalid UTF-8
+			content, _ := json.Marshal(system)
+			asMessage := append([]Message{{Role: "system", Content: content}}, msgs...)
+			if got := c.AnthropicMessages("claude", "", asMessage); got != n {
+				t.Fatalf("system prompt as a message counts %d, as the system %d", got, n)
+			}
 		}
 	})
 }
