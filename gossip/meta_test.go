@@ -39,7 +39,41 @@ func TestMetaRoundTrip(t *testing.T) {
 func TestMetaGarbage(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")
-		_, _ = decodeMeta(b) // must not panic
+		// Most random bytes fail the version check: also damage real
+		// encodings, so that garbage gets as far as the fields.
+		valid := Meta{HTTP: rapid.StringN(0, 4, -1).Draw(t, "http"), Peer: rapid.StringN(0, 4, -1).Draw(t, "peer"),
+			BootID: rapid.StringN(0, 4, -1).Draw(t, "boot"), Leaving: rapid.Bool().Draw(t, "leaving")}.encode()
+		switch rapid.IntRange(0, 3).Draw(t, "garbage") {
+		case 1: // versioned random bytes
+			b = append([]byte{metaVersion}, b...)
+		case 2: // a real encoding with one byte changed, then random bytes
+			valid[rapid.IntRange(1, len(valid)-1).Draw(t, "at")] = rapid.Byte().Draw(t, "to")
+			b = append(valid, b...)
+		case 3: // a real encoding cut short, then random bytes
+			b = append(valid[:rapid.IntRange(1, len(valid)).Draw(t, "cut")], b...)
+		}
+		m, err := decodeMeta(b) // must not panic
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "gossip: decode meta") {
+				t.Fatalf("decodeMeta(%v) = %v, not a decode meta error", b, err)
+			}
+			return
+		}
+		// What garbage decodes to re-encodes to an equal Meta.
+		if got, err := decodeMeta(m.encode()); err != nil || got != m {
+			t.Fatalf("decodeMeta(%v) = %+v, re-encoded and decoded %+v, %v", b, m, got, err)
+		}
+		// Fields end where their lengths say, not where the input ends: more
+		// bytes after it (a later version's fields) change no field, and
+		// do not undo Leaving.
+		more := append(append([]byte(nil), b...), rapid.SliceOfN(rapid.Byte(), 1, 8).Draw(t, "more")...)
+		got, err := decodeMeta(more)
+		if err != nil || got.HTTP != m.HTTP || got.Peer != m.Peer || got.BootID != m.BootID {
+			t.Fatalf("decodeMeta(%v) = %+v, with bytes appended %+v, %v", b, m, got, err)
+		}
+		if m.Leaving && !got.Leaving {
+			t.Fatalf("decodeMeta(%v): Leaving %v, with bytes appended %v", b, m.Leaving, got.Leaving)
+		}
 	})
 	for _, b := range [][]byte{nil, {}, {2, 0, 0, 0}, {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, {1, 5, 'a'}} {
 		if _, err := decodeMeta(b); err == nil || !strings.HasPrefix(err.Error(), "gossip: decode meta") {
