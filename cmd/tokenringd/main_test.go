@@ -3,15 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/config"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -89,6 +95,40 @@ func TestRunsOnDefaultsAndStops(t *testing.T) {
 			t.Fatalf("never served:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// One real request: an acquire on the default limits is admitted, with
+	// a lease, the reservation and one request and one slot counted.
+	m := regexp.MustCompile(`msg="tokenringd serving" .*\bhttp=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no http address in the serving log:\n%s", logs.String())
+	}
+	resp, err := http.Post("http://"+m[1]+"/v1/acquire", "application/json",
+		strings.NewReader(`{"tenant":"acme","prompt_tokens":10,"max_tokens":5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("acquire: %d %s %v", resp.StatusCode, body, err)
+	}
+	var got struct {
+		Allowed        bool   `json:"allowed"`
+		Lease          string `json:"lease"`
+		ReservedTokens int64  `json:"reserved_tokens"`
+		Limits         struct {
+			Requests, Tokens, Concurrency struct{ Limit, Remaining int64 }
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("acquire answer %s: %v", body, err)
+	}
+	l := got.Limits
+	if !got.Allowed || got.Lease == "" || got.ReservedTokens != 15 ||
+		l.Requests.Limit != config.DefaultRPM || l.Requests.Remaining != config.DefaultRPM-1 ||
+		l.Tokens.Limit != config.DefaultTPM || l.Tokens.Remaining != config.DefaultTPM-15 ||
+		l.Concurrency.Limit != config.DefaultConcurrency || l.Concurrency.Remaining != config.DefaultConcurrency-1 {
+		t.Fatalf("acquire on the defaults answered %s, want allowed with a lease, 15 tokens reserved, one request and one slot counted", body)
 	}
 	cancel()
 	if err := <-done; err != nil {
