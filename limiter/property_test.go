@@ -833,11 +833,17 @@ func TestPropertySetLimits(t *testing.T) {
 		}
 		for range rapid.IntRange(10, 200).Draw(t, "steps") {
 			tn := time.Unix(0, now)
-			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			switch rapid.IntRange(0, 6).Draw(t, "op") {
 			case 0, 1:
-				d := b.Acquire(tn, Request{Reserve: rapid.Int64Range(1, 300).Draw(t, "reserve")})
+				reserve := rapid.Int64Range(1, 300).Draw(t, "reserve")
+				d := b.Acquire(tn, Request{Reserve: reserve})
 				if !d.Allowed {
-					break
+					// A refusal names the limit in force that is reached.
+					if d.Reason == Requests && d.Status.Requests.Limit == lim.Requests && d.Status.Requests.Remaining < 1 ||
+						d.Reason == Tokens && d.Status.Tokens.Limit == lim.Tokens && d.Status.Tokens.Remaining < reserve {
+						break
+					}
+					t.Fatalf("refused %d tokens with reason %v, status %+v (limits %d, %d)", reserve, d.Reason, d.Status, lim.Requests, lim.Tokens)
 				}
 				adms = append(adms, &adm{at: now, charge: d.Reserved, lease: d.Lease})
 				var req, tok int64
@@ -867,8 +873,28 @@ func TestPropertySetLimits(t *testing.T) {
 			case 3:
 				pol.Buckets = rapid.IntRange(1, 12).Draw(t, "buckets")
 				lim.Window = window()
+				lim.Requests = rapid.Int64Range(1, 6).Draw(t, "new_requests")
+				lim.Tokens = rapid.Int64Range(50, 1000).Draw(t, "new_tokens")
 				b.SetLimits(lim)
 				changes = append(changes, change{now, int64(lim.Window)})
+			case 4:
+				// Once every window has passed, the limits in force admit
+				// exactly lim.Requests requests and refuse the next one.
+				now += 2*20000*int64(ms) + 1 // longer than any window drawn
+				tn = time.Unix(0, now)
+				for i := range lim.Requests + 1 {
+					d := b.Acquire(tn, Request{Reserve: 1})
+					if i == lim.Requests {
+						if d.Allowed || d.Reason != Requests {
+							t.Fatalf("request %d admitted past the limit %d: %+v", i+1, lim.Requests, d)
+						}
+						break
+					}
+					if !d.Allowed {
+						t.Fatalf("request %d of %d refused once every window passed: %+v", i+1, lim.Requests, d)
+					}
+					adms = append(adms, &adm{at: now, charge: d.Reserved, lease: d.Lease})
+				}
 			default:
 				now += rapid.Int64Range(0, int64(lim.Window)).Draw(t, "dt")
 			}
