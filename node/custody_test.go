@@ -1,6 +1,12 @@
 package node
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
 
 // Scripted steps of the custody machine, for what the simulation does not
 // pin down on its own.
@@ -48,5 +54,27 @@ func TestCustodyDuplicateOfferIsAckedOnly(t *testing.T) {
 	rd := m.Ready()
 	if len(rd.Install) != 0 || len(rd.Msgs) != 1 || rd.Msgs[0].Kind != msgAck || rd.Msgs[0].Epoch != 3 {
 		t.Fatalf("duplicate offer led to %+v, want one ack and no install", rd)
+	}
+}
+
+// A member forwards to a joiner as soon as gossip shows it, which can be
+// before the joiner installed its own first membership. The joiner must not
+// decide such a call from its empty table (that counted from zero a key a
+// custodian held, and the install that followed overwrote the admission:
+// one over the limit in the join test): it waits for its first ring.
+func TestForwardedCallWaitsForFirstRing(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
+	nodes := newNodes(t, 2, limits, func(c *Config) { c.TransferWait = 50 * time.Millisecond })
+	n1, n2 := nodes[0], nodes[1]
+	both := ringOf(t, n1, n2)
+	key := keysMoving(both, both, "n2", "n2", 1)[0]
+	n1.SetRing(both) // n1 knows n2; n2 has no membership yet
+	_, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: key})
+	if err == nil || n2.Keys() != 0 {
+		t.Fatalf("a forwarded call at a node without a ring: err %v, %d keys there; want no decision", err, n2.Keys())
+	}
+	n2.SetRing(both)
+	if got := admit(t, n1, key, 12); got != 10 {
+		t.Fatalf("%d of 12 admitted once both have the ring, want exactly 10", got)
 	}
 }

@@ -94,21 +94,22 @@ type Node struct {
 	local *local
 	log   *slog.Logger
 
-	ring     atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
-	ready    atomic.Bool               // joined and the first ring installed
-	settled  atomic.Bool               // Ready once: every owned partition arrived
-	leaving  atomic.Bool               // Drain ran: own nothing, hand everything on
-	stripes  [64]sync.Mutex            // serialise restores of the same key
-	seed     maphash.Seed
-	tmu      sync.Mutex               // guards tr's creation
-	tr       atomic.Pointer[transfer] // custody of partitions; nil until the first ring
-	members  []viewMember             // the last membership, for Drain; guarded by tmu
-	viewSig  string                   // the last membership's ring version and members; guarded by tmu
-	dirty    dirtySet                 // keys changed since the last replication round
-	preload  atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
-	inflight atomic.Int32             // replication rounds under way
-	replicas replicaStore             // copies held for other owners
-	server   *peerServer
+	ring      atomic.Pointer[ring.Ring] // nil until the first membership snapshot: everything is local
+	ready     atomic.Bool               // joined and the first ring installed
+	settled   atomic.Bool               // Ready once: every owned partition arrived
+	leaving   atomic.Bool               // Drain ran: own nothing, hand everything on
+	stripes   [64]sync.Mutex            // serialise restores of the same key
+	seed      maphash.Seed
+	tmu       sync.Mutex               // guards tr's creation
+	tr        atomic.Pointer[transfer] // custody of partitions; nil until the first ring
+	firstRing chan struct{}            // closed once tr is set and its first view installed
+	members   []viewMember             // the last membership, for Drain; guarded by tmu
+	viewSig   string                   // the last membership's ring version and members; guarded by tmu
+	dirty     dirtySet                 // keys changed since the last replication round
+	preload   atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
+	inflight  atomic.Int32             // replication rounds under way
+	replicas  replicaStore             // copies held for other owners
+	server    *peerServer
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -176,12 +177,13 @@ func New(cfg Config) (*Node, error) {
 	}
 	table := limiter.NewTable(cfg.Policy, cfg.LimitsFor)
 	n := &Node{
-		cfg:   cfg,
-		table: table,
-		local: newLocal(cfg.Name, table, cfg.Now),
-		log:   cfg.Logger.With("node", cfg.Name),
-		peers: make(map[string]*peerClient),
-		stop:  make(chan struct{}),
+		cfg:       cfg,
+		table:     table,
+		local:     newLocal(cfg.Name, table, cfg.Now),
+		log:       cfg.Logger.With("node", cfg.Name),
+		peers:     make(map[string]*peerClient),
+		stop:      make(chan struct{}),
+		firstRing: make(chan struct{}),
 	}
 	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
@@ -240,6 +242,7 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	if t == nil {
 		t = newTransfer(n, memberID(n.cfg.Name, boot), r.PartitionCount())
 		n.tr.Store(t)
+		defer close(n.firstRing) // once the first view is installed
 	}
 	n.members = members
 	n.ring.Store(r)
@@ -281,8 +284,17 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 	default:
 	}
 	t := n.tr.Load()
-	if t == nil {
+	if t == nil && c.Hops == 0 {
 		return n.local.do(ctx, c) // no cluster: everything is here
+	}
+	if t == nil {
+		// Forwarded here by a member that already knows of us, before
+		// our own first membership arrived: deciding from an empty table
+		// would count from zero what a custodian holds. Wait for it.
+		var err error
+		if t, err = n.awaitFirstRing(ctx); err != nil {
+			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, err)
+		}
 	}
 	cc := *c // a waiter that follows its key spends its wait here
 	c = &cc
@@ -331,6 +343,23 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 			fwd.Handed = h.handed
 			return n.peer(h.addr).call(ctx, &fwd)
 		}
+	}
+}
+
+// awaitFirstRing waits, at most TransferWait, for this node's first
+// membership (Join or SetRing) and returns its custody shell.
+func (n *Node) awaitFirstRing(ctx context.Context) (*transfer, error) {
+	timer := time.NewTimer(n.cfg.TransferWait)
+	defer timer.Stop()
+	select {
+	case <-n.firstRing:
+		return n.tr.Load(), nil
+	case <-timer.C:
+		return nil, fmt.Errorf("no membership yet: %w", ErrTransferPending)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.stop:
+		return nil, ErrClosed
 	}
 }
 
