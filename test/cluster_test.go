@@ -30,11 +30,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// clusterConfig is shared by the multi-process tests. forward_timeout is
-// raised from the 15ms default: three processes, the race detector and 900
-// concurrent clients on a 2-core CI machine can delay a forward by more than
-// 15ms, and a timed-out forward falls back, which is what the crash test
-// measures, not what the exactness tests count.
+// clusterConfig is shared by the multi-process tests. It keeps the shipped
+// forward_timeout (15ms): a slow forward is waited for, and only an
+// unreachable owner falls back.
 // steady is for the exactness tests: memberlist's LAN timings, so a node
 // starved of CPU by 900 concurrent clients under the race detector is not
 // falsely declared dead (a ring change would restart the moved keys' windows
@@ -52,7 +50,6 @@ limits:
   lease_ttl: 120s
 pools:
   shared-model: {rpm: 120, tpm: 100000000, concurrency: 100000}
-forward_timeout: 500ms
 `
 
 func newClient() *http.Client {
@@ -262,7 +259,6 @@ func TestClusterOwnerCrashFallsBack(t *testing.T) {
 	const cfg = `
 limits:
   default: {rpm: 100000, tpm: 100000000, concurrency: 100000}
-forward_timeout: 200ms
 fallback: degraded
 `
 	c := NewCluster(t, daemon, 3, cfg)
@@ -326,7 +322,7 @@ fallback: degraded
 			t.Fatalf("answer %d during the crash", a.code)
 		}
 		maxTook = max(maxTook, a.took)
-		if a.took > 200*time.Millisecond+time.Second { // forward_timeout plus scheduling slack
+		if a.took > 1200*time.Millisecond { // a refused connection fails over at once; this is scheduling slack
 			slow++
 		}
 		switch {
@@ -342,7 +338,7 @@ fallback: degraded
 		}
 	}
 	if slow > 0 {
-		t.Errorf("%d answers took longer than forward_timeout + 1s (max %v)", slow, maxTook)
+		t.Errorf("%d answers took longer than 1.2s (max %v)", slow, maxTook)
 	}
 	if before == 0 || during == 0 || after == 0 {
 		t.Fatalf("answers before the crash %d, by fallback %d, by a new owner %d: want all three phases", before, during, after)

@@ -66,7 +66,6 @@ func TestCrashAfterReplicationKeepsCounts(t *testing.T) {
 	const cfg = `
 limits:
   default: {rpm: 10, tpm: 100000000, concurrency: 100000}
-forward_timeout: 500ms
 `
 	c := NewCluster(t, daemon, 3, cfg)
 	const tenants = 120
