@@ -33,10 +33,9 @@ func TestMain(m *testing.M) {
 // clusterConfig is shared by the multi-process tests. It keeps the shipped
 // forward_timeout (15ms): a slow forward is waited for, and only an
 // unreachable owner falls back.
-// steady is for the exactness tests: memberlist's LAN timings, so a node
-// starved of CPU by 900 concurrent clients under the race detector is not
-// falsely declared dead (a ring change would restart the moved keys' windows
-// from zero until handoff exists).
+// steady is for the exactness tests: memberlist's LAN timings (the harness's
+// default too), so a node starved of CPU by 900 concurrent clients under the
+// race detector is not falsely declared dead.
 var steady = []string{"-gossip-profile", "lan"}
 
 const clusterConfig = `
