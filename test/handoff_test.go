@@ -18,14 +18,13 @@ import (
 )
 
 // handoffRPMConfig: every tenant may make 10 requests a window; tokens and
-// concurrency never refuse. forward_timeout as in clusterConfig, so a slow
-// forward under -race does not fall back.
+// concurrency never refuse. The shipped forward_timeout: a slow forward is
+// waited for, not fallen back on.
 const handoffRPMConfig = `
 limits:
   default: {rpm: 10, tpm: 1000000000, concurrency: 1000000}
   window: 60s
   lease_ttl: 120s
-forward_timeout: 500ms
 `
 
 // handoffConcConfig: every tenant may hold 5 slots; requests and tokens never
@@ -35,7 +34,6 @@ limits:
   default: {rpm: 1000000, tpm: 1000000000, concurrency: 5}
   window: 60s
   lease_ttl: 120s
-forward_timeout: 500ms
 `
 
 const handoffWorkers = 64 // concurrent requests in flight at most
