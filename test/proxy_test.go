@@ -83,7 +83,6 @@ limits:
   tenants:
     limited: {rpm: 1, tpm: 100000, concurrency: 10}
   window: 60s
-forward_timeout: 500ms
 keys:
   sk-acme-sdk: acme
   sk-limited-sdk: limited

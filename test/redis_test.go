@@ -27,7 +27,6 @@ func TestCrashOfOwnerAndBackupRestoresFromRedis(t *testing.T) {
 	const cfg = `
 limits:
   default: {rpm: 10, tpm: 100000000, concurrency: 100000}
-forward_timeout: 500ms
 `
 	c := NewCluster(t, daemon, 3, cfg, "-redis", url)
 	const tenants = 90
@@ -93,7 +92,6 @@ func TestWholeClusterRestartFromRedis(t *testing.T) {
 limits:
   window: 10m
   default: {rpm: 100, tpm: 100000000, concurrency: 100000}
-forward_timeout: 500ms
 `
 	c := NewCluster(t, daemon, 3, cfg, "-redis", url)
 	const tenants, limit, used = 30, 100, 60
