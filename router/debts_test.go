@@ -109,17 +109,11 @@ func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Tim
 // gauge returns the value of the gauge name.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	ms := samples(t, reg, name)
+	if len(ms) == 0 {
+		t.Fatalf("no gauge %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
+	return ms[0].GetGauge().GetValue()
 }
 
 // admitted sends n acquires of body and counts the admissions, checking

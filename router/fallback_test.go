@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -473,16 +474,22 @@ func startErr(t *testing.T, do func(context.Context) error, maxWait time.Duratio
 // gathered reports whether the registry holds a sample of name.
 func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
 	t.Helper()
+	return len(samples(t, reg, name)) > 0
+}
+
+// samples returns the registry's samples of metric name (none: nil).
+func samples(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return true
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return false
+	return nil
 }
 
 // A live owner slower than forward_max_wait gets no fallback: the request is
