@@ -230,7 +230,7 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 		t.Errorf("%s: %d client errors, want 0", what, res.Errors)
 	}
 	if res.Fallbacks != 0 {
-		t.Errorf("%s: %d fallback answers, want 0", what, res.Fallbacks)
+		t.Errorf("%s: %d fallback answers, want 0; why, by the nodes' logs:\n%s", what, res.Fallbacks, ct.c.grepLogs("falling back", 6))
 	}
 	if res.NoTarget != 0 {
 		t.Errorf("%s: every node failed /readyz at once (clients waited %d times for a live node; see the health changes): behind a load balancer that is an outage",

@@ -342,6 +342,25 @@ func (c *Cluster) stopAll() {
 	}
 }
 
+// grepLogs returns up to max log lines, from all processes, that contain
+// substr, each prefixed with its process's name.
+func (c *Cluster) grepLogs(substr string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, p := range c.Procs {
+		for _, line := range strings.Split(p.Log(), "\n") {
+			if strings.Contains(line, substr) && n < max {
+				fmt.Fprintf(&b, "  %s: %s\n", p.Name, line)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return "  (none logged)\n"
+	}
+	return b.String()
+}
+
 // GetJSON GETs url and decodes its JSON body into v; a non-2xx is an error.
 func GetJSON(url string, v any) error {
 	resp, err := http.Get(url)

@@ -131,17 +131,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer n.Close()
-	members, err := joinCluster(ctx, f, n, httpLn.Addr().String(), rc, base, log)
-	if err != nil {
-		return err
-	}
-	defer members.Shutdown()
+	// The router is made before the node joins: loading the tokenizer
+	// takes a second of CPU, and a member that owns partitions must not
+	// spend it instead of answering its peers.
 	var draining atomic.Bool // SIGTERM came: /readyz fails
 	r, err := newRouter(n, cfg, limits, func() bool { return n.Ready() && !draining.Load() }, log)
 	if err != nil {
 		return err
 	}
 	defer r.Close() // stops charging fallback debts
+	members, err := joinCluster(ctx, f, n, httpLn.Addr().String(), rc, base, log)
+	if err != nil {
+		return err
+	}
+	defer members.Shutdown()
 	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
