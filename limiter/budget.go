@@ -565,3 +565,26 @@ func (b *Budget) Charge(now, at time.Time, requests, tokens int64) bool {
 	b.addTok(k, tokens)
 	return true
 }
+
+// Since calls fn, oldest first, for every bucket b's windows still count
+// that holds more than base (an earlier snapshot of the same key) held in
+// it: at is the bucket's start, requests and tokens what b counts there
+// beyond base. It is what was admitted (or charged) after base was taken,
+// for a base that another member restored from: b's history since they
+// diverged. A bucket that holds less than base (a settle that credited
+// tokens) contributes nothing, so the result never undercounts; a base of a
+// different bucket width counts as empty. base may be nil.
+func (b *Budget) Since(base *Budget, fn func(at time.Time, requests, tokens int64)) {
+	m := b.nb + 1
+	for k := b.head - int64(b.nb); k <= b.head; k++ {
+		req, tok := b.cnt[ringIndex(k, m)], b.cnt[m+ringIndex(k, m)]
+		if base != nil && base.width == b.width && base.live(k) {
+			bm := base.nb + 1
+			req -= base.cnt[ringIndex(k, bm)]
+			tok -= base.cnt[bm+ringIndex(k, bm)]
+		}
+		if req > 0 || tok > 0 {
+			fn(time.Unix(0, k*b.width), max(req, 0), max(tok, 0))
+		}
+	}
+}
