@@ -254,7 +254,11 @@ func (c *Cluster) LocalName() string { return c.cfg.Name }
 // Local returns this node as other members see it: its advertised gossip
 // address (with the actual port when BindPort was 0) and its metadata (with
 // the BootID Start generated, if any).
-func (c *Cluster) Local() MemberState { return c.local }
+func (c *Cluster) Local() MemberState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local
+}
 
 // SetLeaving marks this node as draining in its gossiped metadata (see
 // Meta.Leaving) and broadcasts the change, waiting up to timeout for it to
@@ -266,15 +270,39 @@ func (c *Cluster) SetLeaving(timeout time.Duration) error {
 	if c.shut {
 		return ErrShutdown
 	}
-	meta := c.cfg.Meta
-	meta.Leaving = true
+	c.cfg.Meta.Leaving = true // kept by a later Reincarnate
 	c.delegate.mu.Lock()
-	c.delegate.meta = meta.encode()
+	c.delegate.meta = c.cfg.Meta.encode()
 	c.delegate.mu.Unlock()
 	if err := c.ml.UpdateNode(timeout); err != nil {
 		return fmt.Errorf("gossip: announce leaving: %w", err)
 	}
 	return nil
+}
+
+// Reincarnate gives this node a new BootID and broadcasts it, waiting up
+// to timeout for it to go out, and returns it. Peers then see a new
+// incarnation of the member: a node that was fenced off on the minority
+// side of a network split (it gave up all it held) comes back as a new
+// member, not as the holder of what the majority restored meanwhile.
+func (c *Cluster) Reincarnate(timeout time.Duration) (string, error) {
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	if c.shut {
+		return "", ErrShutdown
+	}
+	c.cfg.Meta.BootID = newBootID()
+	c.delegate.mu.Lock()
+	c.delegate.meta = c.cfg.Meta.encode()
+	c.delegate.mu.Unlock()
+	c.mu.Lock()
+	c.local.Meta.BootID = c.cfg.Meta.BootID
+	c.mu.Unlock()
+	c.log.Info("gossip: new incarnation", "boot_id", c.cfg.Meta.BootID)
+	if err := c.ml.UpdateNode(timeout); err != nil {
+		return c.cfg.Meta.BootID, fmt.Errorf("gossip: announce new incarnation: %w", err)
+	}
+	return c.cfg.Meta.BootID, nil
 }
 
 // Leave announces to the cluster that this node is leaving, and waits until

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/ring"
@@ -21,6 +22,7 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
+	n.gossiped.Store(true)
 	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
 		c.Shutdown()
 		return nil, err
@@ -35,6 +37,13 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 				return
 			case <-ctx.Done():
 				return
+			case <-n.reincarnate:
+				// Fenced: come back as a new member. Peers see the new
+				// boot id once the network lets them.
+				boot, err := c.Reincarnate(time.Second)
+				if err != nil {
+					n.log.Warn("new incarnation not announced yet; gossip carries it later", "boot_id", boot, "err", err)
+				}
 			case snap, ok := <-c.Events():
 				if !ok {
 					return

@@ -109,7 +109,18 @@ type Node struct {
 	preload   atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
 	inflight  atomic.Int32             // replication rounds under way
 	replicas  replicaStore             // copies held for other owners
+	acked     ackedStore               // each key's state its backup last acknowledged (fence.go)
 	server    *peerServer
+
+	// Splits (fence.go, quorum.go): only for members joined through gossip.
+	gossiped    atomic.Bool               // Join ran: the quorum rules apply
+	quorum      *quorum                   // guarded by tmu
+	leased      atomic.Bool               // heard from a majority lately
+	fenced      atomic.Bool               // gave up custody; waiting to rejoin as a new incarnation
+	fencedBoot  string                    // the boot id fenced; guarded by tmu
+	retired     []*transfer               // machines retired by fences; guarded by tmu
+	reincarnate chan struct{}             // fence asks Join's loop for a new boot id
+	fenceSink   atomic.Pointer[FenceSink] // where fenced keys' unreplicated admissions go
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -177,14 +188,17 @@ func New(cfg Config) (*Node, error) {
 	}
 	table := limiter.NewTable(cfg.Policy, cfg.LimitsFor)
 	n := &Node{
-		cfg:       cfg,
-		table:     table,
-		local:     newLocal(cfg.Name, table, cfg.Now),
-		log:       cfg.Logger.With("node", cfg.Name),
-		peers:     make(map[string]*peerClient),
-		stop:      make(chan struct{}),
-		firstRing: make(chan struct{}),
+		cfg:         cfg,
+		table:       table,
+		local:       newLocal(cfg.Name, table, cfg.Now),
+		log:         cfg.Logger.With("node", cfg.Name),
+		peers:       make(map[string]*peerClient),
+		stop:        make(chan struct{}),
+		firstRing:   make(chan struct{}),
+		quorum:      newQuorum(forgetAfter),
+		reincarnate: make(chan struct{}, 1),
 	}
+	n.leased.Store(true)
 	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
 	n.local.changed = n.dirty.mark
@@ -205,6 +219,7 @@ func New(cfg Config) (*Node, error) {
 			t.tick()
 		}
 	})
+	n.every(heartbeatInterval, n.heartbeat)
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
 			n.replicateOnce()
@@ -235,14 +250,40 @@ func (n *Node) SetRing(r *ring.Ring) {
 
 // setMembers installs a membership: r is the ring of the members that are
 // not leaving; self's boot id names this process to custody.
+//
+// A member joined through gossip installs only views that hold a majority
+// of the membership (quorum.go); a view without one fences it (fence.go).
+// A fenced member installs nothing until a majority view shows it under a
+// new boot id, and then starts over as that new member.
 func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
+	if n.gossiped.Load() && !n.quorum.observe(members, n.cfg.Now()) {
+		if !n.fenced.Load() {
+			n.fencedBoot = boot
+			n.fence()
+			select {
+			case n.reincarnate <- struct{}{}:
+			default:
+			}
+		}
+		return // keep the last majority's ring and members: the degraded shares divide by them
+	}
 	t := n.tr.Load()
+	if n.fenced.Load() {
+		if boot == n.fencedBoot {
+			return // the majority still knows the fenced incarnation: wait for the new one
+		}
+		t = nil
+	}
 	if t == nil {
 		t = newTransfer(n, memberID(n.cfg.Name, boot), r.PartitionCount())
 		n.tr.Store(t)
-		defer close(n.firstRing) // once the first view is installed
+		if n.fenced.Swap(false) {
+			n.log.Info("rejoined as a new member after a fence", "boot_id", boot)
+		} else {
+			defer close(n.firstRing) // once the first view is installed
+		}
 	}
 	n.members = members
 	n.ring.Store(r)
@@ -283,6 +324,9 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
 	default:
 	}
+	if n.fenced.Load() {
+		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
+	}
 	t := n.tr.Load()
 	if t == nil && c.Hops == 0 {
 		return n.local.do(ctx, c) // no cluster: everything is here
@@ -304,6 +348,8 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 	for {
 		h := g.hop.Load()
 		switch {
+		case h.mode == routeFenced || (h.mode == routeLocal && !n.leased.Load()):
+			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
 		case h.mode == routeLocal:
 			a, err := n.decideHere(ctx, t, p, c)
 			if errors.Is(err, errMoved) || errors.Is(err, errNotHere) {
@@ -514,6 +560,7 @@ func (n *Node) sweep() {
 	if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
 		n.log.Debug("swept idle keys", "dropped", dropped, "keys", n.table.Len())
 	}
+	n.acked.keep(func(key string) bool { return n.table.Peek(key, func(*limiter.Budget) {}) })
 }
 
 // Close stops the node: peer server, peer connections, timers, sweeper.
@@ -535,6 +582,12 @@ func (n *Node) Close() error {
 	n.local.close()
 	n.wg.Wait()
 	if t := n.tr.Load(); t != nil {
+		t.sends.Wait()
+	}
+	n.tmu.Lock()
+	retired := n.retired
+	n.tmu.Unlock()
+	for _, t := range retired {
 		t.sends.Wait()
 	}
 	return nil

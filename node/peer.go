@@ -88,11 +88,43 @@ type peerClient struct {
 	nextID    uint64
 	closed    bool
 	wg        sync.WaitGroup // the connection's reader and writer
-	abandoned sync.WaitGroup // goroutines cancelling abandoned admissions
+	abandoned sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
+
+	// heard is when a frame last arrived from the peer (unix ns); a new
+	// client starts as heard, so a member just met has a lease's grace.
+	heard   atomic.Int64
+	beating atomic.Bool // a heartbeat is under way
 }
 
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
-	return &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+	p.heard.Store(time.Now().UnixNano())
+	return p
+}
+
+// heardAt is when a frame last arrived from the peer.
+func (p *peerClient) heardAt() time.Time { return time.Unix(0, p.heard.Load()) }
+
+// heartbeat pings the peer in the background, unless a heartbeat is under
+// way already; its answer, like any frame, refreshes heardAt.
+func (p *peerClient) heartbeat() {
+	if !p.beating.CompareAndSwap(false, true) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		p.beating.Store(false)
+		return
+	}
+	p.abandoned.Add(1)
+	go func() {
+		defer p.abandoned.Done()
+		defer p.beating.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), p.fwd.Liveness)
+		defer cancel()
+		_, _ = p.call(ctx, &Call{Op: OpPing})
+	}()
 }
 
 // peerStats counts the peer protocol's traffic, for metrics and benchmarks.
@@ -192,6 +224,7 @@ func (p *peerClient) readAnswers(l *link) error {
 			return err
 		}
 		l.recv.Add(1)
+		p.heard.Store(time.Now().UnixNano())
 		for _, it := range items {
 			p.mu.Lock()
 			if it.id == l.ping { // the answer to our probe: nothing to dispatch

@@ -109,6 +109,12 @@ func (r *replicaStore) expire(now time.Time, horizon time.Duration) {
 	}
 }
 
+func (r *replicaStore) clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m = nil
+}
+
 func (r *replicaStore) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,6 +172,7 @@ func (n *Node) replicateOnce() {
 				n.dirty.mark(key) // try again next round
 				return
 			}
+			n.acked.put(key, state)
 			n.stats.replicated.Add(1)
 		}()
 	}
@@ -203,5 +210,6 @@ func (n *Node) replicateNow(ctx context.Context, key string) {
 		n.stats.syncMissed.Add(1)
 		return
 	}
+	n.acked.put(key, state)
 	n.stats.replicated.Add(1)
 }

@@ -29,7 +29,8 @@ type transfer struct {
 	ring  *ring.Ring        // the ring of the current view (leaving members excluded)
 	prev  *ring.Ring        // the one before: who backed a partition up
 
-	sends sync.WaitGroup // messages on their way
+	sends   sync.WaitGroup // messages on their way
+	retired bool           // fenced for good (fence.go): feeds nothing to the machine; guarded by mu
 
 	// offering holds the offers whose call is still under way: the
 	// machine's retry resends an offer only once that call has failed
@@ -55,6 +56,10 @@ type gate struct {
 	changed atomic.Pointer[chan struct{}] // closed when hop changes
 	restore atomic.Pointer[restoreHint]   // set after the partition's custodian died
 }
+
+// routeFenced: the shell's own route, for every partition of a machine
+// retired by a fence: calls fail with ErrMinority.
+const routeFenced routeMode = 255
 
 // hop is where calls for a partition go.
 type hop struct {
@@ -115,6 +120,9 @@ type viewMember struct {
 func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.retired {
+		return
+	}
 	ids := make(map[string]string, len(members)) // name → id
 	alive := make(map[string]bool, len(members)+1)
 	alive[t.self] = true
@@ -148,6 +156,9 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 func (t *transfer) tick() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.retired {
+		return
+	}
 	t.m.Tick()
 	t.apply()
 }
@@ -156,6 +167,9 @@ func (t *transfer) tick() {
 func (t *transfer) step(msgs []custodyMsg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.retired {
+		return
+	}
 	for _, msg := range msgs {
 		t.m.Step(msg)
 	}

@@ -106,12 +106,12 @@ func (d *debts) room(key string) bool {
 	return ok || len(d.keys) < maxDebtKeys
 }
 
-// recorded notes one new debt of key (already added to its state) and
+// recorded notes new debts of key (requests of them) (already added to its state) and
 // starts the loop if it is not running. It is called after the debt was
 // added, so that a round dropping key from the set for owing nothing
 // cannot miss it.
-func (d *debts) recorded(key string) {
-	d.metrics.debtRecorded()
+func (d *debts) recorded(key string, requests int64) {
+	d.metrics.debtRecorded(requests)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.keys[key]; !ok {
@@ -237,4 +237,17 @@ func (d *debts) close() {
 func (r *Router) Close() error {
 	r.debts.close()
 	return nil
+}
+
+// Owe records requests and tokens admitted for key at at that its owner has
+// not counted: what a member fenced off on the minority side of a network
+// split admitted after its last replication (node.FenceSink). They are
+// debts like fallback admissions, charged to the key's owner once one is
+// reachable, so that the merged window holds both sides' admissions.
+func (r *Router) Owe(key string, requests, tokens int64, at time.Time) {
+	if requests <= 0 && tokens <= 0 {
+		return
+	}
+	r.degraded.oweUnits(key, requests, tokens, at)
+	r.debts.recorded(key, requests)
 }

@@ -259,7 +259,7 @@ func TestDebtRetriedAfterFailedCharge(t *testing.T) {
 		f.onCharge = func() {
 			f.onCharge = nil
 			r.degraded.owe("t:acme", 9)
-			r.debts.recorded("t:acme")
+			r.debts.recorded("t:acme", 1)
 		}
 	})
 	r.debts.round()
@@ -351,7 +351,7 @@ func TestChargeCountsAtNode(t *testing.T) {
 	defer r.Close()
 	for range 3 {
 		r.degraded.owe("t:acme", 100)
-		r.debts.recorded("t:acme")
+		r.debts.recorded("t:acme", 1)
 	}
 	r.debts.round()
 	a, err := n.Do(context.Background(), &node.Call{Op: node.OpStatus, Key: "t:acme"})
@@ -363,5 +363,44 @@ func TestChargeCountsAtNode(t *testing.T) {
 	}
 	if r.debts.owing() != 0 {
 		t.Fatal("debts still owed after the owner acknowledged")
+	}
+}
+
+// What a fenced member admitted after its last replication (node.FenceSink)
+// is owed like fallback admissions: charged once, in full, when an owner is
+// reachable, and it spends this node's degraded share meanwhile.
+func TestOweFromAFenceIsChargedOnce(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 10, Remaining: 8, Reset: time.Minute}}
+	r, s, reg := startFake(t, f, limiter.Limits{Requests: 10, Window: time.Minute}, clock.Now)
+	if got := admitted(t, s, 1, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, false); got != 1 {
+		t.Fatalf("admitted %d by the owner, want 1", got)
+	}
+	f.set(func(f *fakeOwner) { f.down = true })
+	at := clock.Now().Add(-5 * time.Second)
+	r.Owe("t:acme", 3, 700, at)
+	r.Owe("t:acme", 0, 0, at) // nothing: not recorded
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 3 {
+		t.Fatalf("outstanding %v, want 3", got)
+	}
+	// The owner reported 8 remaining; with 2 members the share is 4, and
+	// the 3 owed spend it: one more admission, then refusals.
+	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 1 {
+		t.Fatalf("admitted %d on the degraded share after owing 3 of its 4, want 1", got)
+	}
+	r.debts.round()
+	if got := f.charged(); len(got) != 0 {
+		t.Fatalf("charged %v to a down owner", got)
+	}
+	f.set(func(f *fakeOwner) { f.down = false })
+	r.debts.round()
+	r.debts.round()
+	want := []node.Charge{{Requests: 4, Tokens: 702, At: clock.Now()}}
+	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("charged %v, want exactly %v (the 3 owed and the 1 fallback admission, once)", got, want)
+	}
+	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 0 {
+		t.Fatalf("outstanding %v, want 0", got)
 	}
 }

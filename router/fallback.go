@@ -235,6 +235,24 @@ func (d *degraded) owe(key string, n int64) {
 	s.get(key, now, true).spend(max(n, 0), now)
 }
 
+// oweUnits records requests and tokens admitted for key at at by a member
+// that could not have them counted at the key's owner: debts like fallback
+// admissions, spending the share too.
+func (d *degraded) oweUnits(key string, requests, tokens int64, at time.Time) {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.get(key, d.now(), true)
+	requests, tokens = max(requests, 0), max(tokens, 0)
+	e.spentReq += requests
+	e.spentTok += tokens
+	e.owedReq += requests
+	e.owedTok += tokens
+	if at.After(e.owedAt) {
+		e.owedAt = at
+	}
+}
+
 // spend counts one fallback admission of n tokens at now: it spends the
 // share and is owed to the key's owner.
 func (e *keyState) spend(n int64, now time.Time) {

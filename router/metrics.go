@@ -92,9 +92,9 @@ func (m *metrics) observe(op node.Op, where string, d time.Duration) {
 	m.calls.WithLabelValues(op.String(), where).Observe(d.Seconds())
 }
 
-func (m *metrics) debtRecorded() {
-	m.debtsRecorded.Inc()
-	m.debtsOutstanding.Inc()
+func (m *metrics) debtRecorded(n int64) {
+	m.debtsRecorded.Add(float64(n))
+	m.debtsOutstanding.Add(float64(n))
 }
 
 func (m *metrics) debtsRepaid(n int64) {

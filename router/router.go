@@ -293,7 +293,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		}
 		if d.Allowed {
 			d.Reserved = tokens
-			r.debts.recorded(c.Key)
+			r.debts.recorded(c.Key, 1)
 		}
 		r.metrics.fallback(r.cfg.Fallback, d.Allowed)
 	case node.OpSettle, node.OpRelease, node.OpCancel, node.OpRenew:

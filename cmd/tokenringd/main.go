@@ -140,6 +140,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer r.Close() // stops charging fallback debts
+	// A fence (this node on the minority side of a split) hands what it
+	// admitted since its last replication to the router's debts.
+	n.OnFence(r.Owe)
 	members, err := joinCluster(ctx, f, n, httpLn.Addr().String(), rc, base, log)
 	if err != nil {
 		return err

@@ -1,0 +1,234 @@
+package node
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// Network splits (see quorum.go for the rule). A member joined through
+// gossip keeps two watches on the membership counted:
+//
+//   - The lease, renewed by heartbeats every heartbeatInterval: a member
+//     that has not heard from a majority within quorumLease stops deciding
+//     for the partitions it holds (Do fails with ErrMinority, the caller
+//     falls back to its degraded share, as a debt) until it hears from a
+//     majority again. Nothing else changes: a stall or a short cut costs
+//     fallback answers, never state. The lease is shorter than gossip's
+//     failure detection, so the side without a majority stops admitting
+//     exactly before the other side restores its partitions.
+//   - The view: when gossip shows a membership without a majority, the
+//     member fences itself (fence): it gives up custody of everything,
+//     hands what it admitted since each key's last acknowledged
+//     replication to the fence sink (the router keeps it as debts, paid
+//     to the keys' owners once the sides merge), and takes a new
+//     incarnation. The majority side restores those partitions from their
+//     replicas; when the network heals, this member rejoins as a new
+//     member with no custody, and the debts bring the two histories
+//     together: what the majority restored, what it admitted since, and
+//     what this side admitted since that replica.
+
+// ErrMinority is returned (wrapped) by Do while this member cannot reach a
+// majority of the membership: the caller falls back, as for a transfer
+// still pending.
+var ErrMinority = fmt.Errorf("no majority of the cluster's members reachable: %w", ErrTransferPending)
+
+const (
+	// heartbeatInterval is how often the lease is checked, and a member
+	// not heard from within heartbeatQuiet is pinged.
+	heartbeatInterval = 100 * time.Millisecond
+	heartbeatQuiet    = 200 * time.Millisecond
+	// forgetAfter is how long a member that died without leaving stays
+	// counted in the membership (gossip's reconnect horizon).
+	forgetAfter = 72 * time.Hour
+)
+
+// quorumLease is how long a member may go without hearing from a majority
+// before it stops deciding: the peer liveness interval plus slack for a
+// few heartbeats.
+func (n *Node) quorumLease() time.Duration { return n.cfg.Forward.Liveness + 4*heartbeatInterval }
+
+// FenceSink receives, for one key, what this member admitted (or was
+// charged) since the key's last acknowledged replication, when it fences
+// itself: requests and tokens, the latest at time at.
+type FenceSink func(key string, requests, tokens int64, at time.Time)
+
+// OnFence sets where fenced keys' unreplicated admissions go (the router's
+// debts). Set it before Join.
+func (n *Node) OnFence(sink FenceSink) { n.fenceSink.Store(&sink) }
+
+// Fenced reports whether this member is fenced off: its last view had no
+// majority, or it has not rejoined as a new incarnation yet.
+func (n *Node) Fenced() bool { return n.fenced.Load() }
+
+// Leased reports whether this member has heard from a majority lately.
+func (n *Node) Leased() bool { return n.leased.Load() }
+
+// heartbeat pings the counted members not heard from lately and renews the
+// lease.
+func (n *Node) heartbeat() {
+	if !n.gossiped.Load() {
+		return
+	}
+	now := time.Now()
+	n.tmu.Lock()
+	addrs := make(map[string]string, len(n.members))
+	for _, m := range n.members {
+		addrs[m.Name] = m.Peer
+	}
+	var beat []*peerClient
+	ok := n.quorum.leased(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
+		addr := addrs[name]
+		if addr == "" {
+			return time.Time{}, false
+		}
+		p := n.peer(addr)
+		at := p.heardAt()
+		if now.Sub(at) > heartbeatQuiet {
+			beat = append(beat, p)
+		}
+		return at, true
+	})
+	n.tmu.Unlock()
+	for _, p := range beat {
+		p.heartbeat()
+	}
+	if was := n.leased.Swap(ok); was != ok {
+		if ok {
+			n.log.Info("a majority of the members is reachable again: deciding here again")
+		} else {
+			n.log.Warn("no majority of the members heard from lately: not deciding here, callers fall back", "lease", n.quorumLease())
+		}
+	}
+}
+
+// fence gives up custody of everything this member holds, after its view
+// lost the majority: every partition stops admitting here, and each key's
+// admissions since its last acknowledged replication go to the fence sink.
+// The caller takes a new incarnation next. Callers hold tmu.
+func (n *Node) fence() {
+	if n.fenced.Swap(true) {
+		return
+	}
+	var keys, debts int
+	if t := n.tr.Load(); t != nil {
+		keys, debts = t.retire()
+		n.retired = append(n.retired, t)
+	}
+	n.replicas.clear() // copies held for owners that may have moved on
+	n.dirty.drain()
+	n.log.Warn("fenced: this side of a network split has no majority of the members; serving degraded shares as debts until it rejoins as a new member",
+		"keys", keys, "keys_owed", debts)
+}
+
+// retire stops the custody machine for good (after a fence): every
+// partition's route becomes fenced, and the table is emptied, each key's
+// unreplicated admissions going to the fence sink. It returns how many keys
+// were in the table and how many owed something.
+func (t *transfer) retire() (keys, debts int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retired = true
+	for p := range t.gates {
+		t.gates[p].mu.Lock()
+	}
+	defer func() {
+		for p := range t.gates {
+			t.gates[p].mu.Unlock()
+		}
+	}()
+	for p := range t.gates {
+		g := &t.gates[p]
+		g.hop.Store(&hop{mode: routeFenced})
+		ch := make(chan struct{})
+		close(*g.changed.Swap(&ch))
+	}
+	n := t.n
+	var sink FenceSink
+	if s := n.fenceSink.Load(); s != nil {
+		sink = *s
+	}
+	now := n.cfg.Now()
+	n.table.Range(func(key string) bool {
+		n.table.Peek(key, func(b *limiter.Budget) { b.DrainWaiters(now, nil) })
+		n.local.moveAll(key)
+		state, ok := n.table.Take(key)
+		if !ok {
+			return true
+		}
+		keys++
+		if sink != nil && n.owedSince(key, state, sink) {
+			debts++
+		}
+		return true
+	})
+	n.acked.clear()
+	return keys, debts
+}
+
+// owedSince hands what key's state counts beyond its last acknowledged
+// replica to sink, summed, at the latest bucket's time. It reports whether
+// there was anything.
+func (n *Node) owedSince(key string, state []byte, sink FenceSink) bool {
+	lim, pol := n.cfg.LimitsFor(key), &n.cfg.Policy
+	cur, err := limiter.RestoreBudget(state, lim, pol)
+	if err != nil {
+		return false
+	}
+	var base *limiter.Budget
+	if data, ok := n.acked.get(key); ok {
+		base, _ = limiter.RestoreBudget(data, lim, pol) // unreadable: everything counts
+	}
+	var req, tok int64
+	var at time.Time
+	cur.Since(base, func(t time.Time, r, k int64) {
+		req, tok, at = req+r, tok+k, t
+	})
+	if req == 0 && tok == 0 {
+		return false
+	}
+	sink(key, req, tok, at)
+	return true
+}
+
+// ackedStore holds, for each key this member decides for, the state its
+// backup last acknowledged: what the other side of a split restores from.
+type ackedStore struct {
+	mu sync.Mutex // guards m
+	m  map[string][]byte
+}
+
+func (a *ackedStore) put(key string, state []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = make(map[string][]byte)
+	}
+	a.m[key] = state
+}
+
+func (a *ackedStore) get(key string) ([]byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.m[key]
+	return s, ok
+}
+
+func (a *ackedStore) clear() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.m = nil
+}
+
+// keep drops the entries of keys for which present is false.
+func (a *ackedStore) keep(present func(key string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range a.m {
+		if !present(k) {
+			delete(a.m, k)
+		}
+	}
+}
