@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -67,33 +68,31 @@ func (n *Node) Fenced() bool { return n.fenced.Load() }
 func (n *Node) Leased() bool { return n.leased.Load() }
 
 // heartbeat pings the counted members not heard from lately and renews the
-// lease.
+// lease. Before letting a held lease lapse it asks the silent members once
+// more and waits a moment for their answers: after this process itself
+// stalled (a long GC, a starved CPU), answers already received may not
+// have been read yet, and a stall of our own is no reason to stop.
 func (n *Node) heartbeat() {
 	if !n.gossiped.Load() {
 		return
 	}
-	now := time.Now()
-	n.tmu.Lock()
-	addrs := make(map[string]string, len(n.members))
-	for _, m := range n.members {
-		addrs[m.Name] = m.Peer
-	}
-	var beat []*peerClient
-	ok := n.quorum.leased(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
-		addr := addrs[name]
-		if addr == "" {
-			return time.Time{}, false
-		}
-		p := n.peer(addr)
-		at := p.heardAt()
-		if now.Sub(at) > heartbeatQuiet {
-			beat = append(beat, p)
-		}
-		return at, true
-	})
-	n.tmu.Unlock()
-	for _, p := range beat {
+	ok, silent := n.leaseNow()
+	for _, p := range silent {
 		p.heartbeat()
+	}
+	if !ok && n.leased.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), leaseRecheck)
+		var wg sync.WaitGroup
+		for _, p := range silent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = p.call(ctx, &Call{Op: OpPing})
+			}()
+		}
+		wg.Wait()
+		cancel()
+		ok, _ = n.leaseNow()
 	}
 	if was := n.leased.Swap(ok); was != ok {
 		if ok {
@@ -102,6 +101,35 @@ func (n *Node) heartbeat() {
 			n.log.Warn("no majority of the members heard from lately: not deciding here, callers fall back", "lease", n.quorumLease())
 		}
 	}
+}
+
+// leaseRecheck is how long a lapsing lease waits for the silent members'
+// answers to one more ping.
+const leaseRecheck = 250 * time.Millisecond
+
+// leaseNow reports whether a majority was heard from within the lease, and
+// the counted members not heard from lately.
+func (n *Node) leaseNow() (ok bool, silent []*peerClient) {
+	now := time.Now()
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	addrs := make(map[string]string, len(n.members))
+	for _, m := range n.members {
+		addrs[m.Name] = m.Peer
+	}
+	ok = n.quorum.leased(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
+		addr := addrs[name]
+		if addr == "" {
+			return time.Time{}, false
+		}
+		p := n.peer(addr)
+		at := p.heardAt()
+		if now.Sub(at) > heartbeatQuiet {
+			silent = append(silent, p)
+		}
+		return at, true
+	})
+	return ok, silent
 }
 
 // fence gives up custody of everything this member holds, after its view
