@@ -567,3 +567,33 @@ func TestReconnectAfterDeath(t *testing.T) {
 	}
 	t.Logf("merged %v after the departed member came back (reconnect interval %v)", took, cfg.ReconnectInterval)
 }
+
+// A reincarnated node (fenced off after a split) is seen by every member
+// under its new BootID, its other metadata unchanged, and a Leaving flag
+// set before survives it.
+func TestReincarnate(t *testing.T) {
+	cs := startThree(t)
+	before := cs[2].Local()
+	if err := cs[2].SetLeaving(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	boot, err := cs[2].Reincarnate(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := cs[2].Local()
+	if boot == before.Meta.BootID || after.Meta.BootID != boot || len(boot) != len(before.Meta.BootID) {
+		t.Fatalf("new boot id %q (local %q), was %q: want a new one of the same length", boot, after.Meta.BootID, before.Meta.BootID)
+	}
+	want := before.Meta
+	want.BootID, want.Leaving = boot, true
+	waitFor(t, 10*time.Second, "n3's new incarnation seen everywhere", func() bool {
+		for _, c := range cs {
+			ms := c.Members()
+			if len(ms) != 3 || ms[2].Meta != want {
+				return false
+			}
+		}
+		return true
+	})
+}

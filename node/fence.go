@@ -140,6 +140,7 @@ func (n *Node) fence() {
 	if n.fenced.Swap(true) {
 		return
 	}
+	n.fences.Add(1)
 	var keys, debts int
 	if t := n.tr.Load(); t != nil {
 		keys, debts = t.retire()

@@ -1,6 +1,10 @@
 package node
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Collectors returns the node's Prometheus collectors, for the caller to
 // register (nothing is registered globally).
@@ -34,6 +38,17 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_reset_while_holder_alive_total",
 			Help: "Partitions started over while a live member held them (an offer reaching a custodian, a restore while a live member held it). Always 0 when handoff works.",
 		}, func() float64 { return float64(n.custodyStats().Conflicts) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_quorum_leased",
+			Help: "1 while this node has heard from a majority of the membership within its lease and decides for what it holds; 0 while its calls fall back.",
+		}, func() float64 { return b2f(n.leased.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_fenced",
+			Help: "1 while this node is fenced off: its membership view has no majority (the minority side of a split); it owns nothing and serves degraded shares as debts.",
+		}, func() float64 { return b2f(n.fenced.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_fences_total", Help: "Times this node fenced itself off and rejoined as a new member.",
+		}, func() float64 { return float64(n.fences.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_partitions_held", Help: "Partitions this node is custodian of.",
 		}, func() float64 {
@@ -77,8 +92,26 @@ func (n *Node) Collectors() []prometheus.Collector {
 // custodyStats returns the custody machine's counters (zero before the
 // first ring).
 func (n *Node) custodyStats() custodyStats {
-	if t := n.tr.Load(); t != nil {
-		return t.stats()
+	n.tmu.Lock()
+	shells := append([]*transfer(nil), n.retired...) // counters keep counting across fences
+	n.tmu.Unlock()
+	if t := n.tr.Load(); t != nil && !slices.Contains(shells, t) {
+		shells = append(shells, t)
 	}
-	return custodyStats{}
+	var sum custodyStats
+	for _, t := range shells {
+		st := t.stats()
+		sum.Given += st.Given
+		sum.Received += st.Received
+		sum.Orphans += st.Orphans
+		sum.Conflicts += st.Conflicts
+	}
+	return sum
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

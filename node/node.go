@@ -121,6 +121,7 @@ type Node struct {
 	retired     []*transfer               // machines retired by fences; guarded by tmu
 	reincarnate chan struct{}             // fence asks Join's loop for a new boot id
 	fenceSink   atomic.Pointer[FenceSink] // where fenced keys' unreplicated admissions go
+	fences      atomic.Int64              // fences so far
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
