@@ -38,6 +38,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseLease -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/

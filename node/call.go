@@ -73,7 +73,7 @@ type Answer struct {
 	OK       bool             // settle/release/cancel/renew found the lease
 	Expires  time.Time        // OpRenew: the slot's new expiry
 	Owner    string           // the node that decided
-	State    []byte           // OpReplica: the backup's copy of the key; empty when it had none
+	State    []byte           // OpReplica: the backup's copy of the key and when it arrived (appendReplica); empty when it had none
 }
 
 // Wire format. Every value is self-delimiting: unsigned and signed varints,
@@ -397,4 +397,20 @@ func decodeCustodyMsgs(data []byte) ([]custodyMsg, error) {
 		return nil, fmt.Errorf("decode custody messages: %w", r.err)
 	}
 	return msgs, nil
+}
+
+// appendReplica encodes a backup's copy of a key for OpReplica's answer:
+// when it arrived (unix ns), then the key's snapshot.
+func appendReplica(b []byte, r replica) []byte {
+	b = binary.AppendVarint(b, r.at.UnixNano())
+	return append(b, r.state...)
+}
+
+// decodeReplica decodes what appendReplica encoded.
+func decodeReplica(b []byte) (replica, error) {
+	at, n := binary.Varint(b)
+	if n <= 0 {
+		return replica{}, fmt.Errorf("replica: %w", errShort)
+	}
+	return replica{state: b[n:], at: time.Unix(0, at)}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestCustodyMsgsRoundTrip(t *testing.T) {
@@ -75,5 +76,20 @@ func FuzzDecodeEntries(f *testing.F) {
 		if decodeEntries(append(binary.AppendUvarint(nil, uint64(n)), again...), func(string, []byte) error { back++; return nil }) != nil || back != n {
 			t.Fatalf("%d entries of %x do not survive re-encoding", n, b)
 		}
+	})
+}
+
+// A backup's copy round-trips through OpReplica's answer, and garbage is
+// an error or a copy, never a panic.
+func FuzzDecodeReplica(f *testing.F) {
+	f.Add(int64(1_700_000_000_123_456_789), []byte("snapshot"))
+	f.Add(int64(-1), []byte{})
+	f.Fuzz(func(t *testing.T, at int64, state []byte) {
+		want := replica{state: state, at: time.Unix(0, at)}
+		got, err := decodeReplica(appendReplica(nil, want))
+		if err != nil || !got.at.Equal(want.at) || !bytes.Equal(got.state, want.state) {
+			t.Fatalf("round trip of %v: %v, %v", want, got, err)
+		}
+		_, _ = decodeReplica(state)
 	})
 }

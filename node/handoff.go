@@ -94,7 +94,14 @@ func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, time.Time
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
 	}
-	return a.State, a.Expires, nil
+	if !a.OK {
+		return nil, time.Time{}, nil
+	}
+	rep, err := decodeReplica(a.State)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
+	}
+	return rep.state, rep.at, nil
 }
 
 // Drain hands every partition this node holds to its owner in the ring

@@ -473,9 +473,12 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	case OpReplicate:
 		n.replicas.put(c.Key, c.State, n.cfg.Now())
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplica: // Expires carries when the replica arrived
+	case OpReplica:
 		rep, ok := n.replicas.take(c.Key)
-		return Answer{Owner: n.cfg.Name, OK: ok, State: rep.state, Expires: rep.at}, nil
+		if !ok {
+			return Answer{Owner: n.cfg.Name}, nil
+		}
+		return Answer{Owner: n.cfg.Name, OK: true, State: appendReplica(nil, rep)}, nil
 	case OpTake, OpPut, OpPing:
 		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}
