@@ -315,12 +315,78 @@ func TestWaitIsAdmittedWhenSlotFrees(t *testing.T) {
 	}
 }
 
+// queuedBefore waits until n holds want queued requests, and fails at once
+// if answered delivers first: the request was answered without queueing.
+func queuedBefore[T any](t *testing.T, n *node.Node, want int, answered <-chan T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for n.Waiting() != want {
+		select {
+		case a := <-answered:
+			t.Fatalf("answered without queueing (%d queued, want %d): %+v", n.Waiting(), want, a)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", n.Waiting(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWaitDeadlineRefusesHonestly: a waiter whose wait_ms passes without
+// room is queued until its deadline, not refused before it, and at the
+// deadline refused with the dimension that blocked it and the exact
+// retry-after; it is not admitted and leaves nothing queued.
+//
+// The clock is frozen, so only the test moves time, and the queue is woken
+// synchronously at the times the test picks: the waiter is blocked on
+// requests, so completing a lease frees a slot (which wakes the queue) but
+// not the request counted in the window (so the waiter stays blocked).
 func TestWaitDeadlineRefusesHonestly(t *testing.T) {
-	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Concurrency: 1}}})
-	s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
-	r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1,"wait_ms":50}`)
-	if r.Allowed || r.Reason != "concurrency" || r.RetryAfterMS <= 0 {
-		t.Fatalf("after deadline: %+v", r)
+	clock := newFakeClock() // second-aligned: the window's buckets start at it
+	s := start(t, setup{tenants: map[string]limiter.Limits{"acme": {Requests: 2}}, now: clock.Now})
+	a := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	b := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
+	if !a.Allowed || !b.Allowed {
+		t.Fatalf("first acquires: %+v %+v", a, b)
+	}
+	done := make(chan reply, 1)
+	go func() { done <- s.acquire(t, `{"tenant":"acme","prompt_tokens":1,"wait_ms":1000}`) }()
+	queuedBefore(t, s.node, 1, done)
+
+	// 1ms before the deadline: a wake leaves the waiter queued.
+	clock.Advance(999 * time.Millisecond)
+	if r := s.complete(t, "acme", a.Lease, ""); !r.Settled {
+		t.Fatalf("complete: %+v", r)
+	}
+	if n := s.node.Waiting(); n != 1 {
+		t.Fatalf("woken 1ms before its deadline: %d queued, want the waiter still queued", n)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("answered 1ms before its deadline: %+v", r)
+	default:
+	}
+
+	// At the deadline: the wake refuses it, and hands it its answer before
+	// the complete returns.
+	clock.Advance(time.Millisecond)
+	if r := s.complete(t, "acme", b.Lease, ""); !r.Settled {
+		t.Fatalf("complete: %+v", r)
+	}
+	if n := s.node.Waiting(); n != 0 {
+		t.Fatalf("woken at its deadline: %d queued, want the waiter refused", n)
+	}
+	r := <-done
+	// Both requests were counted in the bucket [0s, 1s) of a 60s window,
+	// which counts until its end plus the window, 61s; it is now 1s.
+	if r.Code != http.StatusTooManyRequests || r.Allowed || r.Lease != "" || r.Reason != "requests" ||
+		r.RetryAfterMS != 60_000 || r.Header.Get("Retry-After") != "60" {
+		t.Fatalf("at the deadline: %d allowed %v lease %q reason %q retry_after_ms %d Retry-After %q, want 429 requests 60000 60",
+			r.Code, r.Allowed, r.Lease, r.Reason, r.RetryAfterMS, r.Header.Get("Retry-After"))
+	}
+	if st := s.status(t, "acme").Limits.Requests; st.Limit != 2 || st.Remaining != 0 {
+		t.Fatalf("requests after the refusal: %+v, want the 2 admitted counted and the refused one not", st)
 	}
 }
 

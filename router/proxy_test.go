@@ -57,6 +57,7 @@ type proxyEnv struct {
 	url    string
 	client *http.Client
 	up     *fakeupstream.Upstream
+	node   *node.Node
 }
 
 type proxyOpts struct {
@@ -112,7 +113,7 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 		hs.Close()
 		n.Close()
 	})
-	return &proxyEnv{url: hs.URL, client: hs.Client(), up: up}
+	return &proxyEnv{url: hs.URL, client: hs.Client(), up: up, node: n}
 }
 
 // send posts body to path with key (as a bearer token for OpenAI, x-api-key
@@ -729,10 +730,34 @@ func TestProxyUpstreamErrors(t *testing.T) {
 	}
 }
 
-// TestProxyWaits: x-tokenring-wait-ms queues for a slot instead of a 429.
+// queuedBefore waits until want requests are queued at the node, and fails
+// at once if answered delivers first: the request was answered without
+// queueing.
+func (e *proxyEnv) queuedBefore(t *testing.T, want int, answered <-chan answer) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.node.Waiting() != want {
+		select {
+		case a := <-answered:
+			t.Fatalf("answered without queueing (%d queued, want %d): %d %s", e.node.Waiting(), want, a.code, a.body)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", e.node.Waiting(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestProxyWaits: x-tokenring-wait-ms queues a request that finds no slot
+// instead of a 429, and it is forwarded only once the request holding the
+// slot has finished.
 func TestProxyWaits(t *testing.T) {
 	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Concurrency: 1}})
 	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release) // on a failure too: the servers close after it
 	e.up.SetReply(fakeupstream.UpstreamReply{Hold: hold})
 	first := make(chan answer, 1)
 	go func() { first <- e.post(t, "/v1/chat/completions", clientKey, openAIBody("")) }()
@@ -741,12 +766,107 @@ func TestProxyWaits(t *testing.T) {
 			t.Fatal("first request did not reach the upstream")
 		}
 	}
-	time.AfterFunc(100*time.Millisecond, func() { close(hold) })
-	a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(""), "x-tokenring-wait-ms", "5000")
-	if a.code != 200 {
-		t.Fatalf("waiting request: %d %s", a.code, a.body)
+	second := make(chan answer, 1)
+	go func() {
+		second <- e.post(t, "/v1/chat/completions", clientKey, openAIBody(""), "x-tokenring-wait-ms", "60000")
+	}()
+	e.queuedBefore(t, 1, second)
+	// Queued, not forwarded, while the first holds the slot upstream.
+	if n := len(e.up.Requests()); n != 1 {
+		t.Fatalf("upstream got %d requests while the second was queued, want 1", n)
 	}
+	select {
+	case f := <-first:
+		t.Fatalf("first request answered while held upstream: %d %s", f.code, f.body)
+	default:
+	}
+	release()
 	if f := <-first; f.code != 200 {
 		t.Fatalf("first request: %d %s", f.code, f.body)
+	}
+	if a := <-second; a.code != 200 {
+		t.Fatalf("waiting request: %d %s", a.code, a.body)
+	}
+	if n := len(e.up.Requests()); n != 2 {
+		t.Fatalf("upstream got %d requests, want 2", n)
+	}
+	if n := e.node.Waiting(); n != 0 {
+		t.Fatalf("%d queued at the end, want 0", n)
+	}
+	if st := e.status(t); st.Concurrency.Remaining != 1 {
+		t.Fatalf("slot not freed: %+v", st)
+	}
+}
+
+// TestDeepNesting: a body nested 100,000 levels deep, in each place a
+// request holds free-form JSON, is refused with a 400 that names the depth
+// limit (encoding/json refuses nesting past 10,000 levels, so no walker
+// behind it, recursive or not, ever sees it), by every endpoint that reads
+// JSON, and changes nothing: nothing charged, queued or forwarded, and a
+// lease the bad requests named still settles. Each body is under the 1 MiB
+// body limit, so it is the depth that is refused, not the size.
+func TestDeepNesting(t *testing.T) {
+	const depth = 100_000
+	deep := map[string]string{
+		"arrays":  strings.Repeat("[", depth) + strings.Repeat("]", depth),
+		"objects": strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth),
+	}
+	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10, Tokens: 100_000, Concurrency: 2}})
+	good := e.post(t, "/v1/acquire", "", `{"tenant":"acme","prompt_tokens":10,"max_tokens":10}`)
+	var lease struct {
+		Allowed bool   `json:"allowed"`
+		Lease   string `json:"lease"`
+	}
+	if err := json.Unmarshal([]byte(good.body), &lease); err != nil || good.code != 200 || !lease.Allowed {
+		t.Fatalf("acquire: %d %s", good.code, good.body)
+	}
+	before := e.status(t)
+	for shape, d := range deep {
+		msg := `[{"role":"user","content":` + d + `}]`
+		for _, tc := range []struct {
+			name, path, key, body string
+		}{
+			{"acquire messages", "/v1/acquire", "", `{"tenant":"acme","messages":` + msg + `}`},
+			{"acquire unknown field", "/v1/acquire", "", `{"tenant":"acme","prompt_tokens":1,"extra":` + d + `}`},
+			{"complete usage", "/v1/complete", "", `{"tenant":"acme","lease":"` + lease.Lease + `","usage":` + d + `}`},
+			{"renew lease", "/v1/renew", "", `{"tenant":"acme","lease":` + d + `}`},
+			{"openai content", "/v1/chat/completions", clientKey, `{"model":"` + model + `","messages":` + msg + `}`},
+			{"openai stream tools", "/v1/chat/completions", clientKey, `{"model":"` + model + `","stream":true,"messages":` + userMsg + `,"tools":` + d + `}`},
+			{"anthropic content", "/v1/messages", clientKey, `{"model":"` + claude + `","max_tokens":10,"messages":` + msg + `}`},
+			{"anthropic system", "/v1/messages", clientKey, `{"model":"` + claude + `","max_tokens":10,"system":` + d + `,"messages":` + userMsg + `}`},
+		} {
+			t.Run(shape+"/"+tc.name, func(t *testing.T) {
+				if len(tc.body) >= 1<<20 {
+					t.Fatalf("body of %d bytes is not under the 1 MiB limit", len(tc.body))
+				}
+				a := e.post(t, tc.path, tc.key, tc.body)
+				switch tc.path {
+				case "/v1/chat/completions":
+					checkOpenAIError(t, a, 400, "invalid_request_error", nil)
+				case "/v1/messages":
+					checkAnthropicError(t, a, 400, "invalid_request_error")
+				default:
+					if a.code != 400 {
+						t.Fatalf("status %d, want 400: %.300s", a.code, a.body)
+					}
+				}
+				if !strings.Contains(a.body, "exceeded max depth") {
+					t.Fatalf("error %.300s does not name the depth limit", a.body)
+				}
+			})
+		}
+	}
+	if after := e.status(t); after != before {
+		t.Fatalf("deep bodies changed the tenant: before %+v after %+v", before, after)
+	}
+	if n := len(e.up.Requests()); n != 0 {
+		t.Fatalf("upstream got %d requests, want 0", n)
+	}
+	if n := e.node.Waiting(); n != 0 {
+		t.Fatalf("%d queued, want 0", n)
+	}
+	a := e.post(t, "/v1/complete", "", `{"tenant":"acme","lease":"`+lease.Lease+`"}`)
+	if a.code != 200 || !strings.Contains(a.body, `"settled":true`) {
+		t.Fatalf("the good lease no longer settles: %d %s", a.code, a.body)
 	}
 }
