@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -103,9 +104,25 @@ func (n *Node) heartbeat() {
 	}
 }
 
+// heardFrom returns the clock of the last frame our peer server received
+// from the member at peer address addr.
+func (n *Node) heardFrom(addr string) *atomic.Int64 {
+	n.heardMu.Lock()
+	defer n.heardMu.Unlock()
+	if n.heard == nil {
+		n.heard = make(map[string]*atomic.Int64)
+	}
+	h := n.heard[addr]
+	if h == nil {
+		h = new(atomic.Int64)
+		n.heard[addr] = h
+	}
+	return h
+}
+
 // leaseRecheck is how long a lapsing lease waits for the silent members'
 // answers to one more ping.
-const leaseRecheck = 250 * time.Millisecond
+const leaseRecheck = 500 * time.Millisecond
 
 // leaseNow reports whether a majority was heard from within the lease, and
 // the counted members not heard from lately.
@@ -126,6 +143,11 @@ func (n *Node) leaseNow() (ok bool, silent []*peerClient) {
 		at := p.heardAt()
 		if now.Sub(at) > heartbeatQuiet {
 			silent = append(silent, p)
+		}
+		// Its own calls to us count too: under load our pings may wait
+		// behind our work, while its forwards keep coming.
+		if in := time.Unix(0, n.heardFrom(addr).Load()); in.After(at) {
+			at = in
 		}
 		return at, true
 	})

@@ -122,6 +122,8 @@ type Node struct {
 	reincarnate chan struct{}             // fence asks Join's loop for a new boot id
 	fenceSink   atomic.Pointer[FenceSink] // where fenced keys' unreplicated admissions go
 	fences      atomic.Int64              // fences so far
+	heardMu     sync.Mutex                // guards heard
+	heard       map[string]*atomic.Int64  // peer address → when a frame from it last arrived at our server (unix ns)
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -208,6 +210,7 @@ func New(cfg Config) (*Node, error) {
 		ln:     ln,
 		handle: n.serve,
 		inline: n.inline,
+		heard:  n.heardFrom,
 		batch:  cfg.Batch,
 		log:    n.log,
 		conns:  make(map[net.Conn]struct{}),
@@ -511,6 +514,7 @@ func (n *Node) peer(addr string) *peerClient {
 	p := n.peers[addr]
 	if p == nil {
 		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
+		p.self = n.PeerAddr()
 		n.peers[addr] = p
 	}
 	return p

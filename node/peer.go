@@ -94,6 +94,7 @@ type peerClient struct {
 	// client starts as heard, so a member just met has a lease's grace.
 	heard   atomic.Int64
 	beating atomic.Bool // a heartbeat is under way
+	self    string      // this node's peer address, announced on every new connection; "" for none
 }
 
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
@@ -200,6 +201,13 @@ func (p *peerClient) install(conn net.Conn) {
 	}
 	l := &link{conn: conn, q: make(chan item, 4096), done: make(chan struct{})}
 	p.cur = l
+	if p.self != "" {
+		// Say who we are: the peer counts every frame on this connection
+		// as hearing from us (its lease, fence.go). Nobody waits for the
+		// answer.
+		p.nextID++
+		l.q <- item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
+	}
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
@@ -436,8 +444,11 @@ type peerServer struct {
 	ln     net.Listener
 	handle func(ctx context.Context, c *Call) (Answer, error)
 	inline func(c *Call) bool // calls cheap enough to run on the reader goroutine
-	batch  BatchConfig
-	log    *slog.Logger
+	// heard returns the clock (unix ns) to set whenever a frame arrives
+	// from the peer at the given peer address; nil: nobody keeps one.
+	heard func(from string) *atomic.Int64
+	batch BatchConfig
+	log   *slog.Logger
 
 	mu    sync.Mutex // guards conns
 	conns map[net.Conn]struct{}
@@ -513,11 +524,15 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		}
 	}
 	fr := newFrameReader(conn, frameCalls)
+	var heard *atomic.Int64 // the caller's, once it said who it is
 	for {
 		items, err := fr.next()
 		if err != nil {
 			s.log.Debug("peer connection ended", "remote", conn.RemoteAddr().String(), "err", err)
 			return
+		}
+		if heard != nil {
+			heard.Store(time.Now().UnixNano())
 		}
 		for _, it := range items {
 			c, err := DecodeCall(it.body)
@@ -526,6 +541,10 @@ func (s *peerServer) serveConn(conn net.Conn) {
 				continue
 			}
 			if c.Op == OpPing { // a liveness probe: answered at once, whatever else is queued
+				if c.From != "" && heard == nil && s.heard != nil {
+					heard = s.heard(c.From)
+					heard.Store(time.Now().UnixNano())
+				}
 				reply(it.id, Answer{}, nil)
 				continue
 			}
