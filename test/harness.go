@@ -23,15 +23,41 @@ import (
 // Proc is one tokenringd process started by a Cluster.
 type Proc struct {
 	Name               string
-	HTTP, Peer, Gossip string // loopback addresses
-	cmd                *exec.Cmd
-	log                *lockedBuffer // the process's stdout and stderr, across restarts
-	done               chan struct{} // closed when the process has exited
-	starts             int           // how many times the process was started
+	HTTP, Peer, Gossip string // loopback addresses, unless a ClusterOptions.Place chose others
+	// Client, when not nil, is the HTTP client that reaches HTTP (a node
+	// in a network namespace is reached only through a dialer that enters
+	// it). The harness, the load driver and the admin GETs use it; nil
+	// means the default client, which dials from the test's own network.
+	Client *http.Client
+	// Prefix, when not empty, is the command the binary is started
+	// through (e.g. "ip", "netns", "exec", NS); it must exec the binary,
+	// so that the process keeps its pid. Such a process also gets SIGKILL
+	// when the test process dies (Pdeathsig): nothing else would stop it
+	// (strictly, when the OS thread that started it ends, which the Go
+	// runtime does only to a thread whose goroutine exits locked to it).
+	Prefix []string
+	cmd    *exec.Cmd
+	log    *lockedBuffer // the process's stdout and stderr, across restarts
+	done   chan struct{} // closed when the process has exited
+	starts int           // how many times the process was started
 }
 
 // URL is the node's base URL.
 func (p *Proc) URL() string { return "http://" + p.HTTP }
+
+// client is the HTTP client that reaches p: Client, or the default one.
+func (p *Proc) client() *http.Client {
+	if p.Client != nil {
+		return p.Client
+	}
+	return http.DefaultClient
+}
+
+// GetJSON GETs path (e.g. "/admin/ring") from p with p's client and
+// decodes its JSON body into v; a non-2xx is an error.
+func (p *Proc) GetJSON(path string, v any) error {
+	return GetJSONWith(p.client(), p.URL()+path, v)
+}
 
 // Alive reports whether the process is still running.
 func (p *Proc) Alive() bool {
@@ -69,8 +95,9 @@ func (l *lockedBuffer) String() string {
 type Cluster struct {
 	t      testing.TB
 	bin    string
-	config string   // path of the YAML config every node reads
-	args   []string // extra tokenringd flags for every node
+	config string         // path of the YAML config every node reads
+	args   []string       // extra tokenringd flags for every node
+	opts   ClusterOptions // where nodes listen and how they are started
 	// Procs are the processes started so far, in start order. Tests read
 	// it from the test goroutine; other goroutines (a load driver) read
 	// Nodes, which Start keeps consistent.
@@ -80,8 +107,8 @@ type Cluster struct {
 }
 
 // Nodes returns a copy of Procs, safe to call from any goroutine. A load
-// driver uses it to learn about joiners; it reads only Name and HTTP of each
-// Proc, which never change (Restart keeps them).
+// driver uses it to learn about joiners; it reads only Name, HTTP and Client
+// of each Proc, which never change (Restart keeps them).
 func (c *Cluster) Nodes() []*Proc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -107,11 +134,28 @@ func BuildDaemon(dir string) (string, error) {
 // flags and win over the harness's.
 func NewCluster(t testing.TB, bin string, n int, configYAML string, args ...string) *Cluster {
 	t.Helper()
+	return NewClusterWith(t, bin, n, configYAML, ClusterOptions{}, args...)
+}
+
+// ClusterOptions are the settings of NewClusterWith; the zero value is
+// NewCluster's: every node on free loopback ports, reached from the test's
+// own network.
+type ClusterOptions struct {
+	// Place, when set, is called for every new Proc (with its Name set)
+	// instead of picking free loopback ports: it must set HTTP, Peer and
+	// Gossip, and may set Client and Prefix. They stay the same across
+	// restarts.
+	Place func(p *Proc)
+}
+
+// NewClusterWith is NewCluster with opts.
+func NewClusterWith(t testing.TB, bin string, n int, configYAML string, opts ClusterOptions, args ...string) *Cluster {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "tokenring.yaml")
 	if err := os.WriteFile(cfg, []byte(configYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, bin: bin, config: cfg, args: args}
+	c := &Cluster{t: t, bin: bin, config: cfg, args: args, opts: opts}
 	t.Cleanup(c.stopAll)
 	for range n {
 		c.Start()
@@ -147,11 +191,15 @@ func (c *Cluster) Start() *Proc {
 	c.t.Helper()
 	c.next++
 	p := &Proc{
-		Name:   fmt.Sprintf("n%d", c.next),
-		HTTP:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
-		Peer:   fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
-		Gossip: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t)),
-		log:    &lockedBuffer{},
+		Name: fmt.Sprintf("n%d", c.next),
+		log:  &lockedBuffer{},
+	}
+	if c.opts.Place != nil {
+		c.opts.Place(p)
+	} else {
+		p.HTTP = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
 	}
 	c.launch(p)
 	c.mu.Lock()
@@ -173,7 +221,14 @@ func (c *Cluster) launch(p *Proc) {
 		}
 	}
 	args = append(args, c.args...)
-	cmd := exec.Command(c.bin, args...)
+	var cmd *exec.Cmd
+	if len(p.Prefix) > 0 {
+		argv := append(append(append([]string(nil), p.Prefix[1:]...), c.bin), args...)
+		cmd = exec.Command(p.Prefix[0], argv...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	} else {
+		cmd = exec.Command(c.bin, args...)
+	}
 	cmd.Stdout = p.log
 	cmd.Stderr = p.log
 	if p.starts > 0 {
@@ -224,7 +279,7 @@ func (c *Cluster) waitReady(p *Proc, timeout time.Duration) {
 		if !p.Alive() {
 			c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
 		}
-		resp, err := http.Get(p.URL() + "/readyz")
+		resp, err := p.client().Get(p.URL() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -253,7 +308,7 @@ type RingView struct {
 // Ring fetches p's view of the ring.
 func (c *Cluster) Ring(p *Proc) (RingView, error) {
 	var v RingView
-	err := GetJSON(p.URL()+"/admin/ring", &v)
+	err := p.GetJSON("/admin/ring", &v)
 	return v, err
 }
 
@@ -363,7 +418,12 @@ func (c *Cluster) grepLogs(substr string, max int) string {
 
 // GetJSON GETs url and decodes its JSON body into v; a non-2xx is an error.
 func GetJSON(url string, v any) error {
-	resp, err := http.Get(url)
+	return GetJSONWith(http.DefaultClient, url, v)
+}
+
+// GetJSONWith is GetJSON with client.
+func GetJSONWith(client *http.Client, url string, v any) error {
+	resp, err := client.Get(url)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,9 @@ type LoadConfig struct {
 	Body func(tenant string) string
 	// Targets returns the candidate nodes; it is called again at every
 	// health poll, so a node started later (a joiner) gets traffic once it
-	// passes its health check. Only Name and URL() of each are used.
+	// passes its health check. Only Name, URL() and Client of each are
+	// used: a Proc with its own Client is reached with it (acquires and
+	// health checks alike), any other with the driver's clients.
 	// Required.
 	Targets func() []*Proc
 	// NoHealthCheck sends to every target without polling /readyz (a
@@ -215,6 +217,24 @@ func StartLoad(cfg LoadConfig) *LoadDriver {
 	return d
 }
 
+// clientFor is the client acquires to p go through: p's own, or the
+// driver's.
+func (d *LoadDriver) clientFor(p *Proc) *http.Client {
+	if p.Client != nil {
+		return p.Client
+	}
+	return d.client
+}
+
+// checkFor is the client p's health checks go through: p's own (each poll
+// is bounded by CheckTimeout through its context), or the driver's.
+func (d *LoadDriver) checkFor(p *Proc) *http.Client {
+	if p.Client != nil {
+		return p.Client
+	}
+	return d.check
+}
+
 func (d *LoadDriver) since() string {
 	return fmt.Sprintf("+%.3fs", time.Since(d.start).Seconds())
 }
@@ -255,7 +275,7 @@ func (d *LoadDriver) poll() {
 				if err != nil {
 					return
 				}
-				resp, err := d.check.Do(req)
+				resp, err := d.checkFor(p).Do(req)
 				if err != nil {
 					return
 				}
@@ -334,7 +354,7 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
 	defer cancel()
 	at := d.since()
-	code, out, err := Post(ctx, d.client, p.URL()+"/v1/acquire", d.cfg.Body(tenant))
+	code, out, err := Post(ctx, d.clientFor(p), p.URL()+"/v1/acquire", d.cfg.Body(tenant))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tl, nt := d.res.Tenants[tenant], d.res.Nodes[p.Name]
@@ -375,6 +395,34 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) {
 			tl.FallbackAllowed++
 		}
 	}
+}
+
+// Tally returns a copy of the tally so far, while the clients may still be
+// running (then Elapsed is the time since the start).
+func (d *LoadDriver) Tally() LoadResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.res
+	r.Tenants = make(map[string]*TenantTally, len(d.res.Tenants))
+	for tn, tl := range d.res.Tenants {
+		c := *tl
+		c.Reasons = make(map[string]int, len(tl.Reasons))
+		for k, v := range tl.Reasons {
+			c.Reasons[k] = v
+		}
+		r.Tenants[tn] = &c
+	}
+	r.Nodes = make(map[string]*NodeTally, len(d.res.Nodes))
+	for n, nt := range d.res.Nodes {
+		c := *nt
+		r.Nodes[n] = &c
+	}
+	r.FirstErrors = append([]string(nil), d.res.FirstErrors...)
+	r.HealthLog = append([]string(nil), d.res.HealthLog...)
+	if r.Elapsed == 0 { // still running
+		r.Elapsed = time.Since(d.start)
+	}
+	return r
 }
 
 // Mark remembers every tenant's refusals so far, for WaitEachRefused.
