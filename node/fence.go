@@ -68,6 +68,21 @@ func (n *Node) Fenced() bool { return n.fenced.Load() }
 // Leased reports whether this member has heard from a majority lately.
 func (n *Node) Leased() bool { return n.leased.Load() }
 
+// Sharers is how many members may be answering from their fallback shares
+// at once, which the shares divide by: the membership the majority rule
+// counts, which keeps members that died or were cut off (so the side of a
+// split that saw the others go one by one does not give itself bigger
+// shares), and at least the ring's members.
+func (n *Node) Sharers() int {
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	s := len(n.quorum.base)
+	if r := n.ring.Load(); r != nil {
+		s = max(s, len(r.Members()))
+	}
+	return s
+}
+
 // heartbeat pings the counted members not heard from lately and renews the
 // lease. Before letting a held lease lapse it asks the silent members once
 // more and waits a moment for their answers: after this process itself

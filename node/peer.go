@@ -81,14 +81,16 @@ type peerClient struct {
 	log   *slog.Logger
 	stats *peerStats
 
-	mu        sync.Mutex    // guards cur, dialing, pending, nextID, closed and cur.ping
-	cur       *link         // the live connection; nil when there is none
-	dialing   chan struct{} // non-nil while a dial is under way; closed when it ends
-	pending   map[uint64]chan result
-	nextID    uint64
-	closed    bool
-	wg        sync.WaitGroup // the connection's reader and writer
-	abandoned sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
+	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
+	cur     *link         // the live connection; nil when there is none
+	dialing chan struct{} // non-nil while a dial is under way; closed when it ends
+	pending map[uint64]chan result
+	nextID  uint64
+	closed  bool
+	// dialFailed is when the last dial failed; zero once one succeeds.
+	dialFailed time.Time
+	wg         sync.WaitGroup // the connection's reader and writer
+	abandoned  sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
 
 	// heard is when a frame last arrived from the peer (unix ns); a new
 	// client starts as heard, so a member just met has a lease's grace.
@@ -148,7 +150,11 @@ func (s *peerStats) frame(items int) {
 
 // connect returns the live connection, dialing if there is none. It never
 // dials while holding p.mu: calls to a peer whose dial hangs wait for that
-// dial or their own ctx, whichever ends first.
+// dial or their own ctx, whichever ends first. A dial gets at most one
+// Liveness: a peer whose address drops packets silently (a network cut)
+// never refuses, and must not hold a call until its caller gives up. After
+// a failed dial, calls fail at once for one Liveness, and then the next
+// one dials again.
 func (p *peerClient) connect(ctx context.Context) (*link, error) {
 	for {
 		p.mu.Lock()
@@ -159,6 +165,10 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 		if l := p.cur; l != nil {
 			p.mu.Unlock()
 			return l, nil
+		}
+		if since := time.Since(p.dialFailed); !p.dialFailed.IsZero() && since < p.fwd.Liveness {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("peer %s: %w: the last dial failed %v ago", p.addr, ErrPeerDown, since.Round(time.Millisecond))
 		}
 		if wait := p.dialing; wait != nil {
 			p.mu.Unlock()
@@ -173,12 +183,17 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 		p.dialing = wait
 		p.mu.Unlock()
 
-		conn, err := p.dial(ctx, "tcp", p.addr)
+		dctx, cancel := context.WithTimeout(ctx, p.fwd.Liveness)
+		conn, err := p.dial(dctx, "tcp", p.addr)
+		cancel()
 
 		p.mu.Lock()
 		p.dialing = nil
 		close(wait)
 		if err != nil {
+			if ctx.Err() == nil { // the peer's fault, not our caller's deadline
+				p.dialFailed = time.Now()
+			}
 			p.mu.Unlock()
 			p.stats.downs.Add(1)
 			return nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
@@ -188,6 +203,7 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 			conn.Close()
 			continue
 		}
+		p.dialFailed = time.Time{}
 		p.install(conn)
 		p.mu.Unlock()
 	}

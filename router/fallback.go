@@ -14,16 +14,16 @@ import (
 //   - the owner's last report: the remaining requests and tokens its
 //     answers carried (Decision.Status), when, and until when what it
 //     counted then stays in its window (the report's Reset);
-//   - this node's own fallback window for the key (limit ÷ live members);
+//   - this node's own fallback window for the key (limit ÷ members: Router.members, the membership counted);
 //   - the debts: fallback admissions made here and not yet acknowledged by
 //     an owner (debts.go charges them).
 //
 // While a report is fresh (what the owner counted has not left its window
-// yet), this node's degraded share is the reported remaining ÷ live members,
+// yet), this node's degraded share is the reported remaining ÷ members,
 // minus what its fallback admitted since the report (and the debts still
 // unpaid when it came, which the report could not include). For a key never
 // reported, or once everything the report counted has left the window, the
-// share is the full limit ÷ live members. Both hold together with the local
+// share is the full limit ÷ members. Both hold together with the local
 // window, so in any window this node never admits more than limit ÷ members
 // on its own.
 //

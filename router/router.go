@@ -48,7 +48,7 @@ type FallbackPolicy string
 
 // The fallback policies of DESIGN.md.
 const (
-	Degraded FallbackPolicy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ live members, as debts
+	Degraded FallbackPolicy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ members, as debts
 	Open     FallbackPolicy = "open"     // admit, as debts
 	Closed   FallbackPolicy = "closed"   // refuse
 )
@@ -175,8 +175,19 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 // ServeHTTP implements http.Handler.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
 
-// members is the number of live members, for fallback shares.
+// sharers is implemented by a Cluster that knows how many members may
+// fall back at once (*node.Node: the membership its majority rule counts,
+// which a member that died or was cut off stays part of).
+type sharers interface{ Sharers() int }
+
+// members is the number of members a fallback share divides by: the
+// cluster's sharers when it knows them, else the ring's members.
 func (r *Router) members() int {
+	if s, ok := r.cluster.(sharers); ok {
+		if n := s.Sharers(); n > 0 {
+			return n
+		}
+	}
 	if rg := r.cluster.Ring(); rg != nil {
 		if n := len(rg.Members()); n > 0 {
 			return n
