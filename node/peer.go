@@ -301,14 +301,17 @@ func (p *peerClient) fail(l *link, cause error) {
 var errSilent = errors.New("no frame received within the liveness interval after a probe")
 
 // liveness is one waiting call's view of its connection's liveness. The
-// call checks it ProbeAfter after it was queued, then every Liveness while it
-// waits. A check that finds a frame received on the connection since the
-// previous check (for the first check: since the call was queued) finds the
-// peer alive: the call keeps waiting, however slow its own answer is. A
-// check that finds the connection silent makes sure one ping is in flight;
-// the next check, one Liveness later, declares the peer unreachable if the
-// connection is still silent: not even the ping was answered. So a hung peer
-// costs exactly ProbeAfter+Liveness, and a live one is never given up on.
+// call checks it ProbeAfter after it was queued, then every recheck while
+// the connection shows life, and one Liveness after a ping. A check that
+// finds a frame received on the connection since the previous check (for
+// the first check: since the call was queued) finds the peer alive: the
+// call keeps waiting, however slow its own answer is. A check that finds
+// the connection silent makes sure one ping is in flight; the next check,
+// one Liveness later, declares the peer unreachable if the connection is
+// still silent: not even the ping was answered. So a peer hung from the
+// start costs exactly ProbeAfter+Liveness; one that hangs while frames were
+// flowing, at most recheck+Liveness after its last frame (plus ProbeAfter);
+// a live one is never given up on.
 //
 // The first check looks back over ProbeAfter, not a whole Liveness: on a
 // quiet connection that can send a ping where a frame from up to a Liveness
@@ -321,19 +324,30 @@ type liveness struct {
 	probed bool   // the previous check found the connection silent and pinged
 }
 
-// check runs one check and reports whether the peer is unreachable.
-func (v *liveness) check() (dead bool) {
+// recheck is how long after a check that found the connection alive the
+// next one runs: a quarter Liveness, so a peer that goes silent mid-call is
+// pinged soon after, not a whole Liveness later.
+func (f ForwardConfig) recheck() time.Duration { return max(f.ProbeAfter, f.Liveness/4) }
+
+// check runs one check and reports whether the peer is unreachable, and
+// when to check next.
+func (v *liveness) check() (dead bool, next time.Duration) {
 	if n := v.l.recv.Load(); n != v.seen {
 		v.seen, v.probed = n, false
-		return false
+		return false, v.p.fwd.recheck()
 	}
 	if v.probed {
-		return true
+		return true, 0
 	}
 	v.probed = true
 	v.p.ping(v.l)
-	return false
+	return false, v.p.fwd.Liveness
 }
+
+// doubted reports whether the last check found the connection silent and
+// pinged, and nothing has arrived since: when the caller's deadline comes
+// then, the peer is as good as unreachable, not slow.
+func (v *liveness) doubted() bool { return v.probed && v.l.recv.Load() == v.seen }
 
 // ping sends an OpPing on l unless one is in flight already. It never
 // blocks: a writer too stuck to take it is a sign of a hung peer too, and
@@ -395,17 +409,21 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		case res := <-ch: // the answer, or ErrPeerDown from fail
 			return res.answer, res.err
 		case <-timer:
-			if v.check() {
+			dead, next := v.check()
+			if dead {
 				p.stats.downs.Add(1)
 				p.fail(l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
 				continue // fail answered ch
 			}
-			timer = p.fwd.After(p.fwd.Liveness)
+			timer = p.fwd.After(next)
 		case <-ctx.Done():
 			if q == nil && c.Op == OpAcquire {
 				p.abandon(c.Key, ch)
 			} else {
 				p.forget(id)
+			}
+			if v.doubted() {
+				return Answer{}, fmt.Errorf("peer %s: %w: silent since a probe when the caller's deadline came: %w", p.addr, ErrPeerDown, ctx.Err())
 			}
 			return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
 		}

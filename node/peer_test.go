@@ -294,10 +294,12 @@ func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
 		}
 	}
 	// Checks at ProbeAfter (silent: ping), +Liveness (the pong: alive),
-	// +2 Liveness (silent again: ping), +3 Liveness (alive). Until the call's
-	// answer, every frame received was a pong.
-	if pongs := l.recv.Load(); pongs != 2 {
-		t.Fatalf("%d pongs received over %v, want 2", pongs, clk.Now())
+	// +Liveness/4 (silent again: ping), +Liveness (alive), +Liveness/4
+	// (ping), +Liveness (alive): a live peer is pinged once per 1¼
+	// Liveness and never given up on. Until the call's answer, every frame
+	// received was a pong.
+	if pongs := l.recv.Load(); pongs != 3 {
+		t.Fatalf("%d pongs received over %v, want 3", pongs, clk.Now())
 	}
 	close(release)
 	select {
@@ -338,5 +340,204 @@ func TestPeerCallRefusedFailsAtOnce(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("refused connection took %v", took)
+	}
+}
+
+// cutProxy relays TCP between a client and addr until cut, then silently
+// drops every byte both ways: a network cut that resets nothing.
+type cutProxy struct {
+	ln  net.Listener
+	cut atomic.Bool
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	cs  []net.Conn
+}
+
+func startCutProxy(t *testing.T, addr string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &cutProxy{ln: ln}
+	relay := func(dst, src net.Conn) {
+		defer x.wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				return
+			}
+			if !x.cut.Load() {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}
+	}
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			x.mu.Lock()
+			x.cs = append(x.cs, in, out)
+			x.mu.Unlock()
+			x.wg.Add(2)
+			go relay(out, in)
+			go relay(in, out)
+		}
+	}()
+	return x
+}
+
+func (x *cutProxy) close() {
+	x.ln.Close()
+	x.mu.Lock()
+	for _, c := range x.cs {
+		c.Close()
+	}
+	x.mu.Unlock()
+	x.wg.Wait()
+}
+
+// slowPeer is a real peer server whose calls are answered only on release
+// (pings are answered at once by its reader).
+func slowPeer(t *testing.T) (addr string, release chan struct{}, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = make(chan struct{})
+	srv := &peerServer{
+		ln: ln,
+		handle: func(ctx context.Context, c *Call) (Answer, error) {
+			select {
+			case <-release:
+				return Answer{Owner: "slow", OK: true}, nil
+			case <-ctx.Done():
+				return Answer{}, ctx.Err()
+			}
+		},
+		inline: func(*Call) bool { return false },
+		log:    slog.New(slog.DiscardHandler),
+		conns:  map[net.Conn]struct{}{},
+	}
+	srv.wg.Add(1)
+	go srv.serve()
+	return ln.Addr().String(), release, srv.close
+}
+
+// A peer that goes silent while a call waits on it, after answering pings
+// for a while, is given up on one recheck (a quarter Liveness) plus one
+// Liveness after the last check that saw it alive: not the two whole
+// Liveness intervals that would outlast a caller's 2 s cap.
+func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	addr, release, stop := slowPeer(t)
+	defer stop()
+	defer close(release)
+	x := startCutProxy(t, addr)
+	defer x.close()
+	clk := &stepClock{}
+	p := newTestPeerClient(x.ln.Addr().String(), clk.After)
+	defer p.close()
+	type res struct {
+		err error
+		at  time.Duration
+	}
+	done := make(chan res, 1)
+	go func() {
+		_, err := p.call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
+		done <- res{err, clk.Now()}
+	}()
+	recheck := testLiveness / 4
+	steps := []time.Duration{testProbeAfter, testProbeAfter + testLiveness} // ping; its pong: alive
+	for _, at := range steps {
+		if got := clk.next(t, 1); got != at {
+			t.Fatalf("check armed for %v, want %v", got, at)
+		}
+		clk.Advance(at - clk.Now())
+		if at == testProbeAfter {
+			eventually(t, "the pong", func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.cur != nil && p.cur.recv.Load() == 1
+			})
+		}
+	}
+	x.cut.Store(true) // silent from here
+	cutAt := clk.Now()
+	if got := clk.next(t, 1); got != cutAt+recheck {
+		t.Fatalf("after a check that found the peer alive, the next is armed for %v, want a recheck later (%v)", got, cutAt+recheck)
+	}
+	clk.Advance(recheck) // silent since the last check: ping
+	if got := clk.next(t, 1); got != cutAt+recheck+testLiveness {
+		t.Fatalf("verdict armed for %v, want %v", got, cutAt+recheck+testLiveness)
+	}
+	clk.Advance(testLiveness - time.Nanosecond)
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("ended at %v, before a whole Liveness of silence after the ping: %v", r.at, r.err)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, ErrPeerDown) || r.at != cutAt+recheck+testLiveness {
+			t.Fatalf("call to a peer gone silent: %v at %v, want ErrPeerDown at %v", r.err, r.at, cutAt+recheck+testLiveness)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("call still pending after the verdict")
+	}
+}
+
+// A caller whose deadline comes while the connection is silent after a
+// probe learns the peer is unreachable (ErrPeerDown: its caller falls
+// back), not merely that it was slow; while the peer answers its pings,
+// the same deadline is only the caller's (no ErrPeerDown).
+func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for _, silent := range []bool{true, false} {
+		addr, release, stop := slowPeer(t)
+		x := startCutProxy(t, addr)
+		clk := &stepClock{}
+		p := newTestPeerClient(x.ln.Addr().String(), clk.After)
+		x.cut.Store(silent)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := p.call(ctx, &Call{Op: OpStatus, Key: "t:acme"})
+			done <- err
+		}()
+		clk.next(t, 1)
+		clk.Advance(testProbeAfter) // silent since queued: ping
+		clk.next(t, 1)
+		if !silent {
+			eventually(t, "the pong", func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.cur != nil && p.cur.recv.Load() == 1
+			})
+		}
+		cancel()
+		err := <-done
+		if got := errors.Is(err, ErrPeerDown); got != silent || !errors.Is(err, context.Canceled) {
+			t.Errorf("silent %v: deadline gave %v; want ErrPeerDown %v, wrapping the context's error", silent, err, silent)
+		}
+		p.close()
+		x.close()
+		close(release)
+		stop()
 	}
 }

@@ -319,6 +319,13 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 	}
 	<-probed
 	<-silent("at the end of the cut")
+	// The minority side fenced itself; the majority did not.
+	for _, p := range c.Procs {
+		want := map[string]float64{"n1": 0, "n2": 0, "n3": 1}[p.Name]
+		if got, err := procMetric(p, "tokenring_fenced"); err != nil || got != want {
+			t.Errorf("at the end of the cut, %s: tokenring_fenced %v (%v), want %v", p.Name, got, err, want)
+		}
+	}
 	// What each side thinks just before the heal.
 	side1, side1Errs := partStatuses(n1, tenants)
 	side3, side3Errs := partStatuses(n3, tenants)
@@ -415,6 +422,12 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 			partConverge, strings.Join(watch.timeline[max(0, len(watch.timeline)-6):], "\n  "))
 	} else {
 		t.Logf("after the heal, every node showed the same 3-member ring %v later (budget %v)", convergedAfter.Round(time.Millisecond), partConverge)
+		// n3 came back as a new member: fenced once, and no longer.
+		for name, want := range map[string]float64{"tokenring_fenced": 0, "tokenring_fences_total": 1, "tokenring_quorum_leased": 1} {
+			if got, err := procMetric(n3, name); err != nil || got != want {
+				t.Errorf("after convergence, n3: %s %v (%v), want %v", name, got, err, want)
+			}
+		}
 	}
 
 	// The count.
