@@ -44,6 +44,7 @@ type debts struct {
 	ctx    context.Context // ended by Close: charges in flight give up
 	cancel context.CancelFunc
 
+	rounds  sync.Mutex // held by a round
 	mu      sync.Mutex // guards keys, running, closed
 	keys    map[string]struct{}
 	running bool
@@ -150,6 +151,8 @@ func (d *debts) loop() {
 // round sends every owing key's debts to its owner once, waits for the
 // answers, and removes what was acknowledged.
 func (d *debts) round() {
+	d.rounds.Lock() // the loop's and PayDebts' rounds never charge a key twice at once
+	defer d.rounds.Unlock()
 	d.mu.Lock()
 	keys := make([]string, 0, len(d.keys))
 	for k := range d.keys {
@@ -250,4 +253,24 @@ func (r *Router) Owe(key string, requests, tokens int64, at time.Time) {
 	}
 	r.degraded.oweUnits(key, requests, tokens, at)
 	r.debts.recorded(key, requests)
+}
+
+// PayDebts charges every debt still owed, a round every debt interval,
+// until none is left or ctx ends, and returns how many keys still owe. A
+// draining node calls it once its partitions are handed on and before it
+// leaves, so that its fallback admissions are not lost with it.
+func (r *Router) PayDebts(ctx context.Context) (owing int) {
+	tick := time.NewTicker(r.debts.interval)
+	defer tick.Stop()
+	for {
+		r.debts.round()
+		if owing = r.debts.owing(); owing == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return owing
+		case <-tick.C:
+		}
+	}
 }

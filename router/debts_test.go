@@ -404,3 +404,29 @@ func TestOweFromAFenceIsChargedOnce(t *testing.T) {
 		t.Fatalf("outstanding %v, want 0", got)
 	}
 }
+
+// A draining node pays what it owes before it leaves: PayDebts charges
+// until nothing is owed, and reports what is still owed when its context
+// ends first.
+func TestPayDebtsBeforeLeaving(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.down = true
+	r, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	r.debts.interval = time.Millisecond
+	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 3 {
+		t.Fatalf("admitted %d", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if owing := r.PayDebts(ctx); owing != 1 {
+		t.Fatalf("owner down: %d keys still owing, want 1", owing)
+	}
+	f.set(func(f *fakeOwner) { f.down = false })
+	if owing := r.PayDebts(context.Background()); owing != 0 {
+		t.Fatalf("owner back: %d keys still owing, want 0", owing)
+	}
+	if got := f.charged(); len(got) != 1 || got[0].Requests != 3 {
+		t.Fatalf("charged %v, want the 3 requests once", got)
+	}
+}

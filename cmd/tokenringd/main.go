@@ -158,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
-	drain(log, &draining, srv, n, members, cfg.Drain)
+	drain(log, &draining, srv, n, r, members, cfg.Drain)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -326,7 +326,7 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 // forwarding for drainFor; then it tells the cluster it is leaving, hands
 // every partition on and waits for the acknowledgements, leaves the gossip
 // cluster, and only then is the HTTP server shut down.
-func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, members *gossip.Cluster, drainFor time.Duration) {
+func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, r *router.Router, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
 		return // the last member has nobody to hand to
@@ -344,6 +344,12 @@ func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.No
 	} else {
 		log.Info("drain: every partition handed on")
 	}
+	// Fallback admissions still owed go to their owners before we leave.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	if owing := r.PayDebts(ctx); owing > 0 {
+		log.Warn("drain: fallback debts not charged; they are lost with this node", "keys", owing)
+	}
+	cancel()
 	if err := members.Leave(5 * time.Second); err != nil {
 		log.Warn("drain: leave", "err", err)
 	}
