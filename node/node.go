@@ -143,6 +143,45 @@ var ErrTransferPending = errors.New("partition state in transfer")
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("node closed")
 
+// withDefaults fills the zero fields of c with their documented defaults.
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{}
+		c.Dial = d.DialContext
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.MaxHops <= 0 {
+		c.MaxHops = 2
+	}
+	if c.HopTimeout <= 0 {
+		c.HopTimeout = time.Second
+	}
+	if c.TransferWait <= 0 {
+		c.TransferWait = 2 * time.Second
+	}
+	if c.HandoffHorizon <= 0 {
+		c.HandoffHorizon = 3 * time.Minute
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = 250 * time.Millisecond
+	}
+	if c.ReplicationInterval == 0 {
+		c.ReplicationInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = "127.0.0.1:0"
+	}
+	return c
+}
+
 // New starts a node: the peer listener and the sweeper.
 func New(cfg Config) (*Node, error) {
 	if cfg.Name == "" {
@@ -151,40 +190,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.LimitsFor == nil {
 		return nil, errors.New("node: LimitsFor is required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Dial == nil {
-		d := &net.Dialer{}
-		cfg.Dial = d.DialContext
-	}
-	if cfg.SweepInterval <= 0 {
-		cfg.SweepInterval = time.Second
-	}
-	if cfg.MaxHops <= 0 {
-		cfg.MaxHops = 2
-	}
-	if cfg.HopTimeout <= 0 {
-		cfg.HopTimeout = time.Second
-	}
-	if cfg.TransferWait <= 0 {
-		cfg.TransferWait = 2 * time.Second
-	}
-	if cfg.HandoffHorizon <= 0 {
-		cfg.HandoffHorizon = 3 * time.Minute
-	}
-	if cfg.PullTimeout <= 0 {
-		cfg.PullTimeout = 250 * time.Millisecond
-	}
-	if cfg.ReplicationInterval == 0 {
-		cfg.ReplicationInterval = 100 * time.Millisecond
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.PeerAddr == "" {
-		cfg.PeerAddr = "127.0.0.1:0"
-	}
+	cfg = cfg.withDefaults()
 	ln, err := net.Listen("tcp", cfg.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
@@ -459,89 +465,6 @@ func (n *Node) guard(key string) (func(), bool) {
 		return nil, false
 	}
 	return g.mu.RUnlock, true
-}
-
-// serve executes a call that arrived from a peer.
-func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
-	switch c.Op {
-	case OpTransfer:
-		msgs, err := decodeCustodyMsgs(c.State)
-		if err != nil {
-			return Answer{}, err
-		}
-		if t := n.tr.Load(); t != nil {
-			t.step(msgs)
-		}
-		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplicate:
-		n.replicas.put(c.Key, c.State, n.cfg.Now())
-		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplica:
-		rep, ok := n.replicas.take(c.Key)
-		if !ok {
-			return Answer{Owner: n.cfg.Name}, nil
-		}
-		return Answer{Owner: n.cfg.Name, OK: true, State: appendReplica(nil, rep)}, nil
-	case OpTake, OpPut, OpPing:
-		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
-	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
-	defer cancel()
-	return n.Do(ctx, c)
-}
-
-// inline reports whether a forwarded call is cheap enough to run on the
-// connection's reader goroutine: decided here at once, without waiting or
-// forwarding.
-func (n *Node) inline(c *Call) bool {
-	switch {
-	case c.Op == OpReplicate || c.Op == OpReplica:
-		return true
-	case c.Op == OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
-		return false
-	}
-	t := n.tr.Load()
-	if t == nil {
-		return true
-	}
-	g := &t.gates[n.ring.Load().Partition(c.Key)]
-	return g.hop.Load().mode == routeLocal && g.restore.Load() == nil
-}
-
-func (n *Node) peer(addr string) *peerClient {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	p := n.peers[addr]
-	if p == nil {
-		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
-		p.self = n.PeerAddr()
-		n.peers[addr] = p
-	}
-	return p
-}
-
-// prunePeers closes connections to peers that are not in the membership.
-// Callers hold tmu.
-func (n *Node) prunePeers(r *ring.Ring) {
-	if r == nil {
-		return
-	}
-	live := make(map[string]bool)
-	for _, m := range n.members {
-		live[m.Peer] = true
-	}
-	var gone []*peerClient
-	n.mu.Lock()
-	for addr, p := range n.peers {
-		if !live[addr] {
-			gone = append(gone, p)
-			delete(n.peers, addr)
-		}
-	}
-	n.mu.Unlock()
-	for _, p := range gone {
-		p.close()
-	}
 }
 
 // every runs fn every interval on a goroutine of its own until the node

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tokenring/tokenring/ring"
 )
 
 // ErrPeerDown is returned (wrapped) when a peer cannot be reached: the
@@ -473,139 +475,39 @@ func (p *peerClient) close() {
 	p.wg.Wait()
 }
 
-// peerServer serves forwarded calls on a listener.
-type peerServer struct {
-	ln     net.Listener
-	handle func(ctx context.Context, c *Call) (Answer, error)
-	inline func(c *Call) bool // calls cheap enough to run on the reader goroutine
-	// heard returns the clock (unix ns) to set whenever a frame arrives
-	// from the peer at the given peer address; nil: nobody keeps one.
-	heard func(from string) *atomic.Int64
-	batch BatchConfig
-	log   *slog.Logger
-
-	mu    sync.Mutex // guards conns
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+// peer returns the connection to the peer at addr, made on first use.
+func (n *Node) peer(addr string) *peerClient {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.peers[addr]
+	if p == nil {
+		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
+		p.self = n.PeerAddr()
+		n.peers[addr] = p
+	}
+	return p
 }
 
-func (s *peerServer) serve() {
-	defer s.wg.Done()
-	for {
-		conn, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		if s.conns == nil {
-			s.mu.Unlock()
-			conn.Close()
-			return
-		}
-		s.conns[conn] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(conn)
-			s.mu.Lock()
-			delete(s.conns, conn)
-			s.mu.Unlock()
-		}()
+// prunePeers closes connections to peers that are not in the membership.
+// Callers hold tmu.
+func (n *Node) prunePeers(r *ring.Ring) {
+	if r == nil {
+		return
 	}
-}
-
-func (s *peerServer) serveConn(conn net.Conn) {
-	defer conn.Close()
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
+	live := make(map[string]bool)
+	for _, m := range n.members {
+		live[m.Peer] = true
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan item, 4096)
-	stop := make(chan struct{})
-	var calls sync.WaitGroup // calls running on their own goroutines
-	var writer sync.WaitGroup
-	writer.Add(1)
-	go func() {
-		defer writer.Done()
-		if err := writeFrames(conn, frameAnswers, out, s.batch, stop, nil); err != nil {
-			conn.Close()
-			for { // keep draining so no call blocks in reply
-				select {
-				case <-out:
-				case <-stop:
-					return
-				}
-			}
-		}
-	}()
-	defer func() {
-		cancel()
-		calls.Wait()
-		close(stop)
-		writer.Wait()
-	}()
-	reply := func(id uint64, a Answer, err error) {
-		it := item{id: id}
-		if err != nil {
-			it.status, it.body = itemError, []byte(err.Error())
-		} else {
-			it.body = AppendAnswer(nil, &a)
-		}
-		select {
-		case out <- it:
-		case <-stop:
+	var gone []*peerClient
+	n.mu.Lock()
+	for addr, p := range n.peers {
+		if !live[addr] {
+			gone = append(gone, p)
+			delete(n.peers, addr)
 		}
 	}
-	fr := newFrameReader(conn, frameCalls)
-	var heard *atomic.Int64 // the caller's, once it said who it is
-	for {
-		items, err := fr.next()
-		if err != nil {
-			s.log.Debug("peer connection ended", "remote", conn.RemoteAddr().String(), "err", err)
-			return
-		}
-		if heard != nil {
-			heard.Store(time.Now().UnixNano())
-		}
-		for _, it := range items {
-			c, err := DecodeCall(it.body)
-			if err != nil {
-				reply(it.id, Answer{}, err)
-				continue
-			}
-			if c.Op == OpPing { // a liveness probe: answered at once, whatever else is queued
-				if c.From != "" && heard == nil && s.heard != nil {
-					heard = s.heard(c.From)
-					heard.Store(time.Now().UnixNano())
-				}
-				reply(it.id, Answer{}, nil)
-				continue
-			}
-			if s.inline(&c) {
-				a, err := s.handle(ctx, &c)
-				reply(it.id, a, err)
-				continue
-			}
-			calls.Add(1)
-			go func(id uint64, c Call) {
-				defer calls.Done()
-				a, err := s.handle(ctx, &c)
-				reply(id, a, err)
-			}(it.id, c)
-		}
+	n.mu.Unlock()
+	for _, p := range gone {
+		p.close()
 	}
-}
-
-// close stops accepting, closes every connection and waits for their goroutines.
-func (s *peerServer) close() {
-	s.ln.Close()
-	s.mu.Lock()
-	conns := s.conns
-	s.conns = nil
-	s.mu.Unlock()
-	for c := range conns {
-		c.Close()
-	}
-	s.wg.Wait()
 }
