@@ -167,3 +167,31 @@ func TestLeaseLapsesWithoutAMajority(t *testing.T) {
 		t.Fatalf("an acquire without a lease: %v, want ErrMinority", err)
 	}
 }
+
+// Fallback shares divide by the membership counted, not by the ring of
+// the moment: a member that saw the others go one by one keeps dividing by
+// all of them, so its side of a split does not give itself bigger shares.
+func TestSharersCountTheMembershipNotTheRing(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 100} }
+	nodes := newNodes(t, 3, limits, noReplication)
+	n3 := nodes[2]
+	n3.gossiped.Store(true)
+	steps := []struct {
+		view    []viewMember
+		ring    int
+		fenced  bool
+		sharers int
+	}{
+		{gossipView(nodes, "a", "a", "a"), 3, false, 3},
+		{gossipView(nodes[1:], "a", "a"), 2, false, 3}, // n1 gone: 2 of 3, a majority; its ring has 2
+		{gossipView(nodes[2:], "a"), 2, true, 3},       // n2 gone too: fenced, the last ring kept
+	}
+	for i, s := range steps {
+		if err := n3.follow(s.view); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(n3.Ring().Members()); got != s.ring || n3.Fenced() != s.fenced || n3.Sharers() != s.sharers {
+			t.Fatalf("step %d: ring of %d, fenced %v, sharers %d; want %d, %v, %d", i, got, n3.Fenced(), n3.Sharers(), s.ring, s.fenced, s.sharers)
+		}
+	}
+}

@@ -74,15 +74,6 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 	return majority
 }
 
-// counted returns the names of the membership counted.
-func (q *quorum) counted() []string {
-	names := make([]string, 0, len(q.base))
-	for name := range q.base {
-		names = append(names, name)
-	}
-	return names
-}
-
 // leased reports whether self, with heardAt telling when each other
 // counted member was last heard from, has heard from a majority of the
 // membership counted within lease before now.

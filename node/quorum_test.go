@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +91,14 @@ func TestQuorumLease(t *testing.T) {
 	if !q.leased("n1", now.Add(time.Nanosecond), lease, at) {
 		t.Fatal("not leased having heard from n3 (2 of 3)")
 	}
+}
+
+// counted returns the names of the membership counted, for messages.
+func (q *quorum) counted() []string {
+	names := make([]string, 0, len(q.base))
+	for name := range q.base {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
