@@ -19,7 +19,12 @@ import (
 // most one interval's worth (plus the transfer time).
 
 // dirtySet collects the keys changed since the last replication round,
-// sharded so that marking a key rarely contends.
+// sharded so that marking a key rarely contends. It shares the idea of
+// limiter.Table's shards, not its work: the table keeps a Budget per key
+// under a lock held for each decision and evicts idle keys, while this set
+// only collects names, on the hot path, and hands them all over at once
+// (drain) every round; a generic sharded map serving both would cost the
+// hot path an interface or a type parameter for 40 lines saved.
 type dirtySet struct {
 	seed   maphash.Seed
 	shards [16]struct {
