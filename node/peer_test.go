@@ -232,35 +232,11 @@ func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
 // OpPing ahead of the calls it is busy with.
 func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var pinged atomic.Int64
-	srv := &peerServer{
-		ln: ln,
-		handle: func(ctx context.Context, c *Call) (Answer, error) {
-			if c.Op == OpPing {
-				pinged.Add(1) // must not happen: pings are answered by the reader
-			}
-			select {
-			case <-release:
-				return Answer{Owner: "slow", OK: true}, nil
-			case <-ctx.Done():
-				return Answer{}, ctx.Err()
-			}
-		},
-		inline: func(*Call) bool { return false },
-		log:    slog.New(slog.DiscardHandler),
-		conns:  map[net.Conn]struct{}{},
-	}
-	srv.wg.Add(1)
-	go srv.serve()
-	defer srv.close()
+	addr, release, pinged, stop := slowPeer(t)
+	defer stop()
 
 	clk := &stepClock{}
-	p := newTestPeerClient(ln.Addr().String(), clk.After)
+	p := newTestPeerClient(addr, clk.After)
 	defer p.close()
 	type res struct {
 		a   Answer
@@ -410,17 +386,22 @@ func (x *cutProxy) close() {
 }
 
 // slowPeer is a real peer server whose calls are answered only on release
-// (pings are answered at once by its reader).
-func slowPeer(t *testing.T) (addr string, release chan struct{}, stop func()) {
+// (pings are answered at once by its reader: pinged counts those that
+// reached the handler instead, which must not happen).
+func slowPeer(t *testing.T) (addr string, release chan struct{}, pinged *atomic.Int64, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	release = make(chan struct{})
+	pinged = new(atomic.Int64)
 	srv := &peerServer{
 		ln: ln,
 		handle: func(ctx context.Context, c *Call) (Answer, error) {
+			if c.Op == OpPing {
+				pinged.Add(1)
+			}
 			select {
 			case <-release:
 				return Answer{Owner: "slow", OK: true}, nil
@@ -434,7 +415,7 @@ func slowPeer(t *testing.T) (addr string, release chan struct{}, stop func()) {
 	}
 	srv.wg.Add(1)
 	go srv.serve()
-	return ln.Addr().String(), release, srv.close
+	return ln.Addr().String(), release, pinged, srv.close
 }
 
 // A peer that goes silent while a call waits on it, after answering pings
@@ -443,7 +424,7 @@ func slowPeer(t *testing.T) (addr string, release chan struct{}, stop func()) {
 // Liveness intervals that would outlast a caller's 2 s cap.
 func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	addr, release, stop := slowPeer(t)
+	addr, release, _, stop := slowPeer(t)
 	defer stop()
 	defer close(release)
 	x := startCutProxy(t, addr)
@@ -509,7 +490,7 @@ func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
 func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for _, silent := range []bool{true, false} {
-		addr, release, stop := slowPeer(t)
+		addr, release, _, stop := slowPeer(t)
 		x := startCutProxy(t, addr)
 		clk := &stepClock{}
 		p := newTestPeerClient(x.ln.Addr().String(), clk.After)
