@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 HTTP    ?= 127.0.0.1:8080
 
-.PHONY: build run test test-short sim bench fuzz cluster vet clean
+.PHONY: build run check test test-short sim bench fuzz cluster vet clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -13,8 +13,14 @@ build:
 run: build
 	$(BIN)/tokenringd -http $(HTTP)
 
-## test: the whole suite with the race detector (what CI runs).
-test: build
+## check: no non-test file over 600 lines, no non-test function over 80
+## lines (scripts/codesize), and go.mod and go.sum tidy.
+check:
+	$(GO) run ./scripts/codesize
+	$(GO) mod tidy -diff
+
+## test: the checks, then the whole suite with the race detector (what CI runs).
+test: check build
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/   # 10,000 seeds (a tenth of them under -race above)

@@ -159,94 +159,19 @@ func (r *snapReader) units(what string) int64 {
 // never panics.
 func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	r := &snapReader{data: data}
-	if v := r.byte("version"); r.err == nil && v != snapshotV1 {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
-	}
-	width := r.varint("bucket width")
-	nb := r.uvarint("bucket count")
-	head := r.varint("head bucket")
-	offset := r.uvarint("time in the head bucket")
-	if r.err != nil {
-		return nil, r.err
-	}
-	if width <= 0 {
-		return nil, fmt.Errorf("%w: bucket width %d", ErrBadSnapshot, width)
-	}
-	if nb < 1 || nb > maxBuckets {
-		return nil, fmt.Errorf("%w: bucket count %d", ErrBadSnapshot, nb)
-	}
-	// Every bucket boundary computed from head must fit in an int64.
-	if bound := math.MaxInt64/width - int64(nb) - 2; head > bound || head < -bound {
-		return nil, fmt.Errorf("%w: head bucket %d out of range", ErrBadSnapshot, head)
-	}
-	if offset >= uint64(width) {
-		return nil, fmt.Errorf("%w: time %d beyond the head bucket", ErrBadSnapshot, offset)
+	h, err := r.header()
+	if err != nil {
+		return nil, err
 	}
 	if p == nil {
 		p = &defaultPolicy
 	}
-	b := &Budget{
-		pol:   p,
-		lim:   l.normalize(),
-		width: width,
-		nb:    int(nb),
-		head:  head,
-		last:  head*width + int64(offset),
-		cnt:   make([]int64, 2*(nb+1)),
-		ewma:  -1,
-	}
-	m := b.nb + 1
-	for k := head - int64(b.nb); k <= head; k++ {
-		b.addReq(k, r.units("requests"))
-		b.addTok(k, r.units("tokens"))
-	}
-	switch r.byte("average flag") {
-	case 0:
-	case 1:
-		if len(r.data) < 8 {
-			r.fail("truncated average")
-			break
-		}
-		e := math.Float64frombits(binary.LittleEndian.Uint64(r.data))
-		r.data = r.data[8:]
-		if !(e >= 0 && e <= maxUnits) { // also rejects NaN
-			r.fail("completion average %v out of range", e)
-		}
-		b.ewma = e
-	default:
-		r.fail("bad average flag")
-	}
+	b := h.emptyBudget(l, p)
+	r.windows(b)
+	b.ewma = r.average()
 	b.seq = r.uvarint("lease sequence")
-	n := r.uvarint("lease count")
-	if r.err != nil {
-		return nil, r.err
-	}
-	if n > uint64(len(r.data)/4) { // a lease takes at least 4 bytes
-		return nil, fmt.Errorf("%w: %d leases in %d bytes", ErrBadSnapshot, n, len(r.data))
-	}
-	var prev uint64
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		id := r.uvarint("lease id")
-		age := r.uvarint("lease bucket")
-		reserved := r.units("lease reservation")
-		expiry := r.varint("lease expiry")
-		if r.err != nil {
-			break
-		}
-		if id <= prev || id > b.seq {
-			r.fail("lease id %d out of order or beyond the sequence %d", id, b.seq)
-			break
-		}
-		if age > uint64(m) {
-			r.fail("lease bucket age %d beyond the window", age)
-			break
-		}
-		prev = id
-		bucket := int64(gone)
-		if age > 0 {
-			bucket = head - int64(age-1)
-		}
-		b.putLease(id, lease{bucket: bucket, reserved: reserved, expiry: expiry})
+	if err := r.leases(b); err != nil {
+		return nil, err
 	}
 	if r.err == nil && len(r.data) > 0 {
 		r.fail("%d trailing bytes", len(r.data))
@@ -257,4 +182,151 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	nbNew := p.buckets()
 	b.rebucket(bucketWidth(int64(b.lim.Window), nbNew), nbNew)
 	return b, nil
+}
+
+// snapHeader is the bucket geometry and clock a snapshot starts with, after
+// its version byte. Once checkHeader accepts it, width > 0,
+// 1 ≤ nb ≤ maxBuckets, every bucket boundary (k × width for k within nb+2
+// of head) fits in an int64, and offset < width.
+type snapHeader struct {
+	width  int64  // bucket width, ns
+	nb     uint64 // buckets per window
+	head   int64  // absolute index of the newest bucket
+	offset uint64 // the latest time seen, ns since head × width
+}
+
+// header reads the version byte and the snapHeader, and returns an error
+// wrapping ErrBadSnapshot if either is truncated, unknown or out of range.
+func (r *snapReader) header() (snapHeader, error) {
+	if v := r.byte("version"); r.err == nil && v != snapshotV1 {
+		return snapHeader{}, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
+	}
+	h := snapHeader{
+		width:  r.varint("bucket width"),
+		nb:     r.uvarint("bucket count"),
+		head:   r.varint("head bucket"),
+		offset: r.uvarint("time in the head bucket"),
+	}
+	if r.err != nil {
+		return snapHeader{}, r.err
+	}
+	return h, h.check()
+}
+
+// check returns an error wrapping ErrBadSnapshot if h breaks one of the
+// invariants stated on snapHeader.
+func (h snapHeader) check() error {
+	if h.width <= 0 {
+		return fmt.Errorf("%w: bucket width %d", ErrBadSnapshot, h.width)
+	}
+	if h.nb < 1 || h.nb > maxBuckets {
+		return fmt.Errorf("%w: bucket count %d", ErrBadSnapshot, h.nb)
+	}
+	// Every bucket boundary computed from head must fit in an int64.
+	if bound := math.MaxInt64/h.width - int64(h.nb) - 2; h.head > bound || h.head < -bound {
+		return fmt.Errorf("%w: head bucket %d out of range", ErrBadSnapshot, h.head)
+	}
+	if h.offset >= uint64(h.width) {
+		return fmt.Errorf("%w: time %d beyond the head bucket", ErrBadSnapshot, h.offset)
+	}
+	return nil
+}
+
+// emptyBudget returns a Budget with h's geometry and clock, limits l and
+// policy p (not nil), and nothing counted, averaged or leased. h must have
+// passed check.
+func (h snapHeader) emptyBudget(l Limits, p *Policy) *Budget {
+	return &Budget{
+		pol:   p,
+		lim:   l.normalize(),
+		width: h.width,
+		nb:    int(h.nb),
+		head:  h.head,
+		last:  h.head*h.width + int64(h.offset),
+		cnt:   make([]int64, 2*(h.nb+1)),
+		ewma:  -1,
+	}
+}
+
+// windows reads the requests and tokens of b's nb+1 buckets, oldest first,
+// into b's windows.
+func (r *snapReader) windows(b *Budget) {
+	for k := b.head - int64(b.nb); k <= b.head; k++ {
+		b.addReq(k, r.units("requests"))
+		b.addTok(k, r.units("tokens"))
+	}
+}
+
+// average reads the completion average: -1 if the snapshot has none, else a
+// value in [0, maxUnits] (anything else, NaN included, is an error).
+func (r *snapReader) average() float64 {
+	switch r.byte("average flag") {
+	case 0:
+		return -1
+	case 1:
+		if len(r.data) < 8 {
+			r.fail("truncated average")
+			return -1
+		}
+		e := math.Float64frombits(binary.LittleEndian.Uint64(r.data))
+		r.data = r.data[8:]
+		if !(e >= 0 && e <= maxUnits) { // also rejects NaN
+			r.fail("completion average %v out of range", e)
+		}
+		return e
+	default:
+		r.fail("bad average flag")
+		return -1
+	}
+}
+
+// leases reads the lease count and the leases, and puts them in b, whose
+// windows and sequence must already be read. The ids must increase and not
+// exceed b.seq, and every age must lie within b's window. It returns r's
+// error if there is one once the count is read, or an error if the count is
+// more than the remaining bytes could hold (so a forged count allocates
+// nothing); an error in a lease stops the reading and sticks in r.
+func (r *snapReader) leases(b *Budget) error {
+	n := r.uvarint("lease count")
+	if r.err != nil {
+		return r.err
+	}
+	if n > uint64(len(r.data)/4) { // a lease takes at least 4 bytes
+		return fmt.Errorf("%w: %d leases in %d bytes", ErrBadSnapshot, n, len(r.data))
+	}
+	var prev uint64
+	for i := uint64(0); i < n; i++ {
+		id, l, ok := r.lease(b, prev)
+		if !ok {
+			break
+		}
+		prev = id
+		b.putLease(id, l)
+	}
+	return nil
+}
+
+// lease reads one lease of b whose id must follow prev. ok is false if the
+// lease could not be read or is inconsistent with b; the error is in r.
+func (r *snapReader) lease(b *Budget, prev uint64) (id uint64, l lease, ok bool) {
+	id = r.uvarint("lease id")
+	age := r.uvarint("lease bucket")
+	reserved := r.units("lease reservation")
+	expiry := r.varint("lease expiry")
+	if r.err != nil {
+		return 0, lease{}, false
+	}
+	if id <= prev || id > b.seq {
+		r.fail("lease id %d out of order or beyond the sequence %d", id, b.seq)
+		return 0, lease{}, false
+	}
+	if age > uint64(b.nb+1) {
+		r.fail("lease bucket age %d beyond the window", age)
+		return 0, lease{}, false
+	}
+	bucket := int64(gone)
+	if age > 0 {
+		bucket = b.head - int64(age-1)
+	}
+	return id, lease{bucket: bucket, reserved: reserved, expiry: expiry}, true
 }

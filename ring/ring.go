@@ -162,12 +162,36 @@ func New(cfg Config, members []Member) (*Ring, error) {
 
 // build is New with the placement hash injected, so a test can force
 // degenerate placements. Keys are always hashed with xxhash by Partition.
-func build(cfg Config, members []Member, h consistent.Hasher) (r *Ring, err error) {
+func build(cfg Config, members []Member, h consistent.Hasher) (*Ring, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	sorted, err := sortedMembers(members)
+	if err != nil {
+		return nil, err
+	}
+	r := &Ring{
+		cfg:     cfg,
+		members: sorted,
+		owners:  make([]int32, cfg.PartitionCount),
+		backups: make([]int32, cfg.PartitionCount),
+		counts:  make([]int, len(sorted)),
+		version: version(cfg, sorted),
+	}
+	if len(sorted) == 0 {
+		r.ownNothing()
+		return r, nil
+	}
+	if err := r.place(h); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
+// sortedMembers returns a copy of members sorted by name, or an error if a
+// name is empty or repeated.
+func sortedMembers(members []Member) ([]Member, error) {
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
 	for i, m := range sorted {
@@ -178,32 +202,58 @@ func build(cfg Config, members []Member, h consistent.Hasher) (r *Ring, err erro
 			return nil, fmt.Errorf("ring: duplicate member name %q", m.Name)
 		}
 	}
+	return sorted, nil
+}
 
-	r = &Ring{
-		cfg:     cfg,
-		members: sorted,
-		owners:  make([]int32, cfg.PartitionCount),
-		backups: make([]int32, cfg.PartitionCount),
-		counts:  make([]int, len(sorted)),
-		version: version(cfg, sorted),
+// ownNothing marks every partition of r as having neither owner nor
+// backup: the placement of a ring without members.
+func (r *Ring) ownNothing() {
+	for p := range r.owners {
+		r.owners[p], r.backups[p] = noOwner, noOwner
 	}
-	if len(sorted) == 0 {
-		for p := range r.owners {
-			r.owners[p], r.backups[p] = noOwner, noOwner
-		}
-		return r, nil
-	}
+}
 
-	// consistent panics on placements it cannot make ("not enough room to
-	// distribute partitions"). Validate rules out the configurations that
-	// cause it, but a panic in a library must not take the node down with
-	// it, so turn any that remains into an error.
+// place fills r's owners, backups and counts by consistent hashing with
+// bounded loads under r.cfg, hashing the members on the circle with h. r
+// must have at least one member, and its counts must be zero.
+//
+// consistent panics on placements it cannot make ("not enough room to
+// distribute partitions"). Validate rules out the configurations that cause
+// it, but a panic in a library must not take the node down with it, so
+// place turns any that remains into an error.
+func (r *Ring) place(h consistent.Hasher) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			r, err = nil, fmt.Errorf("ring: place %d partitions on %d members: %v", cfg.PartitionCount, len(sorted), v)
+			err = fmt.Errorf("ring: place %d partitions on %d members: %v", r.cfg.PartitionCount, len(r.members), v)
 		}
 	}()
+	pl := newPlacer(r.cfg, r.members, h)
+	for p := range r.owners {
+		o, err := pl.owner(p)
+		if err != nil {
+			return err
+		}
+		b, err := pl.backup(p, o)
+		if err != nil {
+			return err
+		}
+		r.owners[p], r.backups[p] = o, b
+		r.counts[o]++
+	}
+	return nil
+}
 
+// placer answers, for one ring, which member owns a partition and which
+// backs it up, as indices into the ring's sorted members.
+type placer struct {
+	c        *consistent.Consistent
+	index    map[string]int32 // member name -> index in the sorted members
+	backupOf map[int32]int32  // owner -> its backup (or noOwner), for the owners asked about so far
+}
+
+// newPlacer hashes the sorted members (at least one) onto a consistent
+// circle configured by cfg, with h. It panics where consistent.New does.
+func newPlacer(cfg Config, sorted []Member, h consistent.Hasher) *placer {
 	index := make(map[string]int32, len(sorted))
 	cmembers := make([]consistent.Member, len(sorted))
 	for i, m := range sorted {
@@ -216,38 +266,40 @@ func build(cfg Config, members []Member, h consistent.Hasher) (r *Ring, err erro
 		ReplicationFactor: cfg.ReplicationFactor,
 		Load:              cfg.Load,
 	})
+	return &placer{c: c, index: index, backupOf: make(map[int32]int32, len(sorted))}
+}
 
-	// The backup of a partition depends only on its owner in consistent
-	// (the owner's successor among the members hashed by name), so ask
-	// once per owner rather than once per partition.
-	backupOf := make(map[int32]int32, len(sorted))
-	for p := range r.owners {
-		om := c.GetPartitionOwner(p)
-		if om == nil {
-			return nil, fmt.Errorf("ring: partition %d has no owner among %d members", p, len(sorted))
-		}
-		o := index[om.String()]
-		r.owners[p] = o
-		r.counts[o]++
-
-		b, ok := backupOf[o]
-		if !ok {
-			b = noOwner
-			closest, err := c.GetClosestNForPartition(p, len(sorted))
-			if err != nil {
-				return nil, fmt.Errorf("ring: backup of partition %d: %w", p, err)
-			}
-			for _, m := range closest {
-				if i := index[m.String()]; i != o {
-					b = i
-					break
-				}
-			}
-			backupOf[o] = b
-		}
-		r.backups[p] = b
+// owner returns the member that owns partition p.
+func (pl *placer) owner(p int) (int32, error) {
+	om := pl.c.GetPartitionOwner(p)
+	if om == nil {
+		return 0, fmt.Errorf("ring: partition %d has no owner among %d members", p, len(pl.index))
 	}
-	return r, nil
+	return pl.index[om.String()], nil
+}
+
+// backup returns the backup of partition p, whose owner is o: the member
+// closest to p other than o, or noOwner if o is the only member. The backup
+// of a partition depends only on its owner in consistent (the owner's
+// successor among the members hashed by name), so it is looked up once per
+// owner rather than once per partition.
+func (pl *placer) backup(p int, o int32) (int32, error) {
+	if b, ok := pl.backupOf[o]; ok {
+		return b, nil
+	}
+	closest, err := pl.c.GetClosestNForPartition(p, len(pl.index))
+	if err != nil {
+		return 0, fmt.Errorf("ring: backup of partition %d: %w", p, err)
+	}
+	b := int32(noOwner)
+	for _, m := range closest {
+		if i := pl.index[m.String()]; i != o {
+			b = i
+			break
+		}
+	}
+	pl.backupOf[o] = b
+	return b, nil
 }
 
 // version digests cfg and the sorted members (every field, length-prefixed

@@ -192,16 +192,15 @@ func (c *InProc) Add() int {
 	return len(c.members) - 1
 }
 
-// start wires one member as cmd/tokenringd does. On error, whatever it
-// started is stopped again.
+// start wires one member as cmd/tokenringd does: an HTTP listener, a node,
+// its gossip, a metrics registry, a router, and an HTTP server serving the
+// router on the listener. On error, whatever it started is stopped again.
 func (c *InProc) start(name string, join []string) (m *InProcMember, err error) {
 	log := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: c.cfg.logLevel}))
-	var undo []func()
+	var undo undoStack
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.run()
 		}
 	}()
 
@@ -209,57 +208,25 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { ln.Close() })
-
-	n, err := node.New(node.Config{
-		Name:      name,
-		PeerAddr:  "127.0.0.1:0",
-		Policy:    c.cfg.policy,
-		LimitsFor: c.limits,
-		Batch:     c.cfg.batch,
-		Forward:   node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
-		Logger:    log,
-	})
+	undo.push(func() { ln.Close() })
+	n, err := c.newNode(name, log)
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { n.Close() })
-
-	gcfg := gossip.DefaultLocalConfig()
-	gcfg.Name = name
-	gcfg.BindAddr = "127.0.0.1"
-	gcfg.BindPort = 0 // memberlist picks a port free for both TCP and UDP
-	gcfg.Meta = gossip.Meta{HTTP: ln.Addr().String(), Peer: n.PeerAddr()}
-	gcfg.Join = join
-	gcfg.Logger = log
-	if c.cfg.gossip != nil {
-		c.cfg.gossip(&gcfg)
-	}
+	undo.push(func() { n.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	undo = append(undo, cancel)
-	members, err := n.Join(ctx, gcfg)
+	undo.push(cancel)
+	meta := gossip.Meta{HTTP: ln.Addr().String(), Peer: n.PeerAddr()}
+	members, err := n.Join(ctx, c.gossipConfig(name, join, meta, log))
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { members.Shutdown() })
-
-	reg := prometheus.NewRegistry() // per member: no global metrics
-	for _, col := range n.Collectors() {
-		if err := reg.Register(col); err != nil {
-			return nil, err
-		}
+	undo.push(func() { members.Shutdown() })
+	reg, err := registryOf(n)
+	if err != nil {
+		return nil, err
 	}
-	r, err := router.New(n, router.Config{
-		Limits:         c.limits,
-		PoolFor:        c.cfg.poolFor,
-		Fallback:       c.cfg.fallback,
-		ForwardTimeout: c.cfg.forwardTimeout,
-		ForwardMaxWait: c.cfg.forwardMaxWait,
-		Ready:          n.Ready,
-		Registry:       reg,
-		Gatherer:       reg,
-		Logger:         log.With("node", name),
-	})
+	r, err := c.newRouter(n, reg, log.With("node", name))
 	if err != nil {
 		return nil, err
 	}
@@ -274,28 +241,110 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 		served:     make(chan struct{}),
 		cancel:     cancel,
 	}
-	m.srv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			m.hmu.Lock()
-			if m.down { // a request read just before a crash: its connection is gone
-				m.hmu.Unlock()
-				http.Error(w, "member stopped", http.StatusServiceUnavailable)
-				return
-			}
-			m.handlers.Add(1)
-			m.hmu.Unlock()
-			defer m.handlers.Done()
-			r.ServeHTTP(w, req)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() {
-		defer close(m.served)
-		if err := m.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			c.t.Errorf("%s: serve http: %v", name, err)
-		}
-	}()
+	m.srv = &http.Server{Handler: m.guard(r), ReadHeaderTimeout: 10 * time.Second}
+	go c.serve(m, ln)
 	return m, nil
+}
+
+// undoStack is the stops of what a failing start had started, run in the
+// reverse order of the starts.
+type undoStack []func()
+
+// push adds the stop of the latest thing started.
+func (u *undoStack) push(stop func()) { *u = append(*u, stop) }
+
+// run calls the stops, the latest first.
+func (u undoStack) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// newNode creates member name's node, with the cluster's limits, policy,
+// batching and forward timeout, its peer listener on a free loopback port.
+func (c *InProc) newNode(name string, log *slog.Logger) (*node.Node, error) {
+	return node.New(node.Config{
+		Name:      name,
+		PeerAddr:  "127.0.0.1:0",
+		Policy:    c.cfg.policy,
+		LimitsFor: c.limits,
+		Batch:     c.cfg.batch,
+		Forward:   node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
+		Logger:    log,
+	})
+}
+
+// gossipConfig is member name's gossip configuration: local defaults on a
+// free loopback port, advertising meta and joining join (a new cluster if
+// empty), then adjusted by WithGossip's function if one was given.
+func (c *InProc) gossipConfig(name string, join []string, meta gossip.Meta, log *slog.Logger) gossip.Config {
+	gcfg := gossip.DefaultLocalConfig()
+	gcfg.Name = name
+	gcfg.BindAddr = "127.0.0.1"
+	gcfg.BindPort = 0 // memberlist picks a port free for both TCP and UDP
+	gcfg.Meta = meta
+	gcfg.Join = join
+	gcfg.Logger = log
+	if c.cfg.gossip != nil {
+		c.cfg.gossip(&gcfg)
+	}
+	return gcfg
+}
+
+// registryOf returns a new registry holding n's collectors: one per
+// member, as no metric is global.
+func registryOf(n *node.Node) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	for _, col := range n.Collectors() {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// newRouter creates a router deciding through n with the cluster's limits,
+// pools, fallback and forward settings, registering its metrics in reg and
+// serving reg's on its metrics endpoint.
+func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
+	return router.New(n, router.Config{
+		Limits:         c.limits,
+		PoolFor:        c.cfg.poolFor,
+		Fallback:       c.cfg.fallback,
+		ForwardTimeout: c.cfg.forwardTimeout,
+		ForwardMaxWait: c.cfg.forwardMaxWait,
+		Ready:          n.Ready,
+		Registry:       reg,
+		Gatherer:       reg,
+		Logger:         log,
+	})
+}
+
+// guard wraps h so that release can wait for the requests m is handling
+// (m.handlers counts them), and so that once m is down it refuses requests
+// with a 503 instead of handling them.
+func (m *InProcMember) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		m.hmu.Lock()
+		if m.down { // a request read just before a crash: its connection is gone
+			m.hmu.Unlock()
+			http.Error(w, "member stopped", http.StatusServiceUnavailable)
+			return
+		}
+		m.handlers.Add(1)
+		m.hmu.Unlock()
+		defer m.handlers.Done()
+		h.ServeHTTP(w, req)
+	})
+}
+
+// serve runs m's HTTP server on ln until the server is closed, then closes
+// m.served. Any other end of serving fails the test.
+func (c *InProc) serve(m *InProcMember, ln net.Listener) {
+	defer close(m.served)
+	if err := m.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		c.t.Errorf("%s: serve http: %v", m.Name, err)
+	}
 }
 
 // Member returns member i, in the order Add started them.

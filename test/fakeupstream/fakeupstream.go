@@ -113,99 +113,150 @@ func (u *Upstream) Requests() []UpstreamRequest {
 	return append([]UpstreamRequest(nil), u.reqs...)
 }
 
+// defaultText is the completion of a reply whose Text is nil.
+var defaultText = []string{"Hello", " there", "!"}
+
+// serve records and answers one request on OpenAI's API, or on Anthropic's
+// when claude is set: after the reply's Hold, with the reply's error, a
+// whole completion or a stream, as the request and the reply ask.
 func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, claude bool) {
+	body, reply, id := u.record(r)
+	if reply.Hold != nil && !u.awaitRelease(r, reply.Hold) {
+		return
+	}
+	if reply.Text == nil {
+		reply.Text = defaultText
+	}
+	w.Header().Set("x-ratelimit-limit-requests", "99999")
+	w.Header().Set("x-request-id", "req_fake")
+	if status, msg := u.rejection(r, body, claude); status != 0 {
+		reply.Status, reply.Text = status, []string{msg}
+	}
+	if reply.Status != 0 && reply.Status != http.StatusOK {
+		writeError(w, reply.Status, strings.Join(reply.Text, ""), claude)
+		return
+	}
+	model, _ := body["model"].(string)
+	if stream, _ := body["stream"].(bool); !stream {
+		u.whole(w, reply, claude, model, id)
+		return
+	}
+	s := u.startStream(w, r, reply.ChunkDelay)
+	if claude {
+		u.streamAnthropic(s, reply, model, id)
+	} else {
+		opts, _ := body["stream_options"].(map[string]any)
+		includeUsage, _ := opts["include_usage"].(bool)
+		u.streamOpenAI(s, reply, model, id, includeUsage)
+	}
+	_ = s.rc.Flush()
+	u.sleep(r, reply.Linger)
+}
+
+// record appends r to the requests received and returns its body decoded
+// (nil if it is not JSON), the reply in force and r's id: its number among
+// the requests, from 1.
+func (u *Upstream) record(r *http.Request) (body map[string]any, reply UpstreamReply, id string) {
 	raw, _ := io.ReadAll(r.Body)
-	var body map[string]any
 	if json.Unmarshal(raw, &body) != nil {
 		body = nil
 	}
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	u.reqs = append(u.reqs, UpstreamRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: raw})
-	reply := u.reply
-	n := len(u.reqs)
-	u.mu.Unlock()
+	return body, u.reply, fmt.Sprintf("%d", len(u.reqs))
+}
 
-	if reply.Hold != nil {
-		select {
-		case <-reply.Hold:
-		case <-r.Context().Done():
-			return
-		case <-u.closing:
-			return
-		}
+// awaitRelease waits until hold is closed. It returns false if r ends or
+// the upstream is closed first.
+func (u *Upstream) awaitRelease(r *http.Request, hold <-chan struct{}) bool {
+	select {
+	case <-hold:
+		return true
+	case <-r.Context().Done():
+	case <-u.closing:
 	}
-	if reply.Text == nil {
-		reply.Text = []string{"Hello", " there", "!"}
+	return false
+}
+
+// sleep waits d, if it is positive. It returns false if r ends or the
+// upstream is closed first.
+func (u *Upstream) sleep(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
 	}
-	w.Header().Set("x-ratelimit-limit-requests", "99999")
-	w.Header().Set("x-request-id", "req_fake")
+	select {
+	case <-time.After(d):
+		return true
+	case <-r.Context().Done():
+	case <-u.closing:
+	}
+	return false
+}
+
+// rejection returns the status and message a real provider would refuse r
+// with whatever the reply: 401 when u has an API key and r does not carry
+// it (Anthropic's x-api-key, OpenAI's Authorization: Bearer), 400 when r's
+// body is not JSON. The status is 0 if r is acceptable.
+func (u *Upstream) rejection(r *http.Request, body map[string]any, claude bool) (status int, msg string) {
 	got := r.Header.Get("x-api-key")
 	if !claude {
 		got = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	}
 	switch {
 	case u.key != "" && got != u.key:
-		reply.Status, reply.Text = http.StatusUnauthorized, []string{"fake upstream: wrong API key"}
+		return http.StatusUnauthorized, "fake upstream: wrong API key"
 	case body == nil:
-		reply.Status, reply.Text = http.StatusBadRequest, []string{"fake upstream: body is not JSON"}
+		return http.StatusBadRequest, "fake upstream: body is not JSON"
 	}
-	model, _ := body["model"].(string)
-	id := fmt.Sprintf("%d", n)
-	if reply.Status != 0 && reply.Status != http.StatusOK {
-		msg := strings.Join(reply.Text, "")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(reply.Status)
-		if claude {
-			fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":%q}}`, msg)
-		} else {
-			fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, msg)
-		}
-		return
+	return 0, ""
+}
+
+// writeError answers status with an error body carrying msg, in
+// Anthropic's shape when claude is set, else in OpenAI's.
+func writeError(w http.ResponseWriter, status int, msg string, claude bool) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if claude {
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":%q}}`, msg)
+	} else {
+		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":null}}`, msg)
 	}
-	if stream, _ := body["stream"].(bool); !stream {
-		u.whole(w, reply, claude, model, id)
-		return
-	}
+}
+
+// eventStream is the SSE body of one streaming answer. Every event is
+// flushed to the client as soon as it is written.
+type eventStream struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	r     *http.Request
+	u     *Upstream
+	delay time.Duration // the pause before each text chunk after the first
+}
+
+// startStream sends the 200 and the headers of an SSE answer to r, and
+// returns the stream to write its events on.
+func (u *Upstream) startStream(w http.ResponseWriter, r *http.Request, delay time.Duration) *eventStream {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	ev := func(event string, v any) {
-		b, _ := json.Marshal(v)
-		if event != "" {
-			fmt.Fprintf(w, "event: %s\n", event)
-		}
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		_ = rc.Flush()
-	}
-	pause := func() bool {
-		if reply.ChunkDelay <= 0 {
-			return true
-		}
-		select {
-		case <-time.After(reply.ChunkDelay):
-			return true
-		case <-r.Context().Done():
-		case <-u.closing:
-		}
-		return false
-	}
-	if claude {
-		u.streamAnthropic(ev, pause, reply, model, id)
-	} else {
-		opts, _ := body["stream_options"].(map[string]any)
-		includeUsage, _ := opts["include_usage"].(bool)
-		u.streamOpenAI(w, ev, pause, reply, model, id, includeUsage)
-	}
-	_ = rc.Flush()
-	if reply.Linger > 0 {
-		select {
-		case <-time.After(reply.Linger):
-		case <-r.Context().Done():
-		case <-u.closing:
-		}
-	}
+	return &eventStream{w: w, rc: http.NewResponseController(w), r: r, u: u, delay: delay}
 }
+
+// event writes one event: v as JSON data, under an event: line when name is
+// not empty (Anthropic names its events; OpenAI does not).
+func (s *eventStream) event(name string, v any) {
+	b, _ := json.Marshal(v)
+	if name != "" {
+		fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	fmt.Fprintf(s.w, "data: %s\n\n", b)
+	_ = s.rc.Flush()
+}
+
+// pause waits the chunk delay. It returns false if the request ends or the
+// upstream is closed first, and the stream must then stop.
+func (s *eventStream) pause() bool { return s.u.sleep(s.r, s.delay) }
 
 // whole answers a non-streaming request.
 func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, claude bool, model, id string) {
@@ -241,7 +292,10 @@ func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, claude bool
 // cut drops the connection mid-stream: the client sees an incomplete body.
 func cut() { panic(http.ErrAbortHandler) }
 
-func (u *Upstream) streamOpenAI(w http.ResponseWriter, ev func(string, any), pause func() bool, reply UpstreamReply, model, id string, includeUsage bool) {
+// streamOpenAI writes the chunks of an OpenAI chat completion stream of
+// reply on s: the role, the text chunks, the finish reason, the usage-only
+// chunk when includeUsage is set (and the reply has usage), and [DONE].
+func (u *Upstream) streamOpenAI(s *eventStream, reply UpstreamReply, model, id string, includeUsage bool) {
 	chunk := func(delta map[string]any, finish any) map[string]any {
 		c := map[string]any{
 			"id": "chatcmpl-fake" + id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
@@ -252,55 +306,57 @@ func (u *Upstream) streamOpenAI(w http.ResponseWriter, ev func(string, any), pau
 		}
 		return c
 	}
-	ev("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil))
+	s.event("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil))
 	for i, t := range reply.Text {
 		if reply.CutAfter > 0 && i == reply.CutAfter {
 			cut()
 		}
-		if !pause() {
+		if !s.pause() {
 			return
 		}
-		ev("", chunk(map[string]any{"content": t}, nil))
+		s.event("", chunk(map[string]any{"content": t}, nil))
 	}
-	ev("", chunk(map[string]any{}, "stop"))
+	s.event("", chunk(map[string]any{}, "stop"))
 	if includeUsage && !reply.NoUsage {
-		ev("", map[string]any{
+		s.event("", map[string]any{
 			"id": "chatcmpl-fake" + id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
 			"choices": []any{},
 			"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": reply.CompletionTokens,
 				"total_tokens": reply.PromptTokens + reply.CompletionTokens},
 		})
 	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
+	fmt.Fprint(s.w, "data: [DONE]\n\n")
 }
 
-func (u *Upstream) streamAnthropic(ev func(string, any), pause func() bool, reply UpstreamReply, model, id string) {
+// streamAnthropic writes the event sequence of an Anthropic message stream
+// of reply on s, from message_start to message_stop.
+func (u *Upstream) streamAnthropic(s *eventStream, reply UpstreamReply, model, id string) {
 	startUsage := map[string]any{"input_tokens": reply.PromptTokens, "output_tokens": 1}
 	if reply.NoUsage {
 		startUsage = map[string]any{}
 	}
-	ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+	s.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_fake" + id, "type": "message", "role": "assistant", "model": model, "content": []any{},
 		"stop_reason": nil, "stop_sequence": nil, "usage": startUsage,
 	}})
-	ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+	s.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 		"content_block": map[string]any{"type": "text", "text": ""}})
-	ev("ping", map[string]any{"type": "ping"})
+	s.event("ping", map[string]any{"type": "ping"})
 	for i, t := range reply.Text {
 		if reply.CutAfter > 0 && i == reply.CutAfter {
 			cut()
 		}
-		if !pause() {
+		if !s.pause() {
 			return
 		}
-		ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+		s.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
 			"delta": map[string]any{"type": "text_delta", "text": t}})
 	}
-	ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	s.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}}
 	if !reply.NoUsage {
 		delta["usage"] = map[string]any{"output_tokens": reply.CompletionTokens}
 	}
-	ev("message_delta", delta)
-	ev("message_stop", map[string]any{"type": "message_stop"})
+	s.event("message_delta", delta)
+	s.event("message_stop", map[string]any{"type": "message_stop"})
 }
