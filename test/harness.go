@@ -72,7 +72,8 @@ func (p *Proc) Alive() bool {
 // Log returns what the process wrote so far.
 func (p *Proc) Log() string { return p.log.String() }
 
-// lockedBuffer is an output sink safe to read while a process writes it.
+// lockedBuffer is an output sink safe to read while it is written: a
+// process's output, or the slog handlers of in-process members.
 type lockedBuffer struct {
 	mu sync.Mutex // guards b
 	b  bytes.Buffer

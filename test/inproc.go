@@ -1,14 +1,12 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +39,7 @@ type InProc struct {
 	t      testing.TB
 	limits func(key string) limiter.Limits
 	cfg    inProcConfig
-	logs   *syncBuffer // every member's logs, printed when the test fails
+	logs   *lockedBuffer // every member's logs, printed when the test fails
 
 	mu      sync.Mutex // guards members and next
 	members []*InProcMember
@@ -151,7 +149,7 @@ func WithLogLevel(l slog.Level) InProcOption {
 // router.PoolKey), on every member.
 func NewInProc(t testing.TB, n int, limits func(key string) limiter.Limits, opts ...InProcOption) *InProc {
 	t.Helper()
-	c := &InProc{t: t, limits: limits, logs: &syncBuffer{}}
+	c := &InProc{t: t, limits: limits, logs: &lockedBuffer{}}
 	c.cfg.logLevel = slog.LevelInfo
 	for _, o := range opts {
 		o(&c.cfg)
@@ -522,23 +520,4 @@ func (c *InProc) converged() (bool, string) {
 		version = v.Version
 	}
 	return true, ""
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers: slog handlers
-// of several members write to one.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Clone(b.buf.String())
 }
