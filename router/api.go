@@ -36,6 +36,7 @@ func (r *Router) routes() {
 	r.proxyRoutes(mux) // the LLM proxy: /v1/chat/completions, /v1/messages
 	mux.HandleFunc("/admin/ring", r.admin(r.get(r.adminRing)))
 	mux.HandleFunc("/admin/owner", r.admin(r.get(r.adminOwner)))
+	r.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
 	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))

@@ -1,0 +1,347 @@
+package router
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tokenring/tokenring/node"
+)
+
+// The admin status page and the JSON it polls:
+//
+//	GET /admin/ui       one self-contained HTML page (ui.html: inline CSS and JS, no build step)
+//	GET /admin/cluster  the ring (every partition's owner) and every member's /admin/stats,
+//	                    gathered by this node: the page talks to one node only, no CORS
+//	GET /admin/stats    this node's counters and the tenants it owns nearest their limits
+//
+// All three are guarded like every /admin endpoint: with admin_token set,
+// "Authorization: Bearer <admin_token>" is required. A browser cannot send
+// that header when it opens a page, so /admin/ui alone also takes the token
+// as ?token=<admin_token>; the page's script then sends it as the header on
+// its own requests. /admin/cluster asks the other members with this node's
+// own admin_token: the members of a cluster share one.
+
+//go:embed ui.html
+var uiPage []byte
+
+// uiCSP allows the page's one inline script and one inline style (by hash),
+// requests to its own origin, and nothing else.
+var uiCSP = "default-src 'none'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; " +
+	"script-src " + inlineHash(uiPage, "script") + "; style-src " + inlineHash(uiPage, "style")
+
+// inlineHash is the CSP source of the contents of page's first <tag>
+// element; 'none' if it has none.
+func inlineHash(page []byte, tag string) string {
+	s := string(page)
+	open := strings.Index(s, "<"+tag+">")
+	if open < 0 {
+		return "'none'"
+	}
+	body := s[open+len(tag)+2:]
+	end := strings.Index(body, "</"+tag+">")
+	if end < 0 {
+		return "'none'"
+	}
+	sum := sha256.Sum256([]byte(body[:end]))
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}
+
+// Bounds of the ?n= of /admin/stats and /admin/cluster: how many tenants.
+const (
+	defaultNearest = 10
+	maxNearest     = 100
+)
+
+// statsTimeout bounds /admin/cluster's request to each member.
+const statsTimeout = 1500 * time.Millisecond
+
+// statsClient asks the other members for their /admin/stats. It keeps no
+// idle connections: the page polls about once a second, and nothing lingers
+// between polls.
+var statsClient = &http.Client{
+	Timeout:   statsTimeout,
+	Transport: &http.Transport{DisableKeepAlives: true, ResponseHeaderTimeout: statsTimeout},
+}
+
+func (r *Router) uiRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("/admin/ui", r.uiGuard(r.get(r.adminUI)))
+	mux.HandleFunc("/admin/stats", r.admin(r.get(r.adminStats)))
+	mux.HandleFunc("/admin/cluster", r.admin(r.get(r.adminCluster)))
+}
+
+// uiGuard is the admin guard of /admin/ui: the Authorization header as on
+// every /admin endpoint, or the token as ?token=.
+func (r *Router) uiGuard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		tok := r.cfg.AdminToken
+		if tok != "" && !sameToken(req.Header.Get("Authorization"), "Bearer "+tok) && !sameToken(req.URL.Query().Get("token"), tok) {
+			writeError(w, http.StatusUnauthorized, "admin endpoints need Authorization: Bearer <admin_token>; in a browser open /admin/ui?token=<admin_token>")
+			return
+		}
+		h(w, req)
+	}
+}
+
+func sameToken(got, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (r *Router) adminUI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", uiCSP)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer") // the URL may hold the token
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(uiPage)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(uiPage)
+}
+
+// countsJSON are counters split by outcome.
+type countsJSON struct {
+	Allowed int64 `json:"allowed"`
+	Refused int64 `json:"refused"`
+}
+
+// callsJSON counts the calls this node's front door made to keys' owners,
+// by where they were decided.
+type callsJSON struct {
+	Local     int64 `json:"local"`     // this node owned the key
+	Forwarded int64 `json:"forwarded"` // another member owned it and answered
+	Failed    int64 `json:"failed"`    // the owner could not be reached (then the fallback decided)
+}
+
+// tenantJSON is a tenant near its limits.
+type tenantJSON struct {
+	Tenant string     `json:"tenant"`
+	Owner  string     `json:"owner,omitempty"`
+	Used   float64    `json:"used"` // the largest fraction used of a limited dimension; 1 is at a limit
+	Limits limitsJSON `json:"limits"`
+}
+
+// statsJSON is GET /admin/stats: this node's counters since it started
+// (the page turns successive ones into rates) and the tenants it owns
+// nearest their limits, nearest first.
+type statsJSON struct {
+	Node      string       `json:"node"`
+	NowMS     int64        `json:"now_ms"`    // this node's clock when it answered
+	Decisions countsJSON   `json:"decisions"` // acquires answered here (tokenring_decisions_total)
+	Calls     callsJSON    `json:"calls"`     // calls to owners, every op (tokenring_call_seconds_count)
+	Fallbacks countsJSON   `json:"fallbacks"` // decided by the fallback policy (tokenring_fallback_decisions_total)
+	Keys      int          `json:"keys"`      // keys whose state this node holds
+	Tenants   []tenantJSON `json:"tenants"`
+}
+
+// nearestLister is implemented by a Cluster that can list the keys it
+// holds (*node.Node).
+type nearestLister interface {
+	Nearest(prefix string, k int) []node.KeyStatus
+	Keys() int
+}
+
+// nearestParam is the ?n= of a request: how many tenants to list.
+func nearestParam(req *http.Request) (int, error) {
+	s := req.URL.Query().Get("n")
+	if s == "" {
+		return defaultNearest, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > maxNearest {
+		return 0, fmt.Errorf("n: want 0 to %d, got %q", maxNearest, s)
+	}
+	return n, nil
+}
+
+func (r *Router) adminStats(w http.ResponseWriter, req *http.Request) {
+	n, err := nearestParam(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, r.stats(n))
+}
+
+// stats is this node's statsJSON with up to n tenants.
+func (r *Router) stats(n int) statsJSON {
+	s := statsJSON{Node: r.cluster.Name(), NowMS: r.cfg.Now().UnixMilli(), Tenants: []tenantJSON{}}
+	d := sumBy(r.metrics.decisions, "result")
+	s.Decisions = countsJSON{Allowed: d["allowed"], Refused: d["refused"]}
+	f := sumBy(r.metrics.fallbacks, "result")
+	s.Fallbacks = countsJSON{Allowed: f["allowed"], Refused: f["refused"]}
+	c := sumBy(r.metrics.calls, "where")
+	s.Calls = callsJSON{Local: c["local"], Forwarded: c["forwarded"], Failed: c["failed"]}
+	if l, ok := r.cluster.(nearestLister); ok {
+		s.Keys = l.Keys()
+		for _, k := range l.Nearest(TenantKey(""), n) {
+			s.Tenants = append(s.Tenants, tenantJSON{
+				Tenant: strings.TrimPrefix(k.Key, TenantKey("")),
+				Owner:  s.Node,
+				Used:   k.Used,
+				Limits: limitsOf(k.Status),
+			})
+		}
+	}
+	return s
+}
+
+// sumBy sums c's counters (a histogram's counts) by the value of label.
+func sumBy(c prometheus.Collector, label string) map[string]int64 {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	sums := map[string]int64{}
+	for m := range ch {
+		var pb dto.Metric
+		if m.Write(&pb) != nil {
+			continue
+		}
+		var v int64
+		switch {
+		case pb.Counter != nil:
+			v = int64(pb.Counter.GetValue())
+		case pb.Histogram != nil:
+			v = int64(pb.Histogram.GetSampleCount())
+		}
+		for _, lp := range pb.GetLabel() {
+			if lp.GetName() == label {
+				sums[lp.GetValue()] += v
+			}
+		}
+	}
+	return sums
+}
+
+// clusterMemberJSON is one member in GET /admin/cluster: /admin/ring's
+// member, and its /admin/stats or why they could not be had.
+type clusterMemberJSON struct {
+	memberJSON
+	Stats *statsJSON `json:"stats,omitempty"`
+	Error string     `json:"error,omitempty"`
+}
+
+// clusterJSON is GET /admin/cluster.
+type clusterJSON struct {
+	Self           string              `json:"self"`
+	Version        string              `json:"version"`
+	PartitionCount int                 `json:"partition_count"`
+	Owners         []int               `json:"owners"` // partition → index in members
+	Members        []clusterMemberJSON `json:"members"`
+	Tenants        []tenantJSON        `json:"tenants"` // every member's, nearest their limits first, at most n
+}
+
+func (r *Router) adminCluster(w http.ResponseWriter, req *http.Request) {
+	n, err := nearestParam(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rg := r.cluster.Ring()
+	if rg == nil {
+		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
+		return
+	}
+	out := clusterJSON{Self: r.cluster.Name(), Version: rg.Version(), PartitionCount: rg.PartitionCount(), Tenants: []tenantJSON{}}
+	counts := rg.Partitions()
+	index := map[string]int{}
+	for i, m := range rg.Members() {
+		index[m.Name] = i
+		out.Members = append(out.Members, clusterMemberJSON{memberJSON: memberJSON{
+			Name: m.Name, HTTP: m.HTTP, Peer: m.Peer, Gossip: m.Gossip, Partitions: counts[m.Name]}})
+	}
+	out.Owners = make([]int, rg.PartitionCount())
+	for p := range out.Owners {
+		out.Owners[p] = -1
+		if m, ok := rg.PartitionOwner(p); ok {
+			out.Owners[p] = index[m.Name]
+		}
+	}
+	r.gatherStats(req.Context(), out.Members, n)
+	for _, m := range out.Members {
+		if m.Stats != nil {
+			out.Tenants = append(out.Tenants, m.Stats.Tenants...)
+		}
+	}
+	slices.SortStableFunc(out.Tenants, func(a, b tenantJSON) int {
+		if c := cmp.Compare(b.Used, a.Used); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Tenant, b.Tenant)
+	})
+	out.Tenants = out.Tenants[:min(n, len(out.Tenants))]
+	writeJSON(w, http.StatusOK, out)
+}
+
+// gatherStats fills in every member's stats, this node's from here and the
+// others' from their /admin/stats, all at once.
+func (r *Router) gatherStats(ctx context.Context, members []clusterMemberJSON, n int) {
+	var wg sync.WaitGroup
+	for i := range members {
+		m := &members[i]
+		if m.Name == r.cluster.Name() {
+			s := r.stats(n)
+			m.Stats = &s
+			continue
+		}
+		wg.Go(func() {
+			s, err := r.memberStats(ctx, m.HTTP, n)
+			if err != nil {
+				m.Error = err.Error()
+				return
+			}
+			m.Stats = s
+		})
+	}
+	wg.Wait()
+}
+
+// memberStats GETs /admin/stats from the member at addr.
+func (r *Router) memberStats(ctx context.Context, addr string, n int) (*statsJSON, error) {
+	if addr == "" {
+		return nil, fmt.Errorf("no HTTP address advertised")
+	}
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/admin/stats?n="+strconv.Itoa(n), nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.AdminToken)
+	}
+	resp, err := statsClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /admin/stats: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var s statsJSON
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("GET /admin/stats: %w", err)
+	}
+	return &s, nil
+}
