@@ -1,6 +1,6 @@
 package test
 
-// "Exact through change" (issue 6, DESIGN.md "Handoff", "Fallback", "Drain"):
+// "Exact through change" (issue 6; ARCHITECTURE.md "Custody", "Drain"; README.md "A cluster"):
 // real tokenringd processes with the shipped defaults (15 ms forward_timeout,
 // LAN gossip), clients sending through every live node before, during and
 // after a ring change, every tenant driven past its limit. Each tenant must
@@ -260,6 +260,7 @@ func (ct *changeTest) finish(d *LoadDriver, what string) LoadResult {
 // A fourth node joins a busy three-node cluster: the keys that move (to the
 // joiner, and between old members under bounded load) keep their counts.
 func TestJoinUnderLoadIsExact(t *testing.T) {
+	needFull(t)
 	start := time.Now()
 	const window = 60 * time.Second
 	c := NewCluster(t, daemon, 3, changeConfig(window))
@@ -295,6 +296,7 @@ func TestJoinUnderLoadIsExact(t *testing.T) {
 // /readyz fails first, clients stop choosing it, it drains and hands its
 // keys over, and nobody sees an error or a reset.
 func TestSigtermLeaveUnderLoadIsExact(t *testing.T) {
+	needFull(t)
 	start := time.Now()
 	const window = 60 * time.Second
 	c := NewCluster(t, daemon, 3, changeConfig(window))
@@ -334,6 +336,7 @@ func TestSigtermLeaveUnderLoadIsExact(t *testing.T) {
 // health-checks /readyz every 100 ms; clients send only through HAProxy,
 // over keep-alive connections.
 func TestRollingRestartThroughHAProxyIsExact(t *testing.T) {
+	needFull(t)
 	needCommand(t, "haproxy")
 	start := time.Now()
 	// The window is longer than the default here only because three
@@ -382,6 +385,7 @@ func busyConfig(runs int) string {
 // exactly at the limit, with no fallback answer, ten runs in a row: 900
 // acquires from 96 concurrent clients, round robin over the nodes.
 func TestBusyClusterIsExactTenRuns(t *testing.T) {
+	needFull(t)
 	const runs = 10
 	start := time.Now()
 	c := NewCluster(t, daemon, 3, busyConfig(runs))

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,9 +12,13 @@ import (
 	"time"
 )
 
-var daemon string // path of the tokenringd binary built for these tests
+var daemon string // path of the tokenringd binary built for these tests; empty under -short
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() { // every test that needs the binary skips (needFull)
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "tokenring-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,6 +63,34 @@ func newClient() *http.Client {
 	}
 }
 
+// startWorkers runs work on n goroutines, worker w as work(w, stop), and
+// returns halt: it closes stop and waits until every worker has returned.
+// halt is also registered with t.Cleanup, so the workers stop on every path
+// out of the test, a t.Fatal included, before the cluster's processes are
+// killed (cleanups run last registered, first) and before the test is
+// over: a worker may call t.Errorf, never after the test has completed.
+// work must return soon after stop is closed. Calling halt again does
+// nothing.
+func startWorkers(t *testing.T, n int, work func(w int, stop <-chan struct{})) (halt func()) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(w, stop)
+		}()
+	}
+	var once sync.Once
+	halt = func() {
+		once.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	t.Cleanup(halt)
+	return halt
+}
+
 // roundRobin fires n acquires at once, request i to node i mod len(procs),
 // and counts allowed and refused answers by reason.
 func roundRobin(t *testing.T, procs []*Proc, n int, body func(i int) string) (allowed int, reasons map[string]int) {
@@ -100,6 +133,7 @@ func roundRobin(t *testing.T, procs []*Proc, n int, body func(i int) string) (al
 }
 
 func TestClusterExactLimits(t *testing.T) {
+	needFull(t)
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
 	cases := []struct {
 		name, body string
@@ -148,6 +182,7 @@ func tenantsOwnedBy(t *testing.T, via *Proc, owner, prefix string, n int) []stri
 }
 
 func TestClusterPoolAcrossOwners(t *testing.T) {
+	needFull(t)
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
 	// Three tenants with three different owners share the pool.
 	var tenants []string
@@ -188,6 +223,7 @@ func TestClusterPoolAcrossOwners(t *testing.T) {
 }
 
 func TestClusterOwnershipAgrees(t *testing.T) {
+	needFull(t)
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
 	owners := map[string]string{}
 	client := newClient()
@@ -231,6 +267,7 @@ func TestClusterOwnershipAgrees(t *testing.T) {
 // Convergence budgets with the shipped LAN gossip timings. WaitConverged
 // fails the test when a budget is exceeded; the times are logged too.
 func TestClusterConvergence(t *testing.T) {
+	needFull(t)
 	const (
 		readyBudget = 5 * time.Second // exec to /readyz 200: joined, ring built, owned partitions received
 		joinBudget  = 2 * time.Second // every node sees the joiner (push-pull at join)
@@ -255,6 +292,7 @@ func TestClusterConvergence(t *testing.T) {
 }
 
 func TestClusterOwnerCrashFallsBack(t *testing.T) {
+	needFull(t)
 	const cfg = `
 limits:
   default: {rpm: 100000, tpm: 100000000, concurrency: 100000}
@@ -277,42 +315,35 @@ fallback: degraded
 	var mu sync.Mutex
 	var answers []answer
 	var failures atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5000; i++ { // bounded in count, and stopped below
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				p := survivors[(w+i)%2]
-				start := time.Now()
-				code, out, err := Post(context.Background(), client, p.URL()+"/v1/acquire",
-					fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tenant))
-				if err != nil {
-					failures.Add(1)
-					t.Errorf("acquire via %s: %v", p.Name, err)
-					continue
-				}
-				owner, _ := out["owner"].(string)
-				mu.Lock()
-				answers = append(answers, answer{at: start, code: code, fallback: out["fallback"] == true, owner: owner, took: time.Since(start)})
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
+	halt := startWorkers(t, 4, func(w int, stop <-chan struct{}) {
+		for i := 0; i < 5000; i++ { // bounded in count, and stopped below
+			select {
+			case <-stop:
+				return
+			default:
 			}
-		}()
-	}
+			p := survivors[(w+i)%2]
+			start := time.Now()
+			code, out, err := Post(context.Background(), client, p.URL()+"/v1/acquire",
+				fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tenant))
+			if err != nil {
+				failures.Add(1)
+				t.Errorf("acquire via %s: %v", p.Name, err)
+				continue
+			}
+			owner, _ := out["owner"].(string)
+			mu.Lock()
+			answers = append(answers, answer{at: start, code: code, fallback: out["fallback"] == true, owner: owner, took: time.Since(start)})
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
 	time.Sleep(300 * time.Millisecond)
 	killedAt := time.Now()
 	c.Kill(victim)
 	converged := c.WaitConverged(30 * time.Second)
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	halt()
 
 	var before, during, after, slow int
 	var maxTook time.Duration

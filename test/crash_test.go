@@ -63,6 +63,7 @@ func waitDebtsRepaid(t *testing.T, procs []*Proc, timeout time.Duration) time.Du
 // An owner killed with SIGKILL after a replication round loses nothing:
 // its keys continue from their replicas at the new owners.
 func TestCrashAfterReplicationKeepsCounts(t *testing.T) {
+	needFull(t)
 	const cfg = `
 limits:
   default: {rpm: 10, tpm: 100000000, concurrency: 100000}
@@ -155,6 +156,7 @@ limits:
 // tenants' counts at their new owners miss only what the dead owner admitted
 // in its last replication interval (1 s, plus transfer slack).
 func TestCrashLossIsBoundedByReplicationInterval(t *testing.T) {
+	needFull(t)
 	// The shipped replication interval (100 ms), and the slack a round
 	// needs to finish (snapshot, send, the backup's answer) on a loaded
 	// 2-core machine. Run with a 2 s interval, the new owners missed 8,215
@@ -181,40 +183,33 @@ replication: {interval: %s}
 	}
 	var mu sync.Mutex
 	var admitted []admission
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 20000; i++ { // bounded; stopped below
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				tn := tenants[(w*7+i)%len(tenants)]
-				code, out, err := Post(context.Background(), client, survivors[(w+i)%2].URL()+"/v1/acquire",
-					fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tn))
-				if err != nil || code >= 500 {
-					t.Errorf("acquire: %d %v", code, err)
-					continue
-				}
-				if out["allowed"] == true {
-					mu.Lock()
-					admitted = append(admitted, admission{at: time.Now(), tenant: tn, fallback: out["fallback"] == true})
-					mu.Unlock()
-				}
+	halt := startWorkers(t, 4, func(w int, stop <-chan struct{}) {
+		for i := 0; i < 20000; i++ { // bounded; stopped below
+			select {
+			case <-stop:
+				return
+			default:
 			}
-		}()
-	}
+			tn := tenants[(w*7+i)%len(tenants)]
+			code, out, err := Post(context.Background(), client, survivors[(w+i)%2].URL()+"/v1/acquire",
+				fmt.Sprintf(`{"tenant":%q,"prompt_tokens":1,"max_tokens":1}`, tn))
+			if err != nil || code >= 500 {
+				t.Errorf("acquire: %d %v", code, err)
+				continue
+			}
+			if out["allowed"] == true {
+				mu.Lock()
+				admitted = append(admitted, admission{at: time.Now(), tenant: tn, fallback: out["fallback"] == true})
+				mu.Unlock()
+			}
+		}
+	})
 	time.Sleep(2500 * time.Millisecond) // load runs across several replication rounds
 	killedAt := time.Now()
 	c.Kill(victim)
 	c.WaitConverged(30 * time.Second)
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	halt()
 
 	// Fallback admissions are debts, charged to the new owners: wait until
 	// the survivors owe nothing.
@@ -270,6 +265,7 @@ replication: {interval: %s}
 // transport errors are allowed only to the killed node, at the kill, and
 // the clients stop using it; the survivors owe no debts in the end.
 func TestCrashUnderLoadOvershoot(t *testing.T) {
+	needFull(t)
 	for _, tc := range []struct {
 		name      string
 		mode      string

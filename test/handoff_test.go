@@ -2,7 +2,7 @@ package test
 
 // Handoff tests: when the ring changes (a node joins, or leaves gracefully
 // with SIGTERM) the moved keys' limiter state goes to their new owner, so no
-// budget is reset and nothing is counted twice (DESIGN.md, "Handoff").
+// budget is reset and nothing is counted twice (ARCHITECTURE.md, "Custody").
 // Crashes (SIGKILL) still lose the dead owner's state and are not tested here.
 
 import (
@@ -347,6 +347,7 @@ func groupByMove(before, after map[string]string, special string) func(string) s
 }
 
 func TestHandoffOnJoinKeepsCounts(t *testing.T) {
+	needFull(t)
 	const (
 		per   = 6  // admitted before the join
 		limit = 10 // rpm
@@ -410,6 +411,7 @@ func TestHandoffOnJoinKeepsCounts(t *testing.T) {
 }
 
 func TestHandoffOnGracefulLeaveKeepsCounts(t *testing.T) {
+	needFull(t)
 	const (
 		per   = 6
 		limit = 10
@@ -476,6 +478,7 @@ func TestHandoffOnGracefulLeaveKeepsCounts(t *testing.T) {
 }
 
 func TestHandoffKeepsLeases(t *testing.T) {
+	needFull(t)
 	const (
 		conc = 5 // slots per tenant
 		more = 3 // acquires after one slot is freed; exactly one may pass

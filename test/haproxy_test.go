@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -90,10 +91,12 @@ backend nodes
 
 // startServer runs a helper server (haproxy, redis-server) until the test
 // ends and waits until it accepts connections on addr. Its output is
-// printed if the test fails.
+// printed if the test fails. The server also gets SIGKILL if the test
+// process dies (a -timeout panic, a kill), when no cleanup runs.
 func startServer(t *testing.T, addr, bin string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = dieWithTest()
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -127,9 +130,21 @@ func startServer(t *testing.T, addr, bin string, args ...string) {
 	}
 }
 
+// dieWithTest is the SysProcAttr of every helper process a test starts
+// (haproxy, redis-server, node): SIGKILL when the test process dies, so
+// that a test binary killed by -timeout leaves no orphan holding a port.
+// Strictly, Pdeathsig fires when the OS thread that started the child
+// exits, which the Go runtime does only to a thread whose goroutine exits
+// locked to it (none here). The tokenringd processes get the same from the
+// harness when they are started through a Prefix.
+func dieWithTest() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
 // Behind a plain L4 load balancer, every connection lands on any node, and
 // the cluster still admits exactly the limit.
 func TestHAProxyInFrontOfThreeNodes(t *testing.T) {
+	needFull(t)
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
 	lb := startHAProxy(t, c.Procs)
 	lbProc := &Proc{Name: "haproxy", HTTP: strings.TrimPrefix(lb, "http://")}

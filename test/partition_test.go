@@ -205,6 +205,7 @@ func procMetric(p *Proc, name string) (float64, error) {
 // more than 90 + 30 times in all. The goal is exactly 90: the slack is for
 // what a partition may cost, not for a key counted twice over 25 s.
 func TestPartitionHealsWithoutOvershoot(t *testing.T) {
+	needFull(t)
 	start := time.Now()
 	lab := newNetLab(t, "n1", "n2", "n3")
 	t.Logf("network: %s", lab.Describe())

@@ -62,6 +62,7 @@ type sdkOutput struct {
 // headers and settled usage, and a refusal that the SDK surfaces as its
 // RateLimitError.
 func TestOpenAISDK(t *testing.T) {
+	needFull(t)
 	node, why := sdkNode()
 	if why != "" {
 		if os.Getenv("CI") == "true" {
@@ -95,6 +96,7 @@ upstream:
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "sdk/openai.mjs")
+	cmd.SysProcAttr = dieWithTest()
 	cmd.Env = append(os.Environ(),
 		"TOKENRING_BASE_URL="+proc.URL()+"/v1",
 		"TOKENRING_API_KEY=sk-acme-sdk",

@@ -25,6 +25,7 @@ func startRedis(t *testing.T) string {
 // that the three survivors are a majority of the membership: two of three
 // would be a minority, which owns nothing; see TestSplit* in node.)
 func TestCrashOfOwnerAndBackupRestoresFromRedis(t *testing.T) {
+	needFull(t)
 	url := startRedis(t)
 	const cfg = `
 limits:
@@ -91,6 +92,7 @@ limits:
 // The restarted nodes read the checkpoint when they start, so keys come
 // back with their partitions, not on a Redis read when first asked for.
 func TestWholeClusterRestartFromRedis(t *testing.T) {
+	needFull(t)
 	url := startRedis(t)
 	// rpm 100 over a 10-minute window, so that nothing slides out of the
 	// window while the cluster restarts.
