@@ -83,7 +83,7 @@ func BenchmarkVersusBaselines(b *testing.B) {
 				key := name(seq.Add(1))
 				l, ok := limiters.Load(key)
 				if !ok {
-					l, _ = limiters.LoadOrStore(key, rate.NewLimiter(rate.Inf, 1))
+					l, _ = limiters.LoadOrStore(key, newBaselineLimiter())
 				}
 				if !l.(*rate.Limiter).Allow() {
 					b.Fatal("refused")
@@ -91,6 +91,46 @@ func BenchmarkVersusBaselines(b *testing.B) {
 			}
 		})
 	})
+}
+
+// Per-node x/time/rate baseline: a finite rate and burst that no run of
+// BenchmarkVersusBaselines exhausts (a key gets about b.N/1,000 decisions, a
+// minute's run some millions in all), so every decision admits, but only
+// after the token bucket's arithmetic: refill by the time elapsed, cap at
+// the burst, take one. rate.Inf would return before any of it.
+const (
+	baselineRate  = rate.Limit(1e12) // tokens a second
+	baselineBurst = 1 << 40
+)
+
+func newBaselineLimiter() *rate.Limiter { return rate.NewLimiter(baselineRate, baselineBurst) }
+
+// TestBaselineLimiterDoesTheTokenMath checks that the x/time/rate baseline
+// of BenchmarkVersusBaselines measures a token bucket: at one instant it
+// admits its burst, then refuses what the elapsed time has not refilled (an
+// infinite rate admits everything), admits again once time has, and at the
+// benchmark's pace it never refuses.
+func TestBaselineLimiterDoesTheTokenMath(t *testing.T) {
+	l := newBaselineLimiter()
+	t0 := time.Now()
+	if !l.AllowN(t0, baselineBurst) {
+		t.Fatalf("refused its burst of %d", baselineBurst)
+	}
+	// At 1e12 tokens a second, 1,000 tokens take a nanosecond: the
+	// smallest wait a time.Duration can express (a smaller deficit rounds
+	// to no wait at all, and is admitted).
+	if l.AllowN(t0, 1000) {
+		t.Fatal("admitted 1,000 past an empty bucket at the same instant: the limiter does no token math (rate.Inf?)")
+	}
+	if !l.AllowN(t0.Add(time.Microsecond), 1000) { // a microsecond refills a million
+		t.Fatal("refused after a refill")
+	}
+	l = newBaselineLimiter()
+	for i := range 100_000 { // back to back: the benchmark's pace, one key
+		if !l.Allow() {
+			t.Fatalf("refused decision %d", i)
+		}
+	}
 }
 
 // TestSlidingLogMemoryGrowsWithRate measures what the sorted-set design costs
