@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,24 +43,52 @@ type loadConfig struct {
 
 // loadResult is what it measured.
 type loadResult struct {
-	Requests    int            `json:"requests"`
-	Allowed     int            `json:"allowed"`
-	Refused     int            `json:"refused"`
-	Fallback    int            `json:"fallback"`
-	Errors      int            `json:"errors"`
-	Codes       map[string]int `json:"codes"`
-	Seconds     float64        `json:"seconds"`
-	PerSecond   float64        `json:"decisions_per_second"`
-	P50us       float64        `json:"p50_us"`
+	Requests    int            `json:"requests"`             // acquires answered, whatever the status (each has a latency)
+	Allowed     int            `json:"allowed"`              // 200 {"allowed":true}
+	Refused     int            `json:"refused"`              // 429
+	Fallback    int            `json:"fallback"`             // answers flagged "fallback":true, allowed or refused
+	Errors      int            `json:"errors"`               // transport errors, and answers neither allowed nor refused (a 503, a 400, a 200 without "allowed":true)
+	Codes       map[string]int `json:"codes"`                // answers by HTTP status
+	Seconds     float64        `json:"seconds"`              // the run's wall time
+	PerSecond   float64        `json:"decisions_per_second"` // (allowed + refused) / seconds
+	P50us       float64        `json:"p50_us"`               // latency quantiles of the answered acquires
 	P90us       float64        `json:"p90_us"`
 	P99us       float64        `json:"p99_us"`
 	MaxUs       float64        `json:"max_us"`
 	Route       string         `json:"route"`
 	Workers     int            `json:"workers"`
-	Completions int            `json:"completions"`
+	Completions int            `json:"completions"` // admitted leases completed: /v1/complete answered 200 "settled":true
 }
 
+// maxWorkers and maxRoutedTenants bound -c, and -tenants under -route
+// owner or other (one admin lookup per tenant, before the run).
+const (
+	maxWorkers       = 10_000
+	maxRoutedTenants = 100_000
+)
+
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseLoad(args, stderr)
+	if err != nil {
+		return err
+	}
+	res, err := load(ctx, c)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	fmt.Fprintf(stdout, "route=%s workers=%d requests=%d allowed=%d refused=%d fallback=%d errors=%d codes=%v\n",
+		res.Route, res.Workers, res.Requests, res.Allowed, res.Refused, res.Fallback, res.Errors, res.Codes)
+	fmt.Fprintf(stdout, "%.0f decisions/s over %.2fs; latency p50 %.0fµs p90 %.0fµs p99 %.0fµs max %.0fµs\n",
+		res.PerSecond, res.Seconds, res.P50us, res.P90us, res.P99us, res.MaxUs)
+	return nil
+}
+
+// parseLoad parses and checks the flags of `tokenring load`; every mistake
+// is an error wrapping errUsage, found before any request is sent.
+func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	var c loadConfig
 	fs := newFlagSet("load", stderr)
 	targets := fs.String("targets", "http://127.0.0.1:8080", "comma-separated node base `URLs`")
@@ -74,41 +105,53 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Uint64Var(&c.seed, "seed", 1, "random `seed` for tenant choice")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimRight(strings.TrimSpace(t), "/"); t != "" {
 			c.targets = append(c.targets, t)
 		}
 	}
+	if err := c.check(); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return c, nil
+}
+
+// check validates a parsed loadConfig.
+func (c loadConfig) check() error {
+	if len(c.targets) == 0 {
+		return errors.New("-targets is empty")
+	}
+	for _, t := range c.targets {
+		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("-targets: %q is not an http(s) base URL", t)
+		}
+	}
 	switch {
-	case len(c.targets) == 0:
-		return fmt.Errorf("%w: -targets is empty", errUsage)
 	case c.workers < 1 || c.requests < 1 || c.tenants < 1 || c.duration <= 0:
-		return fmt.Errorf("%w: -c, -n, -tenants and -d must be positive", errUsage)
+		return errors.New("-c, -n, -tenants and -d must be positive")
+	case c.workers > maxWorkers:
+		return fmt.Errorf("-c must be at most %d", maxWorkers)
 	case c.route != "rr" && c.route != "owner" && c.route != "other":
-		return fmt.Errorf("%w: -route must be rr, owner or other", errUsage)
+		return errors.New("-route must be rr, owner or other")
+	case c.route != "rr" && c.tenants > maxRoutedTenants:
+		return fmt.Errorf("-tenants must be at most %d with -route %s", maxRoutedTenants, c.route)
+	case c.promptTokens < 0 || c.maxTokens < 1:
+		return errors.New("-prompt-tokens must be at least 0 and -max-tokens at least 1")
 	}
-	res, err := load(ctx, c)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return json.NewEncoder(stdout).Encode(res)
-	}
-	fmt.Fprintf(stdout, "route=%s workers=%d requests=%d allowed=%d refused=%d fallback=%d errors=%d codes=%v\n",
-		res.Route, res.Workers, res.Requests, res.Allowed, res.Refused, res.Fallback, res.Errors, res.Codes)
-	fmt.Fprintf(stdout, "%.0f decisions/s over %.2fs; latency p50 %.0fµs p90 %.0fµs p99 %.0fµs max %.0fµs\n",
-		res.PerSecond, res.Seconds, res.P50us, res.P90us, res.P99us, res.MaxUs)
 	return nil
 }
 
 // routes returns, per tenant index, the base URL to send its requests to.
 func routes(ctx context.Context, client *http.Client, c loadConfig) ([]string, error) {
-	out := make([]string, c.tenants)
 	if c.route == "rr" {
 		return nil, nil
 	}
+	out := make([]string, c.tenants)
 	var ring struct {
 		Members []struct{ Name, HTTP string } `json:"members"`
 	}
@@ -156,7 +199,8 @@ func getJSON(ctx context.Context, client *http.Client, url string, v any) error 
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// load runs the workers and aggregates what they saw.
+// load runs the workers until -n acquires are sent or -d has passed,
+// whichever comes first, and aggregates what they saw.
 func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	client := &http.Client{
 		Timeout:   10 * time.Second,
@@ -169,90 +213,129 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
-
-	type workerResult struct {
-		lat                                             []time.Duration
-		allowed, refused, fallback, errors, completions int
-		codes                                           map[string]int
-	}
-	results := make([]workerResult, c.workers)
-	var next sync.Mutex
-	issued := 0
-	take := func() bool {
-		next.Lock()
-		defer next.Unlock()
-		if issued >= c.requests {
-			return false
-		}
-		issued++
-		return true
-	}
+	quota := &quota{left: c.requests}
+	workers := make([]*worker, c.workers)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range c.workers {
+	for i := range workers {
+		w := &worker{id: i, c: c, client: client, routeOf: routeOf, quota: quota,
+			rng: rand.New(rand.NewPCG(c.seed, uint64(i))), codes: map[string]int{}}
+		workers[i] = w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := &results[w]
-			r.codes = map[string]int{}
-			rng := rand.New(rand.NewPCG(c.seed, uint64(w)))
-			for i := 0; ctx.Err() == nil && take(); i++ {
-				ti := rng.IntN(c.tenants)
-				tenant := tenantName(c, ti)
-				base := c.targets[(w+i)%len(c.targets)]
-				if routeOf != nil {
-					base = routeOf[ti]
-				}
-				body := fmt.Sprintf(`{"tenant":%q,"model":%q,"prompt_tokens":%d,"max_tokens":%d}`, tenant, c.model, c.promptTokens, c.maxTokens)
-				t0 := time.Now()
-				code, out, err := post(ctx, client, base+"/v1/acquire", body)
-				lat := time.Since(t0)
-				if err != nil {
-					if ctx.Err() == nil {
-						r.errors++
-					}
-					continue
-				}
-				r.lat = append(r.lat, lat)
-				r.codes[fmt.Sprint(code)]++
-				if out.Fallback {
-					r.fallback++
-				}
-				switch {
-				case code == http.StatusOK && out.Allowed:
-					r.allowed++
-					if c.complete {
-						cb := fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, tenant, out.Lease, c.promptTokens, c.maxTokens/2)
-						if _, _, err := post(ctx, client, base+"/v1/complete", cb); err == nil {
-							r.completions++
-						}
-					}
-				case code == http.StatusTooManyRequests:
-					r.refused++
-				}
-			}
+			w.run(ctx)
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	return summarize(c, workers, time.Since(start))
+}
+
+// quota hands out the -n acquires to the workers.
+type quota struct {
+	mu   sync.Mutex // guards left
+	left int
+}
+
+// take reports whether an acquire is left to send, and takes it.
+func (q *quota) take() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.left <= 0 {
+		return false
+	}
+	q.left--
+	return true
+}
+
+// worker sends acquires one after the other and counts what it saw. Only
+// its own goroutine touches it until load has waited for it.
+type worker struct {
+	id      int
+	c       loadConfig
+	client  *http.Client
+	routeOf []string // per tenant index, the node to send to; nil: round robin
+	quota   *quota
+	rng     *rand.Rand
+
+	lat                                             []time.Duration // of every answered acquire
+	allowed, refused, fallback, errors, completions int
+	codes                                           map[string]int
+}
+
+// run sends acquires until the quota is spent or ctx ends.
+func (w *worker) run(ctx context.Context) {
+	for i := 0; ctx.Err() == nil && w.quota.take(); i++ {
+		ti := w.rng.IntN(w.c.tenants)
+		base := w.c.targets[(w.id+i)%len(w.c.targets)]
+		if w.routeOf != nil {
+			base = w.routeOf[ti]
+		}
+		w.acquire(ctx, base, tenantName(w.c, ti))
+	}
+}
+
+// acquire sends one acquire for tenant to base, counts its answer, and
+// completes the lease if it was admitted and -complete is set. A request
+// cut by the end of the run counts as nothing.
+func (w *worker) acquire(ctx context.Context, base, tenant string) {
+	body := fmt.Sprintf(`{"tenant":%q,"model":%q,"prompt_tokens":%d,"max_tokens":%d}`, tenant, w.c.model, w.c.promptTokens, w.c.maxTokens)
+	t0 := time.Now()
+	code, out, err := post(ctx, w.client, base+"/v1/acquire", body)
+	lat := time.Since(t0)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.errors++
+		}
+		return
+	}
+	w.lat = append(w.lat, lat)
+	w.codes[strconv.Itoa(code)]++
+	if out.Fallback {
+		w.fallback++
+	}
+	switch {
+	case code == http.StatusOK && out.Allowed:
+		w.allowed++
+		if w.c.complete {
+			w.completeLease(ctx, base, tenant, out.Lease)
+		}
+	case code == http.StatusTooManyRequests:
+		w.refused++
+	default:
+		w.errors++
+	}
+}
+
+// completeLease settles an admitted lease with the prompt and half the
+// completion bound as its usage.
+func (w *worker) completeLease(ctx context.Context, base, tenant, lease string) {
+	body := fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, tenant, lease, w.c.promptTokens, w.c.maxTokens/2)
+	if code, out, err := post(ctx, w.client, base+"/v1/complete", body); err == nil && code == http.StatusOK && out.Settled {
+		w.completions++
+	}
+}
+
+// summarize adds up what the workers saw in a run that took elapsed.
+func summarize(c loadConfig, workers []*worker, elapsed time.Duration) (loadResult, error) {
 	res := loadResult{Codes: map[string]int{}, Seconds: elapsed.Seconds(), Route: c.route, Workers: c.workers}
 	var lat []time.Duration
-	for _, r := range results {
-		lat = append(lat, r.lat...)
-		res.Allowed += r.allowed
-		res.Refused += r.refused
-		res.Fallback += r.fallback
-		res.Errors += r.errors
-		res.Completions += r.completions
-		for k, v := range r.codes {
+	for _, w := range workers {
+		lat = append(lat, w.lat...)
+		res.Allowed += w.allowed
+		res.Refused += w.refused
+		res.Fallback += w.fallback
+		res.Errors += w.errors
+		res.Completions += w.completions
+		for k, v := range w.codes {
 			res.Codes[k] += v
 		}
 	}
 	res.Requests = len(lat)
 	if res.Requests == 0 {
-		return res, fmt.Errorf("no request succeeded (%d errors)", res.Errors)
+		return res, fmt.Errorf("no request was answered (%d errors)", res.Errors)
 	}
-	res.PerSecond = float64(res.Requests) / elapsed.Seconds()
+	res.PerSecond = float64(res.Allowed+res.Refused) / elapsed.Seconds()
 	slices.Sort(lat)
 	q := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
@@ -261,11 +344,13 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	return res, nil
 }
 
-// decision is the part of an acquire answer the load generator reads.
+// decision is the part of an acquire (or complete) answer the load
+// generator reads.
 type decision struct {
 	Allowed  bool   `json:"allowed"`
 	Lease    string `json:"lease"`
 	Fallback bool   `json:"fallback"`
+	Settled  bool   `json:"settled"` // of /v1/complete
 }
 
 func post(ctx context.Context, client *http.Client, url, body string) (int, decision, error) {
