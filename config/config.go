@@ -1,7 +1,7 @@
 // Package config is tokenringd's YAML configuration: the limits of tenants
 // and upstream pools, the fallback policy, the proxy's API keys and upstream.
-// The file format is DESIGN.md's "Config (YAML)"; the optional fields
-// default_max_tokens, queue and anthropic_upstream extend it.
+// The file format is README.md's "Configuration" (every field optional);
+// the YAML names are the field tags of Config below.
 //
 // A Config is a plain value: Default returns the built-in one, Parse and Load
 // read a file on top of it and validate the result. ${VAR} references are
@@ -63,7 +63,7 @@ type Upstream struct {
 	APIKey string `yaml:"api_key,omitempty"`
 }
 
-// Queue configures the wait queues (DESIGN.md, "Queueing instead of 429").
+// Replication configures how owners copy changed keys to their backups (README.md, "A cluster").
 type Replication struct {
 	// Interval is how often an owner copies the keys it changed to their
 	// backup (and to the checkpoint): what a crash can lose in async mode

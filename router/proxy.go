@@ -1,6 +1,6 @@
 package router
 
-// The LLM proxy (DESIGN.md, "LLM proxy"): OpenAI's POST /v1/chat/completions
+// The LLM proxy (README.md, "LLM proxy"): OpenAI's POST /v1/chat/completions
 // and Anthropic's POST /v1/messages, admitted through the same path as the
 // decision API (Router.admit), forwarded to the upstream, and settled with
 // the usage the upstream reported.

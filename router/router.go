@@ -46,7 +46,7 @@ type Counter interface {
 // FallbackPolicy says what to do when a key's owner does not answer.
 type FallbackPolicy string
 
-// The fallback policies of DESIGN.md.
+// The fallback policies, applied only when a key's owner is unreachable (README.md, "A cluster").
 const (
 	Degraded FallbackPolicy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ members, as debts
 	Open     FallbackPolicy = "open"     // admit, as debts

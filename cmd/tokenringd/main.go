@@ -46,7 +46,7 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-// flags are tokenringd's command line (DESIGN.md "tokenringd flags").
+// flags are tokenringd's command line (README.md, "Configuration").
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
 	gossipProfile, logLevel                       string
@@ -319,7 +319,7 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 	log.Info("checkpoint preloaded", "keys", keys, "took", time.Since(start))
 }
 
-// drain leaves the cluster without a client noticing (DESIGN.md "Drain"):
+// drain leaves the cluster without a client noticing (ARCHITECTURE.md, "Drain"):
 // /readyz fails at once and every answer closes its connection, so load
 // balancers and clients move elsewhere (a request already on its way is
 // still answered; closing idle connections at once would race with it), while the node keeps serving and
