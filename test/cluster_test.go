@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,13 +11,9 @@ import (
 	"time"
 )
 
-var daemon string // path of the tokenringd binary built for these tests; empty under -short
+var daemon string // path of the tokenringd binary built for these tests
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() { // every test that needs the binary skips (needFull)
-		os.Exit(m.Run())
-	}
 	dir, err := os.MkdirTemp("", "tokenring-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -5,9 +5,7 @@ import "testing"
 // needFull skips t under -short (make test-short): t is one of the slow
 // multi-process tests, which start real tokenringd processes (and, some of
 // them, haproxy, redis-server, Node.js or network namespaces) and take
-// seconds to minutes each. Call it first thing in every such test. Under
-// -short TestMain does not build tokenringd either, so a test that starts
-// processes without calling needFull fails there at once.
+// seconds to minutes each. Call it first thing in every such test.
 func needFull(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
