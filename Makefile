@@ -60,3 +60,11 @@ vet:
 
 clean:
 	rm -rf $(BIN)
+
+## demo: a fake LLM upstream (fakellm) and three nodes on free loopback ports,
+## then a scripted walk with the real HTTP exchanges: admits, a 429 with its
+## headers, a streamed completion settled with its usage, the ring and an
+## owner, a fourth node joining; it stops everything it started (cmd/demo).
+.PHONY: demo
+demo: build
+	$(BIN)/demo -bin $(BIN)

@@ -1,6 +1,8 @@
 // Package fakeupstream is a fake OpenAI and Anthropic API for tests: non-streaming
 // and SSE answers in each provider's event sequence, configurable usage, cut
-// streams, errors, and a record of the requests it received.
+// streams, errors, and a record of the requests it received. NewUpstream
+// serves it on an httptest server that belongs to one test; New makes the
+// bare http.Handler, which cmd/fakellm serves as a command.
 package fakeupstream
 
 import (
@@ -29,16 +31,22 @@ import (
 // req_fake, the first to check that the proxy replaces the upstream's own
 // rate-limit headers, the second that it passes the others through.
 //
-// An Upstream belongs to one test; t.Cleanup releases held answers and
-// closes the server. Its methods are safe for concurrent use.
+// An Upstream made by NewUpstream belongs to one test; t.Cleanup releases
+// held answers and closes the server. One made by New is an http.Handler
+// that serves no address of its own; Close releases its held answers. Its
+// methods are safe for concurrent use.
 type Upstream struct {
-	srv     *httptest.Server
-	key     string
-	closing chan struct{} // closed by cleanup: held answers return
+	srv       *httptest.Server // nil for an Upstream made by New
+	mux       *http.ServeMux
+	key       string
+	closing   chan struct{} // closed by Close: held answers return
+	closeOnce sync.Once
 
-	mu    sync.Mutex // guards reply and reqs
-	reply UpstreamReply
-	reqs  []UpstreamRequest
+	mu     sync.Mutex // guards reply, reqs and served
+	reply  UpstreamReply
+	reqs   []UpstreamRequest
+	served int  // requests received so far: the ids of the answers
+	keep   bool // keep every request for Requests (NewUpstream's, not New's)
 }
 
 // UpstreamReply is how an Upstream answers. Zero fields take the defaults
@@ -80,16 +88,38 @@ type UpstreamRequest struct {
 // 401 to requests without it (OpenAI: Authorization: Bearer; Anthropic:
 // x-api-key), as a real provider would.
 func NewUpstream(t testing.TB, apiKey string) *Upstream {
-	u := &Upstream{key: apiKey, closing: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, false) })
-	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, true) })
-	u.srv = httptest.NewServer(mux)
-	t.Cleanup(func() {
-		close(u.closing)
-		u.srv.Close()
-	})
+	u := New(apiKey)
+	u.keep = true
+	u.srv = httptest.NewServer(u)
+	t.Cleanup(u.Close)
 	return u
+}
+
+// New makes a fake upstream that is only an http.Handler: it serves POST
+// /v1/chat/completions and POST /v1/messages on whatever server the caller
+// puts it on, with the same answers and apiKey check as NewUpstream's. URL
+// and Client are for an Upstream made by NewUpstream, and only such an
+// Upstream records requests: one made by New, meant to run for as long as a
+// command does, keeps none, and its Requests is empty.
+func New(apiKey string) *Upstream {
+	u := &Upstream{key: apiKey, closing: make(chan struct{}), mux: http.NewServeMux()}
+	u.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, false) })
+	u.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, true) })
+	return u
+}
+
+// ServeHTTP answers one request as the fake provider.
+func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) { u.mux.ServeHTTP(w, r) }
+
+// Close releases held answers and, for an Upstream made by NewUpstream,
+// closes its server. Calls after the first do nothing.
+func (u *Upstream) Close() {
+	u.closeOnce.Do(func() {
+		close(u.closing)
+		if u.srv != nil {
+			u.srv.Close()
+		}
+	})
 }
 
 // URL is the base URL to configure as upstream.base_url: "http://127.0.0.1:port/v1".
@@ -153,9 +183,9 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, claude bool) {
 	u.sleep(r, reply.Linger)
 }
 
-// record appends r to the requests received and returns its body decoded
-// (nil if it is not JSON), the reply in force and r's id: its number among
-// the requests, from 1.
+// record counts r among the requests received (and appends it to them if
+// u keeps requests) and returns its body decoded (nil if it is not JSON),
+// the reply in force and r's id: its number among the requests, from 1.
 func (u *Upstream) record(r *http.Request) (body map[string]any, reply UpstreamReply, id string) {
 	raw, _ := io.ReadAll(r.Body)
 	if json.Unmarshal(raw, &body) != nil {
@@ -163,8 +193,11 @@ func (u *Upstream) record(r *http.Request) (body map[string]any, reply UpstreamR
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.reqs = append(u.reqs, UpstreamRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: raw})
-	return body, u.reply, fmt.Sprintf("%d", len(u.reqs))
+	u.served++
+	if u.keep {
+		u.reqs = append(u.reqs, UpstreamRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: raw})
+	}
+	return body, u.reply, fmt.Sprintf("%d", u.served)
 }
 
 // awaitRelease waits until hold is closed. It returns false if r ends or
