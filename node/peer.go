@@ -424,7 +424,10 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			} else {
 				p.forget(id)
 			}
-			if v.doubted() {
+			if v.doubted() || time.Since(p.heardAt()) >= 2*p.fwd.Liveness {
+				// Silent after a probe, or for two Liveness intervals (on
+				// a loaded machine the probe's timer may not have fired;
+				// a live peer answers a ping every 1¼ Liveness at most).
 				return Answer{}, fmt.Errorf("peer %s: %w: silent since a probe when the caller's deadline came: %w", p.addr, ErrPeerDown, ctx.Err())
 			}
 			return Answer{}, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
