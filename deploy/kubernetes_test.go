@@ -303,9 +303,10 @@ func loadDeployment(t *testing.T) deployment {
 	return d
 }
 
-// env resolves the container's environment: values, the downward API
-// (fake, or from fake's POD_NAME-style overrides by field path) and the
-// Secret's keys.
+// env resolves the container's environment: plain values, the downward
+// API (test values: pod tokenring-0 in namespace default at 127.0.0.1, with
+// fields overriding them by field path) and the Secret's keys (its
+// placeholders).
 func (d deployment) env(t *testing.T, where string, fields map[string]string) map[string]string {
 	t.Helper()
 	downward := map[string]string{"metadata.name": "tokenring-0", "metadata.namespace": "default", "status.podIP": "127.0.0.1"}
@@ -535,16 +536,22 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	}
 }
 
+// preStop returns the preStop hook's sleep (0 without one).
+func (d deployment) preStop() time.Duration {
+	if ps := d.c.Lifecycle.PreStop; ps != nil && ps.Sleep != nil {
+		return time.Duration(ps.Sleep.Seconds) * time.Second
+	}
+	return 0
+}
+
 // TestKubernetesShutdown: terminationGracePeriodSeconds covers the preStop
 // sleep, the config's drain and the handoff's timeouts.
 func TestKubernetesShutdown(t *testing.T) {
 	d := loadDeployment(t)
 	cfg := loadConfig(t, "configmap.yaml", d.configText(t), d.env(t, "statefulset.yaml", nil))
-	var preStop time.Duration
-	if ps := d.c.Lifecycle.PreStop; ps == nil || ps.Sleep == nil {
+	preStop := d.preStop()
+	if preStop == 0 {
 		t.Errorf("statefulset.yaml: no preStop sleep")
-	} else {
-		preStop = time.Duration(ps.Sleep.Seconds) * time.Second
 	}
 	grace := d.sts.Spec.Template.Spec.TerminationGracePeriodSeconds
 	if grace == nil {

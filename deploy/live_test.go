@@ -196,21 +196,24 @@ func scrape(t *testing.T, url string) (exported, string) {
 	return ex, body
 }
 
-// TestLive runs the StatefulSet's command line as a two-member cluster and
-// checks the probes, then the metrics of the alerts and the dashboard
-// against a member's /metrics, after killing the other member so that the
+// TestLive runs the StatefulSet's command line as a two-member cluster:
+// the probes' paths answer 200, a SIGTERM'd member fails /readyz at once and
+// exits within the grace period, and, once a member was killed so that the
 // metrics of fallbacks exist too (a counter with labels has no series
-// before its first use).
+// before its first use), every metric of the alerts and the dashboard is
+// in the survivor's /metrics.
 func TestLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts tokenringd processes")
 	}
 	d := loadDeployment(t)
 	configText := d.configText(t)
-	probes := map[string]string{
-		"readinessProbe": d.c.ReadinessProbe.HTTPGet.Path,
-		"livenessProbe":  d.c.LivenessProbe.HTTPGet.Path,
-		"startupProbe":   d.c.StartupProbe.HTTPGet.Path,
+	probes := map[string]string{}
+	for name, p := range map[string]*probe{"readinessProbe": d.c.ReadinessProbe, "livenessProbe": d.c.LivenessProbe, "startupProbe": d.c.StartupProbe} {
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("statefulset.yaml: no %s httpGet", name)
+		}
+		probes[name] = p.HTTPGet.Path
 	}
 
 	n0 := startMember(t, d, configText, "tokenring-0", nil)
@@ -241,12 +244,56 @@ func TestLive(t *testing.T) {
 		acquire(t, n0, "tenant-"+strconv.Itoa(i))
 		acquire(t, n1, "tenant-"+strconv.Itoa(i))
 	}
-	// A crashed member: its keys fall back at once, and the survivor, not
-	// a majority of two, soon decides nothing itself.
-	if err := n1.cmd.Process.Kill(); err != nil {
+	// SIGTERM: /readyz fails at once, the member keeps serving for the
+	// drain, hands its partitions on and exits 0 well within the grace
+	// period the StatefulSet leaves it after the preStop sleep.
+	grace := 30 * time.Second // Kubernetes' default
+	if g := d.sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	grace -= d.preStop()
+	start := time.Now()
+	if err := n1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-n1.done
+	for {
+		s, body := get(n1.url(probes["readinessProbe"]))
+		if s == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("%s: %s still answers %d %s a second after SIGTERM", n1.name, probes["readinessProbe"], s, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s, _ := get(n1.url(probes["livenessProbe"])); s != http.StatusOK {
+		t.Errorf("%s: %s answers %d while draining: the kubelet would kill it mid-handoff", n1.name, probes["livenessProbe"], s)
+	}
+	select {
+	case <-n1.done:
+	case <-time.After(grace):
+		t.Fatalf("%s: still running %v after SIGTERM", n1.name, grace)
+	}
+	if code := n1.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("%s: exit code %d after SIGTERM, want 0", n1.name, code)
+	}
+	t.Logf("SIGTERM to exit: %v (grace period after preStop: %v)", time.Since(start).Round(time.Millisecond), grace)
+
+	// A crashed member: its keys fall back at once, and the survivor, not
+	// a majority of two, soon decides nothing itself.
+	n2 := startMember(t, d, configText, "tokenring-2", n0)
+	waitFor(t, n2, "200 on "+probes["readinessProbe"], 30*time.Second, func() bool {
+		s, _ := get(n2.url(probes["readinessProbe"]))
+		return s == http.StatusOK
+	})
+	waitFor(t, n0, "a ring of 2 members again", 15*time.Second, func() bool {
+		_, body := scrape(t, n0.url(metricsPath))
+		return strings.Contains(body, "\ntokenring_members 2\n")
+	})
+	if err := n2.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n2.done
 	i := 0
 	waitFor(t, n0, "a fallback decision after the other member died", 20*time.Second, func() bool {
 		i++
