@@ -50,8 +50,11 @@ type Config struct {
 	BindPort int
 
 	// AdvertiseAddr is the IP address other members use to reach this
-	// one, for NAT or containers. Empty means the bound address (see
-	// BindAddr).
+	// one, for NAT, containers, or a node bound to all interfaces. Empty
+	// means BindAddr when it is a specific IP; with 0.0.0.0, memberlist
+	// picks the host's first private IPv4 address and Start fails if there
+	// is none. Never advertise 0.0.0.0: a member on another host would
+	// dial itself.
 	AdvertiseAddr string
 
 	// AdvertisePort is the port other members use to reach this one.
@@ -65,7 +68,12 @@ type Config struct {
 
 	// Join lists gossip addresses ("host:port", or "host" for BindPort)
 	// of existing members. Contacting any one of them is enough to join
-	// the whole cluster. Empty means this node starts a new cluster.
+	// the whole cluster. A host name is resolved again at every attempt
+	// (memberlist asks the first name server of resolv.conf over TCP for
+	// a fully qualified name, then the system resolver) and each of its
+	// addresses is tried, so a name with one record per member (a
+	// Kubernetes headless Service) joins as soon as any of them answers.
+	// Empty means this node starts a new cluster.
 	Join []string
 
 	// JoinRetries is how many more times Start tries to join when no
@@ -162,6 +170,11 @@ type Config struct {
 	// and is remembered; after it, the member is forgotten and its name
 	// can be reused at another address. Zero means 30 s.
 	GossipToTheDeadTime time.Duration
+
+	// dnsConfigPath is the resolv.conf memberlist reads to resolve a Join
+	// name over TCP. Empty means /etc/resolv.conf; tests point it at their
+	// own name server.
+	dnsConfigPath string
 
 	// DeadNodeReclaimTime lets a node reuse the name of a member that was
 	// declared dead this long ago, from a different address (a container
@@ -385,6 +398,9 @@ func (c Config) memberlistConfig(d *delegate) *memberlist.Config {
 	m.TCPTimeout = c.TCPTimeout
 	m.GossipToTheDeadTime = c.GossipToTheDeadTime
 	m.DeadNodeReclaimTime = c.DeadNodeReclaimTime
+	if c.dnsConfigPath != "" {
+		m.DNSConfigPath = c.dnsConfigPath
+	}
 	m.Logger = newStdLogger(c.Logger)
 	m.Delegate = d
 	m.Events = d

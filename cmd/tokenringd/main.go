@@ -27,6 +27,7 @@ import (
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/router"
 
+	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -49,6 +50,7 @@ var errUsage = errors.New("usage")
 // flags are tokenringd's command line (README.md, "Configuration").
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
+	advertise                                     string
 	gossipProfile, logLevel                       string
 	batchWait                                     time.Duration
 	batchMax                                      int
@@ -63,7 +65,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "`addr` for the client API, LLM proxy, admin and metrics")
 	fs.StringVar(&f.peer, "peer", "", "`addr` for the node-to-node protocol (default: 127.0.0.1, a free port)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "memberlist bind `addr`")
-	fs.StringVar(&f.join, "join", "", "gossip `addrs` of existing members, comma separated (none: a new cluster)")
+	fs.StringVar(&f.join, "join", "", "gossip `addrs` of existing members, comma separated; a host name is resolved at every attempt and each of its addresses tried (none: a new cluster)")
+	fs.StringVar(&f.advertise, "advertise", "", "IP or host `name` other nodes and clients reach this host at; advertised with each listener's port for HTTP, peer and gossip (default: the bound IP, or the host's first private IPv4 when bound to all interfaces)")
 	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db): restores a crashed owner's keys when no newer replica exists")
 	fs.StringVar(&f.gossipProfile, "gossip-profile", "lan", "memberlist timings: lan, or local (fast failure detection, loopback tests)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -244,7 +247,20 @@ func joinCluster(ctx context.Context, f flags, n *node.Node, httpAddr string, rc
 	if gcfg.BindAddr, gcfg.BindPort, err = splitHostPort(f.gossip); err != nil {
 		return nil, fmt.Errorf("%w: -gossip: %v", errUsage, err)
 	}
-	gcfg.Meta = gossip.Meta{HTTP: httpAddr, Peer: n.PeerAddr()}
+	gcfg.AdvertiseAddr, err = advertiseGossipIP(gcfg.BindAddr, f.advertise, sockaddr.GetPrivateIP, net.DefaultResolver.LookupIP)
+	if err != nil {
+		return nil, fmt.Errorf("-gossip %s: %w", f.gossip, err)
+	}
+	advHTTP, err := advertiseAddr(httpAddr, f.advertise, sockaddr.GetPrivateIP)
+	if err != nil {
+		return nil, fmt.Errorf("-http %s: %w", httpAddr, err)
+	}
+	advPeer, err := advertiseAddr(n.PeerAddr(), f.advertise, sockaddr.GetPrivateIP)
+	if err != nil {
+		return nil, fmt.Errorf("-peer %s: %w", n.PeerAddr(), err)
+	}
+	gcfg.Meta = gossip.Meta{HTTP: advHTTP, Peer: advPeer}
+	log.Info("advertising", "http", advHTTP, "peer", advPeer, "gossip", gcfg.AdvertiseAddr)
 	if f.join != "" {
 		gcfg.Join = strings.Split(f.join, ",")
 	}
