@@ -36,6 +36,10 @@ type Proc struct {
 	// (strictly, when the OS thread that started it ends, which the Go
 	// runtime does only to a thread whose goroutine exits locked to it).
 	Prefix []string
+	// Args are extra tokenringd flags for this process only, after the
+	// cluster's: they win over both (e.g. listen on 0.0.0.0 and
+	// -advertise, while HTTP, Peer and Gossip say where it is reached).
+	Args   []string
 	cmd    *exec.Cmd
 	log    *lockedBuffer // the process's stdout and stderr, across restarts
 	done   chan struct{} // closed when the process has exited
@@ -222,6 +226,7 @@ func (c *Cluster) launch(p *Proc) {
 		}
 	}
 	args = append(args, c.args...)
+	args = append(args, p.Args...)
 	var cmd *exec.Cmd
 	if len(p.Prefix) > 0 {
 		argv := append(append(append([]string(nil), p.Prefix[1:]...), c.bin), args...)

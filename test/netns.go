@@ -39,8 +39,8 @@ import (
 const netnsDir = "/var/run/netns"
 
 // labName matches the namespaces of a lab: "tr-<pid base 36>-<2 hex>-<role>",
-// role "lan" or a node name. The pid is the test process that made it.
-var labName = regexp.MustCompile(`^tr-([0-9a-z]{1,6})-([0-9a-f]{2})-(lan|n[0-9]+)$`)
+// role "lan", "lb" (a load balancer's host) or a node name. The pid is the test process that made it.
+var labName = regexp.MustCompile(`^tr-([0-9a-z]{1,6})-([0-9a-f]{2})-(lan|lb|n[0-9]+)$`)
 
 // labSeq numbers the labs of this process (from a random start, so that a
 // pid reused soon after a crash does not meet its predecessor's names).
@@ -136,23 +136,61 @@ func newNetLab(t *testing.T, nodes ...string) *netLab {
 	step("-n", l.lan, "link", "add", "br0", "type", "bridge")
 	step("-n", l.lan, "link", "set", "br0", "up")
 	for i, name := range nodes {
-		n := &labNode{
-			Name: name,
-			NS:   l.prefix + "-" + name,
-			IP:   fmt.Sprintf("%s.%d", l.subnet, i+1),
-			Port: fmt.Sprintf("vb%d", i+1),
-			HTTP: fmt.Sprintf("127.0.0.1:%d", 18081+i),
-		}
-		n.Client = nsClient(n.NS)
-		addNS(n.NS)
-		step("-n", l.lan, "link", "add", n.Port, "type", "veth", "peer", "name", "eth0", "netns", n.NS)
-		step("-n", n.NS, "addr", "add", n.IP+"/24", "dev", "eth0")
-		step("-n", n.NS, "link", "set", "eth0", "up")
-		step("-n", l.lan, "link", "set", n.Port, "master", "br0")
-		step("-n", l.lan, "link", "set", n.Port, "up")
-		l.nodes = append(l.nodes, n)
+		l.addHost(name, i+1, step)
 	}
 	return l
+}
+
+// addHost makes a namespace for name with lo up and a veth to the bridge
+// holding address 10.A.B.octet/24.
+func (l *netLab) addHost(name string, octet int, step func(args ...string)) *labNode {
+	l.t.Helper()
+	n := &labNode{
+		Name: name,
+		NS:   l.prefix + "-" + name,
+		IP:   fmt.Sprintf("%s.%d", l.subnet, octet),
+		Port: fmt.Sprintf("vb%d", octet),
+		HTTP: fmt.Sprintf("127.0.0.1:%d", 18080+octet),
+	}
+	n.Client = nsClient(n.NS)
+	step("netns", "add", n.NS)
+	l.made = append(l.made, n.NS)
+	step("-n", n.NS, "link", "set", "lo", "up")
+	step("-n", l.lan, "link", "add", n.Port, "type", "veth", "peer", "name", "eth0", "netns", n.NS)
+	step("-n", n.NS, "addr", "add", n.IP+"/24", "dev", "eth0")
+	step("-n", n.NS, "link", "set", "eth0", "up")
+	step("-n", l.lan, "link", "set", n.Port, "master", "br0")
+	step("-n", l.lan, "link", "set", n.Port, "up")
+	l.nodes = append(l.nodes, n)
+	return n
+}
+
+// AddHost adds one more host to the lab, a namespace on the bridge at
+// 10.A.B.octet (octet above the nodes', below 255), for something other
+// than a node: "lb", a load balancer the test reaches through its Client.
+func (l *netLab) AddHost(name string, octet int) *labNode {
+	l.t.Helper()
+	return l.addHost(name, octet, func(args ...string) {
+		l.t.Helper()
+		if err := ipCmd(args...); err != nil {
+			skipOrFail(l.t, "cannot build the network namespaces: %v", err)
+		}
+	})
+}
+
+// PlaceAllInterfaces is a ClusterOptions.Place for "many hosts": every node
+// listens on all interfaces of its namespace (0.0.0.0) on the same ports
+// as the others (HTTP 8095, peer 7996, gossip 7946) and advertises its
+// bridge address with -advertise. The test reaches it at that address,
+// through its namespace; others join it there.
+func (l *netLab) PlaceAllInterfaces(p *Proc) {
+	n := l.node(p.Name)
+	p.HTTP = n.IP + ":8095"
+	p.Peer = n.IP + ":7996"
+	p.Gossip = n.IP + ":7946"
+	p.Client = n.Client
+	p.Prefix = []string{"ip", "netns", "exec", n.NS}
+	p.Args = []string{"-http", "0.0.0.0:8095", "-peer", "0.0.0.0:7996", "-gossip", "0.0.0.0:7946", "-advertise", n.IP}
 }
 
 // node returns the lab node called name; it fails the test if there is none.
