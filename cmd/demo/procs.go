@@ -4,7 +4,6 @@ package main
 // loopback ports, starting, waiting for readiness and stopping.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -29,7 +27,7 @@ type proc struct {
 	name               string
 	http, peer, gossip string // a node's loopback addresses; http is fakellm's too
 	cmd                *exec.Cmd
-	out                *lockedBuffer // stdout and stderr
+	out                *os.File      // stdout and stderr (unlinked; see output)
 	done               chan struct{} // closed when the process has exited
 	exitErr            error         // cmd.Wait's result, once done is closed
 }
@@ -47,22 +45,17 @@ func (p *proc) alive() bool {
 	}
 }
 
-// lockedBuffer collects a process's output; it can be read while written.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// output is what the process wrote to stdout and stderr so far. The child
+// writes straight into a file the demo unlinked as soon as it was made, so
+// nothing is left behind however the demo ends.
+func (p *proc) output() string {
+	fi, err := p.out.Stat()
+	if err != nil {
+		return ""
+	}
+	b := make([]byte, fi.Size())
+	n, _ := p.out.ReadAt(b, 0)
+	return string(b[:n])
 }
 
 // buildBinaries compiles tokenringd and fakellm into dir with the go
@@ -101,7 +94,12 @@ func freeAddr() (string, error) {
 // the terminal reaches the demo, which stops it) and dies with the demo
 // (Pdeathsig, on Linux).
 func start(name, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	out, err := os.CreateTemp("", "tokenring-demo-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	_ = os.Remove(out.Name())
+	p := &proc{name: name, out: out, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = sysProcAttr()
@@ -126,7 +124,7 @@ func startFake(ctx context.Context, bin string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	err = poll(ctx, 10*time.Second, p, func() bool {
-		m := servingRE.FindStringSubmatch(p.out.String())
+		m := servingRE.FindStringSubmatch(p.output())
 		if m != nil {
 			p.http = m[1]
 		}
@@ -177,9 +175,9 @@ func poll(ctx context.Context, timeout time.Duration, p *proc, ok func() bool) e
 	for !ok() {
 		switch {
 		case !p.alive():
-			return fmt.Errorf("%s exited (%v):\n%s", p.name, p.exitErr, tail(p.out.String(), 2000))
+			return fmt.Errorf("%s exited (%v):\n%s", p.name, p.exitErr, tail(p.output(), 2000))
 		case time.Now().After(deadline):
-			return fmt.Errorf("%s not ready after %v:\n%s", p.name, timeout, tail(p.out.String(), 2000))
+			return fmt.Errorf("%s not ready after %v:\n%s", p.name, timeout, tail(p.output(), 2000))
 		}
 		select {
 		case <-ctx.Done():
@@ -241,7 +239,7 @@ func tail(s string, n int) string {
 func logTails(procs []*proc) string {
 	var b strings.Builder
 	for _, p := range procs {
-		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.name, p.url(), tail(p.out.String(), 3000))
+		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.name, p.url(), tail(p.output(), 3000))
 	}
 	return b.String()
 }

@@ -163,7 +163,7 @@ func (d *demo) admits() error {
 }
 
 // fakeRequests is how many requests the fake upstream got so far.
-func (d *demo) fakeRequests() int { return strings.Count(d.fake.out.String(), "fakellm: POST ") }
+func (d *demo) fakeRequests() int { return strings.Count(d.fake.output(), "fakellm: POST ") }
 
 // rateLimitHeaders are the headers of a proxy answer the demo shows.
 var rateLimitHeaders = []string{"Retry-After", "Retry-After-Ms", "X-Tokenring-Reason",
