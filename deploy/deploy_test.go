@@ -44,9 +44,7 @@ import (
 // have yet. While the binary lacks one, the test logs it, accepts it, and
 // leaves it out of the command lines it runs; once the binary has it, it is
 // checked like any other.
-var pendingFlags = map[string]string{
-	"advertise": "the address other members reach this node at (an IP or host name; every listener keeps its own port)",
-}
+var pendingFlags = map[string]string{}
 
 // stopMargin is what terminationGracePeriodSeconds and TimeoutStopSec must
 // leave beyond the worst case of a drain (process exit, a slow scheduler).
