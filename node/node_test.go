@@ -283,14 +283,17 @@ func TestUnreachableOwnerFailsFast(t *testing.T) {
 
 func TestHopLimit(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{} }
-	c := newCluster(t, 2, limits, BatchConfig{})
-	// Give the two nodes contradicting rings: each thinks the other owns
-	// everything. The call must stop after MaxHops instead of looping.
-	r1, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n2", Peer: c.nodes[1].PeerAddr()}})
-	r2, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: c.nodes[0].PeerAddr()}})
-	c.nodes[0].SetRing(r1)
-	c.nodes[1].SetRing(r2)
-	_, err := c.nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: "t:x"})
+	nodes := newNodes(t, 2, limits)
+	// Give the two nodes contradicting rings from their first view on: each
+	// thinks the other owns everything, so neither ever takes custody (with
+	// a shared ring first, custody would be somewhere, bouncing between
+	// them, and a call could find it). The call must stop after MaxHops
+	// instead of looping.
+	r1, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n2", Peer: nodes[1].PeerAddr()}})
+	r2, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: nodes[0].PeerAddr()}})
+	nodes[0].SetRing(r1)
+	nodes[1].SetRing(r2)
+	_, err := nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: "t:x"})
 	if err == nil || !strings.Contains(err.Error(), ErrNoOwner.Error()) {
 		t.Fatalf("err = %v, want the hop limit", err)
 	}
