@@ -231,10 +231,10 @@ func (c *Cluster) launch(p *Proc) {
 	if len(p.Prefix) > 0 {
 		argv := append(append(append([]string(nil), p.Prefix[1:]...), c.bin), args...)
 		cmd = exec.Command(p.Prefix[0], argv...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	} else {
 		cmd = exec.Command(c.bin, args...)
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 	cmd.Stdout = p.log
 	cmd.Stderr = p.log
 	if p.starts > 0 {

@@ -59,6 +59,7 @@ func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
 // the tenant near its limit with the one request it has left. The page's
 // screenshot is kept in test/artifacts/admin-ui.png.
 func TestAdminUI(t *testing.T) {
+	needFull(t)
 	chromium, why := chromiumBinary()
 	if why != "" {
 		if os.Getenv("CI") == "true" {
@@ -177,7 +178,7 @@ func runChromium(t *testing.T, chromium string, args ...string) []byte {
 		"--disable-dev-shm-usage", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(),
 		"--virtual-time-budget=5000"}, args...)
 	cmd := exec.CommandContext(ctx, chromium, argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL} // its own group, and it dies with the test
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
