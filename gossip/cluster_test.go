@@ -485,7 +485,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		ReconnectInterval: 10 * time.Second, ReconnectHorizon: 72 * time.Hour,
 		ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, IndirectChecks: 3,
 		SuspicionMult: 4, SuspicionMaxTimeoutMult: 6, GossipInterval: 200 * time.Millisecond,
-		GossipNodes: 3, RetransmitMult: 4, PushPullInterval: 30 * time.Second,
+		GossipNodes: 3, RetransmitMult: 4, PushPullInterval: 5 * time.Second,
 		TCPTimeout: 10 * time.Second, GossipToTheDeadTime: 30 * time.Second,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

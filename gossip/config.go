@@ -157,7 +157,10 @@ type Config struct {
 	// over TCP with a random member, repairing anything gossip missed.
 	// Shorter converges faster after a partition, at a cost that grows
 	// with the cluster size (memberlist stretches it beyond 32 members).
-	// Zero means 30 s.
+	// Zero means 5 s, not memberlist's LAN 30 s: a member that missed a
+	// joiner's broadcast (UDP, lost under load) keeps the partitions the
+	// joiner should receive, and the joiner is not ready, until its next
+	// exchange; one exchange is a few hundred bytes a member.
 	PushPullInterval time.Duration
 
 	// TCPTimeout bounds TCP operations: joins, push/pull and the TCP
@@ -210,7 +213,7 @@ func DefaultLANConfig() Config {
 		GossipInterval:          m.GossipInterval,
 		GossipNodes:             m.GossipNodes,
 		RetransmitMult:          m.RetransmitMult,
-		PushPullInterval:        m.PushPullInterval,
+		PushPullInterval:        5 * time.Second,
 		TCPTimeout:              m.TCPTimeout,
 		GossipToTheDeadTime:     m.GossipToTheDeadTime,
 		DeadNodeReclaimTime:     m.DeadNodeReclaimTime,
