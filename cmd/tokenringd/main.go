@@ -191,7 +191,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
 	case err := <-errc:
