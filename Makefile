@@ -3,15 +3,20 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 HTTP    ?= 127.0.0.1:8080
+# gossip bind of `make run`: a free port, so that it starts next to a Consul
+# agent or Serf (7946) or another `make run` (with HTTP=...); a node that
+# others -join needs a fixed one, e.g. make run GOSSIP=127.0.0.1:7946
+GOSSIP  ?= 127.0.0.1:0
 
 .PHONY: build run check test test-short sim bench fuzz cluster vet clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## run: one node on built-in defaults (no config, no Redis) on $(HTTP).
+## run: one node on built-in defaults (no config, no Redis) on $(HTTP),
+## gossip on $(GOSSIP) (a free port unless given).
 run: build
-	$(BIN)/tokenringd -http $(HTTP)
+	$(BIN)/tokenringd -http $(HTTP) -gossip $(GOSSIP)
 
 ## check: no non-test file over 600 lines, no non-test function over 80
 ## lines (scripts/codesize), and go.mod and go.sum tidy.

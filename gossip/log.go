@@ -5,11 +5,15 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"net"
 )
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: text") into
 // slog records: [DEBUG] and [INFO] at debug level (this package logs the
-// membership changes that matter itself), [WARN] at warn, [ERR] at error.
+// membership changes that matter itself), [WARN] at warn, [ERR] at error;
+// but an error on a closed socket at debug: only Shutdown closes memberlist's
+// sockets, and its probe and gossip goroutines racing with that are no
+// error in an orderly stop.
 type slogWriter struct {
 	l *slog.Logger
 }
@@ -37,6 +41,9 @@ func (w slogWriter) Write(p []byte) (int, error) {
 			level, line = pl.level, bytes.TrimSpace(rest)
 			break
 		}
+	}
+	if level > slog.LevelDebug && bytes.Contains(line, []byte(net.ErrClosed.Error())) {
+		level = slog.LevelDebug
 	}
 	ctx := context.Background()
 	if w.l.Enabled(ctx, level) {

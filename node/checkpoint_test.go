@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -130,4 +133,73 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// downCheckpoint is a checkpoint store that does not answer: every Save
+// waits for its context, as against an unreachable Redis. It counts saves.
+type downCheckpoint struct {
+	Checkpoint
+	saves atomic.Int64
+}
+
+func (d *downCheckpoint) Save(ctx context.Context, at time.Time, states map[string][]byte) error {
+	d.saves.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (d *downCheckpoint) Load(context.Context, string) ([]byte, time.Time, bool, error) {
+	return nil, time.Time{}, false, errors.New("checkpoint store down")
+}
+
+// With the checkpoint store down, Close ends the round under way at once
+// (not after its timeout) and no round runs after Close returned; the
+// failures are warned about once, not once per round.
+func TestNoCheckpointRoundAfterClose(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000} }
+	cp := &downCheckpoint{}
+	logs := &lockedBuffer{}
+	n1, _, _, key := ownerPair(t, limits, func(c *Config) {
+		c.ReplicationInterval = 5 * time.Millisecond
+		c.Checkpoint = cp
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	admit(t, n1, key, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for cp.saves.Load() < 3 { // a failed round marks its keys again: the next one retries
+		if time.Now().After(deadline) {
+			t.Fatalf("%d checkpoint rounds in 10s", cp.saves.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	n1.Close()
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("Close took %v: the round under way must end when the node closes, not at its 1s timeout", took)
+	}
+	saves := cp.saves.Load()
+	time.Sleep(50 * time.Millisecond) // ten intervals
+	if got := cp.saves.Load(); got != saves {
+		t.Fatalf("%d checkpoint rounds after Close returned", got-saves)
+	}
+	if w := strings.Count(logs.String(), "checkpoint failed"); w != 1 {
+		t.Fatalf("%d checkpoint warnings for %d failed rounds, want 1:\n%s", w, saves, logs.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

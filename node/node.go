@@ -108,6 +108,7 @@ type Node struct {
 	dirty     dirtySet                 // keys changed since the last replication round
 	preload   atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
 	inflight  atomic.Int32             // replication rounds under way
+	cpWarn    checkpointWarn           // rate-limits checkpoint failure warnings
 	replicas  replicaStore             // copies held for other owners
 	acked     ackedStore               // each key's state its backup last acknowledged (fence.go)
 	server    *peerServer
@@ -480,6 +481,11 @@ func (n *Node) every(interval time.Duration, fn func()) {
 			case <-n.stop:
 				return
 			case <-t.C:
+				select {
+				case <-n.stop: // both were ready: stopping wins, no round after Close
+					return
+				default:
+				}
 				fn()
 			}
 		}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -144,8 +145,19 @@ func (n *Node) replicateOnce() {
 	if r == nil || len(keys) == 0 {
 		return
 	}
+	// The round ends when the node closes: Close waits for it, and a
+	// checkpoint store that does not answer must not hold Close up.
 	ctx, cancel := context.WithTimeout(context.Background(), max(n.cfg.ReplicationInterval, time.Second))
 	defer cancel()
+	roundDone := make(chan struct{})
+	defer close(roundDone)
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-roundDone:
+		}
+	}()
 	now := n.cfg.Now()
 	var states map[string][]byte
 	if n.cfg.Checkpoint != nil {
@@ -183,11 +195,12 @@ func (n *Node) replicateOnce() {
 	}
 	if len(states) > 0 {
 		if err := n.cfg.Checkpoint.Save(ctx, now, states); err != nil {
-			n.log.Warn("checkpoint failed; retrying next round", "keys", len(states), "err", err)
+			n.cpWarn.failed(n.log, n.cfg.Now(), len(states), err)
 			for key := range states {
 				n.dirty.mark(key)
 			}
 		} else {
+			n.cpWarn.saved(n.log)
 			n.stats.checkpointed.Add(int64(len(states)))
 		}
 	}
@@ -217,4 +230,39 @@ func (n *Node) replicateNow(ctx context.Context, key string) {
 	}
 	n.acked.put(key, state)
 	n.stats.replicated.Add(1)
+}
+
+// checkpointWarnEvery is the most often a failing checkpoint store is
+// warned about: rounds run every ReplicationInterval (100 ms by default),
+// and an unreachable Redis would otherwise be a warning per round.
+const checkpointWarnEvery = time.Minute
+
+// checkpointWarn logs checkpoint failures as a warning at most once per
+// checkpointWarnEvery, with the rounds that failed since the last warning
+// (the others at debug), and the recovery once, at info.
+type checkpointWarn struct {
+	mu     sync.Mutex
+	last   time.Time // the last warning; zero: the store is fine
+	missed int       // failed rounds not warned about
+}
+
+func (w *checkpointWarn) failed(log *slog.Logger, now time.Time, keys int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.last.IsZero() && now.Sub(w.last) < checkpointWarnEvery {
+		w.missed++
+		log.Debug("checkpoint failed; retrying next round", "keys", keys, "err", err)
+		return
+	}
+	log.Warn("checkpoint failed; retrying every round", "keys", keys, "failed_rounds_since_last_warning", w.missed, "next_warning_in", checkpointWarnEvery, "err", err)
+	w.last, w.missed = now, 0
+}
+
+func (w *checkpointWarn) saved(log *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.last.IsZero() {
+		log.Info("checkpoint saved again", "failed_rounds_since_last_warning", w.missed)
+	}
+	w.last, w.missed = time.Time{}, 0
 }

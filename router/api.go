@@ -339,7 +339,7 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 	}
 	res.Allowed = true
 	res.Lease = l.String()
-	r.metrics.decision("", "", res.Fallback)
+	r.metrics.decision("none", "", res.Fallback) // allowed: no side refused
 	return res, nil
 }
 

@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenring_decisions_total",
-			Help: "Acquire decisions by result (allowed, refused), the refusing side (tenant, pool) and reason, and whether the fallback decided.",
+			Help: "Acquire decisions by result (allowed, refused), the refusing side (tenant, pool; none when allowed) and reason (requests, tokens, concurrency, ...; none when allowed), and whether the fallback decided.",
 		}, []string{"result", "side", "reason", "fallback"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenring_fallback_decisions_total",
@@ -72,10 +72,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// decision counts an acquire decision: refused by side ("tenant" or
+// "pool") for reason, or allowed when reason is empty. No label is ever
+// empty: an allowed decision's side and reason are "none".
 func (m *metrics) decision(side, reason string, fallback bool) {
-	result := "allowed"
-	if reason != "" {
-		result = "refused"
+	result := "refused"
+	if reason == "" {
+		result, side, reason = "allowed", "none", "none"
 	}
 	m.decisions.WithLabelValues(result, side, reason, fmt.Sprint(fallback)).Inc()
 }

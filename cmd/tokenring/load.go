@@ -67,6 +67,15 @@ const (
 	maxRoutedTenants = 100_000
 )
 
+// defaultTargets are the nodes `make cluster` starts (scripts/cluster.sh).
+const defaultTargets = "http://127.0.0.1:8081,http://127.0.0.1:8082,http://127.0.0.1:8083"
+
+const loadAbout = `Drives the decision API (/v1/acquire, then /v1/complete for each admitted
+lease) with -c workers until -n requests or -d have passed, and prints the
+throughput and latency. By default it sends to the three nodes of
+make cluster (127.0.0.1:8081-8083), round-robin; against make run's single
+node give -targets http://127.0.0.1:8080.`
+
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseLoad(args, stderr)
 	if err != nil {
@@ -91,7 +100,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	var c loadConfig
 	fs := newFlagSet("load", stderr)
-	targets := fs.String("targets", "http://127.0.0.1:8080", "comma-separated node base `URLs`")
+	targets := fs.String("targets", defaultTargets, "comma-separated node base `URLs`: the three nodes of make cluster unless given (make run: -targets http://127.0.0.1:8080)")
 	fs.IntVar(&c.workers, "c", 64, "concurrent `workers`")
 	fs.IntVar(&c.requests, "n", 20000, "total acquire `requests` (the run stops at -n or -d, whichever first)")
 	fs.DurationVar(&c.duration, "d", 10*time.Second, "maximum `duration`")
@@ -104,8 +113,12 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.model, "model", "", "model (selects a pool if configured)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random `seed` for tenant choice")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: tokenring load [flags]\n\n%s\n\nflags:\n", loadAbout)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
-		return c, fmt.Errorf("%w: %v", errUsage, err)
+		return c, fmt.Errorf("%w: %w", errUsage, err) // -h: flag.ErrHelp, usage printed (exitCode: 0)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,16 +22,29 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tokenring:", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 }
 
+// errUsage wraps every command line mistake (exit 2). Returned bare, the
+// usage has already been printed and nothing more is.
 var errUsage = errors.New("usage")
+
+// exitCode reports err on stderr and returns the exit status: 0 for none
+// or for -h (the flag package has printed the usage), 2 for a usage error,
+// 1 for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case err == errUsage:
+		return 2
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "tokenring:", err)
+		return 2
+	}
+	fmt.Fprintln(stderr, "tokenring:", err)
+	return 1
+}
 
 const usage = `usage:
   tokenring ring  [-node URL]          the node's view of the ring
@@ -39,7 +53,8 @@ const usage = `usage:
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w:\n%s", errUsage, usage)
+		fmt.Fprintln(stderr, usage)
+		return errUsage
 	}
 	switch args[0] {
 	case "ring":
@@ -52,7 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, args[0], usage)
+	fmt.Fprintf(stderr, "tokenring: unknown command %q\n%s\n", args[0], usage)
+	return errUsage
 }
 
 func adminGet(args []string, stdout, stderr io.Writer, name string, path func(arg string) string) error {
@@ -60,7 +76,7 @@ func adminGet(args []string, stdout, stderr io.Writer, name string, path func(ar
 	nodeURL := fs.String("node", "http://127.0.0.1:8080", "node base `URL`")
 	token := fs.String("token", os.Getenv("TOKENRING_ADMIN_TOKEN"), "admin `token` (env TOKENRING_ADMIN_TOKEN)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err) // -h: flag.ErrHelp, usage printed (exitCode: 0)
 	}
 	arg := ""
 	if name == "owner" {

@@ -36,13 +36,45 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tokenringd:", err)
-		if errors.Is(err, errUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	quietRedis(os.Args[1:], os.Getenv, os.Stderr)
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stderr), os.Stderr))
+}
+
+// exitCode reports err on stderr and returns the exit status: 0 for none
+// or for -h (the flag package has printed the usage), 2 for a usage error,
+// 1 for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "tokenringd:", err)
+		return 2
 	}
+	fmt.Fprintln(stderr, "tokenringd:", err)
+	return 1
+}
+
+// quietRedis sends go-redis's own log lines (connection pool dial retries,
+// a flood against an unreachable -redis) through slog at debug, so that
+// they show with -log-level debug only; the node warns about a failing
+// checkpoint itself, at most once a minute. go-redis has only a
+// process-wide logger (redis.SetLogger), so it is set here, once, and not
+// in run.
+func quietRedis(args []string, getenv func(string) string, stderr io.Writer) {
+	level := slog.LevelInfo
+	if f, err := parseFlags(args, getenv, io.Discard); err == nil {
+		_ = level.UnmarshalText([]byte(f.logLevel)) // a bad level fails in run
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "go-redis")
+	redis.SetLogger(redisLogger{log})
+}
+
+// redisLogger is go-redis's logger interface over slog, at debug.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 var errUsage = errors.New("usage")
@@ -73,7 +105,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
 	fs.IntVar(&f.batchMax, "peer-batch-max", 1000, "most calls per peer frame (1 disables batching)")
 	if err := fs.Parse(args); err != nil {
-		return f, fmt.Errorf("%w: %v", errUsage, err)
+		return f, fmt.Errorf("%w: %w", errUsage, err) // -h: flag.ErrHelp, usage printed (exitCode: 0)
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
@@ -127,6 +159,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		f.name = defaultName(httpLn.Addr())
 	}
 	log := base.With("node", f.name)
+	// "stopped" is the last line: after the deferred shutdowns below (the
+	// node's Close ends its replication and checkpoint rounds).
+	served := false
+	defer func() {
+		if served {
+			log.Info("stopped")
+		}
+	}()
 
 	limits := keyLimits(cfg)
 	n, err := newNode(f, cfg, limits, checkpoint, base)
@@ -154,20 +194,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", f.gossip, "join", f.join)
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
+	served = true
 	drain(log, &draining, srv, n, r, members, cfg.Drain)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-	log.Info("stopped")
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,4 +156,173 @@ func (s *syncWriter) String() string {
 	return s.w.String()
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// redisLogs is where go-redis logs in these tests: main's quietRedis at the
+// default level, as tokenringd runs.
+var redisLogs syncWriter
+
+func TestMain(m *testing.M) {
+	redisLogs.w = &bytes.Buffer{}
+	quietRedis(nil, env(nil), &redisLogs)
+	goleak.VerifyTestMain(m)
+}
+
+// go-redis's lines go through slog at debug: shown with -log-level debug,
+// dropped otherwise.
+func TestRedisLogsAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	redisLogger{slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts\n", 5)
+	if got := buf.String(); !strings.Contains(got, `level=DEBUG msg="redis: connection pool: failed to dial after 5 attempts"`) {
+		t.Fatalf("logged %q", got)
+	}
+	buf.Reset()
+	redisLogger{slog.New(slog.NewTextHandler(&buf, nil))}.Printf(context.Background(), "dropped")
+	if buf.Len() != 0 {
+		t.Fatalf("logged %q at the default level", buf.String())
+	}
+}
+
+// -h prints the usage once and exits 0, with no "help requested" error;
+// a bad flag is still a usage error, exit 2.
+func TestHelpExitsZero(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{arg}, env(nil), &out)
+		if code := exitCode(err, &errOut); code != 0 || errOut.Len() != 0 {
+			t.Errorf("%s: exit %d, printed %q; want 0 and nothing more", arg, code, errOut.String())
+		}
+		if got := strings.Count(out.String(), "Usage of tokenringd"); got != 1 || !strings.Contains(out.String(), "-gossip addr") {
+			t.Errorf("%s: usage printed %d times:\n%s", arg, got, out.String())
+		}
+		if strings.Contains(out.String()+errOut.String(), "help requested") {
+			t.Errorf("%s: prints %q", arg, "help requested")
+		}
+	}
+	var errOut bytes.Buffer
+	if code := exitCode(run(context.Background(), []string{"-nope"}, env(nil), io.Discard), &errOut); code != 2 || !strings.Contains(errOut.String(), "tokenringd: usage") {
+		t.Errorf("-nope: exit %d, printed %q; want 2 and the error", code, errOut.String())
+	}
+}
+
+// startDaemon runs tokenringd with args in the test and returns its HTTP
+// base URL and its logs; the cleanup stops it and checks it stopped cleanly.
+func startDaemon(t *testing.T, args ...string) (string, *syncWriter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(nil), logs) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "tokenringd serving") {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("exited early: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never served:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m := regexp.MustCompile(`msg="tokenringd serving" .*\bhttp=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no http address in the serving log:\n%s", logs.String())
+	}
+	return "http://" + m[1], logs
+}
+
+// Every label on /metrics has a value: after allowed and refused acquires
+// (and a bad request), no series carries an empty label ( x="" ).
+func TestMetricsHaveNoEmptyLabels(t *testing.T) {
+	base, _ := startDaemon(t, "-name", "m", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local")
+	post := func(body string) int {
+		resp, err := http.Post(base+"/v1/acquire", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	codes := map[int]int{}
+	for range config.DefaultConcurrency + 2 { // the last two are refused: no slot left
+		codes[post(`{"tenant":"acme","prompt_tokens":10,"max_tokens":5}`)]++
+	}
+	codes[post(`{"tenant":"","prompt_tokens":-1}`)]++
+	if codes[http.StatusOK] != config.DefaultConcurrency || codes[http.StatusTooManyRequests] != 2 {
+		t.Fatalf("answers by status %v, want %d admitted and 2 refused", codes, config.DefaultConcurrency)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`tokenring_decisions_total{fallback="false",reason="none",result="allowed",side="none"} 10`,
+		`tokenring_decisions_total{fallback="false",reason="concurrency",result="refused",side="tenant"} 2`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, `=""`) {
+			t.Errorf("empty label: %s", line)
+		}
+	}
+}
+
+// Redis is only a checkpoint: with -redis pointing at nothing the node is
+// ready and admits, warns about the failing checkpoint once (not every
+// round), and logs nothing about it after "stopped".
+func TestReadyWithUnreachableRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logs *syncWriter
+	t.Run("serve", func(t *testing.T) {
+		var base string
+		base, logs = startDaemon(t, "-name", "r", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local", "-redis", "redis://"+dead)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(base + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready with Redis down: %v %v", resp, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		resp, err := http.Post(base+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"acme","prompt_tokens":1}`))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("acquire with Redis down: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		time.Sleep(500 * time.Millisecond) // five replication rounds, each failing to checkpoint
+	})
+	if redisLogs.String() != "" {
+		t.Errorf("go-redis logged at the default level:\n%s", redisLogs.String())
+	}
+	out := logs.String()
+	if n := strings.Count(out, "checkpoint failed"); n != 1 {
+		t.Errorf("%d checkpoint warnings, want 1:\n%s", n, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "msg=stopped") {
+		t.Errorf("last line %q, want stopped:\n%s", last, out)
+	}
+}
