@@ -682,14 +682,17 @@ func TestProxyConcurrency(t *testing.T) {
 // TestProxyRenewsLongStreams: a stream longer than the lease TTL keeps its
 // slot (renewed every TTL/3), so the slot is not reclaimed under it.
 func TestProxyRenewsLongStreams(t *testing.T) {
-	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Concurrency: 1, LeaseTTL: 300 * time.Millisecond}})
-	e.up.SetReply(fakeupstream.UpstreamReply{Text: strings.Split("a b c d e f g h i j", " "), ChunkDelay: 100 * time.Millisecond})
+	// A 1 s TTL and a 2.5 s stream: renewals run every third of a TTL, so a
+	// loaded machine would have to stall one for over 600 ms to lose the
+	// slot (with a 300 ms TTL it did, under a CPU hog).
+	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Concurrency: 1, LeaseTTL: time.Second}})
+	e.up.SetReply(fakeupstream.UpstreamReply{Text: strings.Split("a b c d e f g h i j", " "), ChunkDelay: 250 * time.Millisecond})
 	resp := e.send(context.Background(), t, "/v1/chat/completions", clientKey, openAIBody(`,"stream":true`))
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	time.Sleep(700 * time.Millisecond) // more than two TTLs into a 1s stream
+	time.Sleep(2100 * time.Millisecond) // more than two TTLs into a 2.5 s stream
 	a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(""))
 	checkOpenAIError(t, a, 429, "requests", "rate_limit_exceeded")
 	if a.header.Get("x-tokenring-reason") != "concurrency" {
