@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -183,6 +184,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer r.Close() // stops charging fallback debts
+	runtime.GC()    // the tokenizer's garbage, collected before this node owns anything
 	// A fence (this node on the minority side of a split) hands what it
 	// admitted since its last replication to the router's debts.
 	n.OnFence(r.Owe)
