@@ -202,7 +202,9 @@ func runLoadCLI(t *testing.T, args ...string) (loadResult, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- run(context.Background(), append(append([]string{"load"}, args...), "-json"), &stdout, &stderr) }()
+	go func() {
+		done <- run(context.Background(), append(append([]string{"load"}, args...), "-json"), &stdout, &stderr)
+	}()
 	var err error
 	select {
 	case err = <-done:
