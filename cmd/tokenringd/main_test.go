@@ -80,31 +80,10 @@ func TestBadConfigRefusesToStart(t *testing.T) {
 // With no config the daemon starts on built-in defaults, serves, and stops
 // cleanly when its context ends (SIGTERM in production).
 func TestRunsOnDefaultsAndStops(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncWriter{w: &bytes.Buffer{}}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-name", "solo", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local"}, env(nil), logs)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(logs.String(), "tokenringd serving") {
-		select {
-		case err := <-done:
-			t.Fatalf("exited early: %v\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never served:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	base, _, stop := startDaemon(t, "-name", "solo", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local")
 	// One real request: an acquire on the default limits is admitted, with
 	// a lease, the reservation and one request and one slot counted.
-	m := regexp.MustCompile(`msg="tokenringd serving" .*\bhttp=(\S+)`).FindStringSubmatch(logs.String())
-	if m == nil {
-		t.Fatalf("no http address in the serving log:\n%s", logs.String())
-	}
-	resp, err := http.Post("http://"+m[1]+"/v1/acquire", "application/json",
+	resp, err := http.Post(base+"/v1/acquire", "application/json",
 		strings.NewReader(`{"tenant":"acme","prompt_tokens":10,"max_tokens":5}`))
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +111,7 @@ func TestRunsOnDefaultsAndStops(t *testing.T) {
 		l.Concurrency.Limit != config.DefaultConcurrency || l.Concurrency.Remaining != config.DefaultConcurrency-1 {
 		t.Fatalf("acquire on the defaults answered %s, want allowed with a lease, 15 tokens reserved, one request and one slot counted", body)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
@@ -204,16 +182,23 @@ func TestHelpExitsZero(t *testing.T) {
 }
 
 // startDaemon runs tokenringd with args in the test and returns its HTTP
-// base URL and its logs; the cleanup stops it and checks it stopped cleanly.
-func startDaemon(t *testing.T, args ...string) (string, *syncWriter) {
+// base URL, its logs, and stop, which ends it (as SIGTERM does) and returns
+// what run returned; the cleanup stops it if the test did not, and checks
+// it stopped cleanly.
+func startDaemon(t *testing.T, args ...string) (string, *syncWriter, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncWriter{w: &bytes.Buffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(nil), logs) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
@@ -234,13 +219,13 @@ func startDaemon(t *testing.T, args ...string) (string, *syncWriter) {
 	if m == nil {
 		t.Fatalf("no http address in the serving log:\n%s", logs.String())
 	}
-	return "http://" + m[1], logs
+	return "http://" + m[1], logs, stop
 }
 
 // Every label on /metrics has a value: after allowed and refused acquires
 // (and a bad request), no series carries an empty label ( x="" ).
 func TestMetricsHaveNoEmptyLabels(t *testing.T) {
-	base, _ := startDaemon(t, "-name", "m", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local")
+	base, _, _ := startDaemon(t, "-name", "m", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local")
 	post := func(body string) int {
 		resp, err := http.Post(base+"/v1/acquire", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -292,7 +277,7 @@ func TestReadyWithUnreachableRedis(t *testing.T) {
 	var logs *syncWriter
 	t.Run("serve", func(t *testing.T) {
 		var base string
-		base, logs = startDaemon(t, "-name", "r", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local", "-redis", "redis://"+dead)
+		base, logs, _ = startDaemon(t, "-name", "r", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local", "-redis", "redis://"+dead)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			resp, err := http.Get(base + "/readyz")
