@@ -23,14 +23,24 @@ import (
 //     exactly before the other side restores its partitions.
 //   - The view: when gossip shows a membership without a majority, the
 //     member fences itself (fence): it gives up custody of everything,
-//     hands what it admitted since each key's last acknowledged
-//     replication to the fence sink (the router keeps it as debts, paid
-//     to the keys' owners once the sides merge), and takes a new
-//     incarnation. The majority side restores those partitions from their
-//     replicas; when the network heals, this member rejoins as a new
-//     member with no custody, and the debts bring the two histories
-//     together: what the majority restored, what it admitted since, and
-//     what this side admitted since that replica.
+//     hands each key's admissions that the majority side may lack to the
+//     fence sink (the router keeps them as debts, paid to the keys' owners
+//     once the sides merge), and takes a new incarnation. The majority side
+//     restores those partitions from their replicas; when the network
+//     heals, this member rejoins as a new member with no custody, and the
+//     debts bring the two histories together: what the majority restored,
+//     what it admitted since, and what this side admitted beyond it.
+//
+// What the majority may lack (owed): a key's admissions beyond the copy its
+// backup acknowledged, when that backup is presumed on the majority side (a
+// counted member missing from the fencing view); everything the key counts
+// when it is not (the backup is on this side of the split, departed, or
+// never acknowledged a copy). Keys frozen in a handover not yet
+// acknowledged are owed the same way: the taker may never have installed
+// them. Owing too much charges a key twice (fewer admissions later, never
+// more than the limit); owing too little would lose admissions. The
+// replicas this member holds for others are kept: one may be the last copy
+// of a partition whose custodian crashed.
 
 // ErrMinority is returned (wrapped) by Do while this member cannot reach a
 // majority of the membership: the caller falls back, as for a transfer
@@ -170,30 +180,38 @@ func (n *Node) leaseNow() (ok bool, silent []*peerClient) {
 }
 
 // fence gives up custody of everything this member holds, after its view
-// lost the majority: every partition stops admitting here, and each key's
-// admissions since its last acknowledged replication go to the fence sink.
-// The caller takes a new incarnation next. Callers hold tmu.
-func (n *Node) fence() {
+// (members) lost the majority: every partition stops admitting here, and
+// what the majority may lack of each key goes to the fence sink. The
+// replicas held for others stay (see the top of this file). The caller
+// takes a new incarnation next. Callers hold tmu.
+func (n *Node) fence(members []viewMember) {
 	if n.fenced.Swap(true) {
 		return
 	}
 	n.fences.Add(1)
+	here := make(map[string]bool, len(members))
+	for _, m := range members {
+		here[m.Name] = true
+	}
+	// A backup's copy is on the majority side only if its member is
+	// counted (not departed) and missing from this side's view.
+	elsewhere := func(name string) bool { _, counted := n.quorum.base[name]; return counted && !here[name] }
 	var keys, debts int
 	if t := n.tr.Load(); t != nil {
-		keys, debts = t.retire()
+		keys, debts = t.retire(elsewhere)
 		n.retired = append(n.retired, t)
 	}
-	n.replicas.clear() // copies held for owners that may have moved on
 	n.dirty.drain()
 	n.log.Warn("fenced: this side of a network split has no majority of the members; serving degraded shares as debts until it rejoins as a new member",
 		"keys", keys, "keys_owed", debts)
 }
 
 // retire stops the custody machine for good (after a fence): every
-// partition's route becomes fenced, and the table is emptied, each key's
-// unreplicated admissions going to the fence sink. It returns how many keys
-// were in the table and how many owed something.
-func (t *transfer) retire() (keys, debts int) {
+// partition's route becomes fenced, and the table and the snapshots frozen
+// for a handover are emptied, each key's owed admissions going to the
+// fence sink (see owed). It returns how many keys there were and how many
+// owed something.
+func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.retired = true
@@ -216,36 +234,46 @@ func (t *transfer) retire() (keys, debts int) {
 	if s := n.fenceSink.Load(); s != nil {
 		sink = *s
 	}
+	owe := func(key string, state []byte) {
+		keys++
+		if sink != nil && n.owed(key, state, elsewhere, sink) {
+			debts++
+		}
+	}
 	now := n.cfg.Now()
 	n.table.Range(func(key string) bool {
 		n.table.Peek(key, func(b *limiter.Budget) { b.DrainWaiters(now, nil) })
 		n.local.moveAll(key)
-		state, ok := n.table.Take(key)
-		if !ok {
-			return true
-		}
-		keys++
-		if sink != nil && n.owedSince(key, state, sink) {
-			debts++
+		if state, ok := n.table.Take(key); ok {
+			owe(key, state)
 		}
 		return true
 	})
+	for p := range t.m.parts {
+		if pt := &t.m.parts[p]; pt.held && pt.frozen != nil {
+			err := decodeEntries(pt.frozen, func(key string, state []byte) error { owe(key, state); return nil })
+			if err != nil {
+				n.log.Error("fence: bad frozen partition", "partition", p, "err", err)
+			}
+		}
+	}
 	n.acked.clear()
 	return keys, debts
 }
 
-// owedSince hands what key's state counts beyond its last acknowledged
-// replica to sink, summed, at the latest bucket's time. It reports whether
-// there was anything.
-func (n *Node) owedSince(key string, state []byte, sink FenceSink) bool {
+// owed hands to sink what key's state counts that the majority side may
+// lack, summed, at the latest bucket's time: beyond the copy its backup
+// acknowledged when elsewhere says that backup is on the majority side,
+// else all of it. It reports whether there was anything.
+func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool, sink FenceSink) bool {
 	lim, pol := n.cfg.LimitsFor(key), &n.cfg.Policy
 	cur, err := limiter.RestoreBudget(state, lim, pol)
 	if err != nil {
 		return false
 	}
 	var base *limiter.Budget
-	if data, ok := n.acked.get(key); ok {
-		base, _ = limiter.RestoreBudget(data, lim, pol) // unreadable: everything counts
+	if ack, ok := n.acked.get(key); ok && elsewhere(ack.by) {
+		base, _ = limiter.RestoreBudget(ack.state, lim, pol) // unreadable: everything counts
 	}
 	var req, tok int64
 	var at time.Time
@@ -260,22 +288,30 @@ func (n *Node) owedSince(key string, state []byte, sink FenceSink) bool {
 }
 
 // ackedStore holds, for each key this member decides for, the state its
-// backup last acknowledged: what the other side of a split restores from.
+// backup last acknowledged, and which member that backup is: what the other
+// side of a split restores from, if the backup is there.
 type ackedStore struct {
 	mu sync.Mutex // guards m
-	m  map[string][]byte
+	m  map[string]ackedCopy
 }
 
-func (a *ackedStore) put(key string, state []byte) {
+// ackedCopy is a key's state as its backup, the member called by,
+// acknowledged it.
+type ackedCopy struct {
+	state []byte
+	by    string
+}
+
+func (a *ackedStore) put(key, by string, state []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
-		a.m = make(map[string][]byte)
+		a.m = make(map[string]ackedCopy)
 	}
-	a.m[key] = state
+	a.m[key] = ackedCopy{state: state, by: by}
 }
 
-func (a *ackedStore) get(key string) ([]byte, bool) {
+func (a *ackedStore) get(key string) (ackedCopy, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s, ok := a.m[key]

@@ -272,7 +272,7 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	if n.gossiped.Load() && !n.quorum.observe(members, n.cfg.Now()) {
 		if !n.fenced.Load() {
 			n.fencedBoot = boot
-			n.fence()
+			n.fence(members)
 			select {
 			case n.reincarnate <- struct{}{}:
 			default:

@@ -189,7 +189,7 @@ func (n *Node) replicateOnce() {
 				n.dirty.mark(key) // try again next round
 				return
 			}
-			n.acked.put(key, state)
+			n.acked.put(key, backup.Name, state)
 			n.stats.replicated.Add(1)
 		}()
 	}
@@ -228,7 +228,7 @@ func (n *Node) replicateNow(ctx context.Context, key string) {
 		n.stats.syncMissed.Add(1)
 		return
 	}
-	n.acked.put(key, state)
+	n.acked.put(key, backup.Name, state)
 	n.stats.replicated.Add(1)
 }
 
