@@ -3,11 +3,14 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
 )
 
 // gossipView is the membership gossip would show: each node under boot id
@@ -193,5 +196,134 @@ func TestSharersCountTheMembershipNotTheRing(t *testing.T) {
 		if got := len(n3.Ring().Members()); got != s.ring || n3.Fenced() != s.fenced || n3.Sharers() != s.sharers {
 			t.Fatalf("step %d: ring of %d, fenced %v, sharers %d; want %d, %v, %d", i, got, n3.Fenced(), n3.Sharers(), s.ring, s.fenced, s.sharers)
 		}
+	}
+}
+
+// keysBackedUp returns want keys that owner holds in r with backup as
+// their backup.
+func keysBackedUp(r *ring.Ring, owner, backup string, want int) []string {
+	var keys []string
+	for i := 0; len(keys) < want && i < 100000; i++ {
+		k := fmt.Sprintf("t:b%d", i)
+		o, _ := r.Owner(k)
+		b, _ := r.Backup(k)
+		if o.Name == owner && b.Name == backup {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// A fence relies on a key's acknowledged replica only when that backup is
+// on the other side (counted, and missing from the fencing view): there
+// the majority restores from it. A backup on the fenced side with it
+// leaves the majority nothing, so the fence owes all the key counts. And
+// the replicas the fenced backup holds stay: after a crash one may be the
+// last copy there is.
+func TestFenceOwesAllWhenTheBackupIsOnItsSide(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
+	nodes := newNodes(t, 5, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
+	n3, n5 := nodes[2], nodes[4]
+	var owed sink
+	n3.OnFence(owed.owe)
+	n5.OnFence(owed.owe)
+	whole := gossipView(nodes, "a", "a", "a", "a", "a")
+	for _, nd := range nodes {
+		nd.gossiped.Store(true)
+		if err := nd.follow(whole); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// n3 and n5 are cut off together, 2 of 5.
+	all := ringOf(t, nodes...)
+	withIt := keysBackedUp(all, "n3", "n5", 1)    // its backup is cut off with it
+	elsewhere := keysBackedUp(all, "n5", "n4", 1) // its backup is on the majority side
+	if len(withIt) == 0 || len(elsewhere) == 0 {
+		t.Fatal("no keys with the backups wanted")
+	}
+	admit(t, n3, withIt[0], 5)
+	admit(t, n5, elsewhere[0], 5)
+	n3.replicateOnce() // n5 acknowledges 5
+	n5.replicateOnce() // n4 acknowledges 5
+	admit(t, n3, withIt[0], 3)
+	admit(t, n5, elsewhere[0], 3)
+	if n5.Replicas() != 1 {
+		t.Fatalf("n5 holds %d replicas after a replication round, want 1", n5.Replicas())
+	}
+
+	minority := gossipView([]*Node{n3, n5}, "a", "a")
+	for _, nd := range []*Node{n3, n5} {
+		if err := nd.follow(minority); err != nil {
+			t.Fatal(err)
+		}
+		if !nd.Fenced() {
+			t.Fatalf("%s not fenced by a view of 2 of 5", nd.Name())
+		}
+	}
+	if got := owed.get(withIt[0]); got[0] != 8 {
+		t.Errorf("%s, backed up on the fenced side: %d requests owed, want all 8", withIt[0], got[0])
+	}
+	if got := owed.get(elsewhere[0]); got[0] != 3 {
+		t.Errorf("%s, backed up on the majority side: %d requests owed, want the 3 beyond its replica", elsewhere[0], got[0])
+	}
+	if n5.Replicas() != 1 {
+		t.Error("n5's fence dropped the replica it holds for n3")
+	}
+}
+
+// A partition frozen for a handover whose taker never acknowledged is owed
+// too: the taker may never have installed it.
+func TestFenceOwesFrozenHandovers(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
+	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
+	n3 := nodes[2]
+	var owed sink
+	n3.OnFence(owed.owe)
+	whole := gossipView(nodes, "a", "a", "a")
+	for _, nd := range nodes {
+		nd.gossiped.Store(true)
+		if err := nd.follow(whole); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A joiner n4 whose peer address answers nothing: what moves to it
+	// stays frozen at n3, offered and unacknowledged.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	n4 := viewMember{Member: ring.Member{Name: "n4", Peer: deadAddr}, Boot: "a"}
+	joined := append(gossipView(nodes, "a", "a", "a"), n4)
+	before := ringOf(t, nodes...)
+	after, err := ring.New(n3.ringConfig(), []ring.Member{member(nodes[0]), member(nodes[1]), member(n3), n4.Member})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moving := keysMoving(before, after, "n3", "n4", 1)
+	if len(moving) == 0 {
+		t.Fatal("no key moves from n3 to n4")
+	}
+	key := moving[0]
+	admit(t, n3, key, 6)
+	if err := n3.follow(joined); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n3.table.Peek(key, func(*limiter.Budget) {}) {
+		if time.Now().After(deadline) {
+			t.Fatal("n3 never froze the partition moving to n4")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := n3.follow(gossipView(nodes[2:], "a")); err != nil {
+		t.Fatal(err)
+	}
+	if !n3.Fenced() {
+		t.Fatal("n3 not fenced by a view of 1 of 4")
+	}
+	if got := owed.get(key); got[0] != 6 {
+		t.Errorf("%s, frozen for n4: %d requests owed, want all 6", key, got[0])
 	}
 }
