@@ -156,7 +156,8 @@ func (s *peerStats) frame(items int) {
 // Liveness: a peer whose address drops packets silently (a network cut)
 // never refuses, and must not hold a call until its caller gives up. After
 // a failed dial, calls fail at once for one Liveness, and then the next
-// one dials again.
+// one dials again. Every failure to connect, the caller's deadline
+// included, is ErrPeerDown: the call was never sent.
 func (p *peerClient) connect(ctx context.Context) (*link, error) {
 	for {
 		p.mu.Lock()
@@ -178,7 +179,10 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("peer %s: %w", p.addr, ctx.Err())
+				// No connection, so the call never left: the peer cannot
+				// have acted on it, and falling back counts nothing twice.
+				p.stats.downs.Add(1)
+				return nil, fmt.Errorf("peer %s: %w: no connection before the caller's deadline (a dial under way): %w", p.addr, ErrPeerDown, ctx.Err())
 			}
 		}
 		wait := make(chan struct{})

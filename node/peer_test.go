@@ -522,3 +522,39 @@ func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
 		stop()
 	}
 }
+
+// A call waiting for another call's dial to a peer that drops packets (a
+// network cut: the dial neither connects nor is refused) and whose
+// deadline comes first fails with ErrPeerDown, never a bare deadline: it
+// was never sent, so its caller may fall back without counting anything
+// twice. (On a loaded machine the dial may not have ended within the
+// caller's 2 s cap.)
+func TestPeerCallWaitingForADialIsPeerDown(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dialing := make(chan struct{})
+	hang := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		close(dialing)
+		<-ctx.Done() // the packets go nowhere
+		return nil, ctx.Err()
+	}
+	p := newPeerClient("192.0.2.1:7000", hang, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: time.Hour, After: time.After},
+		slog.New(slog.DiscardHandler), &peerStats{})
+	defer p.close()
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := p.call(first, &Call{Op: OpAcquire, Key: "t:acme"})
+		firstDone <- err
+	}()
+	<-dialing
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := p.call(ctx, &Call{Op: OpAcquire, Key: "t:acme"})
+	if !errors.Is(err, ErrPeerDown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a call whose deadline came while another dialed: %v, want ErrPeerDown (wrapping the deadline)", err)
+	}
+	cancelFirst()
+	if err := <-firstDone; !errors.Is(err, ErrPeerDown) {
+		t.Errorf("the dialing call, cancelled: %v, want ErrPeerDown", err)
+	}
+}
