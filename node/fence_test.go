@@ -3,8 +3,8 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +21,19 @@ func gossipView(nodes []*Node, boots ...string) []viewMember {
 		ms = append(ms, viewMember{Member: member(nd), Boot: boots[i]})
 	}
 	return ms
+}
+
+// joinAll has nodes follow one gossip view of them all (boot ids "a"), as
+// members joined through gossip: the quorum rules apply.
+func joinAll(t *testing.T, nodes []*Node) {
+	t.Helper()
+	whole := gossipView(nodes, slices.Repeat([]string{"a"}, len(nodes))...)
+	for _, nd := range nodes {
+		nd.gossiped.Store(true)
+		if err := nd.follow(whole); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // sink records what a fence hands over.
@@ -57,13 +70,7 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	var owed sink
 	n3.OnFence(owed.owe)
-	whole := gossipView(nodes, "a", "a", "a")
-	for _, nd := range nodes {
-		nd.gossiped.Store(true)
-		if err := nd.follow(whole); err != nil {
-			t.Fatal(err)
-		}
-	}
+	joinAll(t, nodes)
 	all, majority := ringOf(t, n1, n2, n3), ringOf(t, n1, n2)
 	keys := keysMoving(all, majority, "n3", "n1", 2)
 	replicated, fresh := keys[0], keys[1]
@@ -141,13 +148,7 @@ func TestLeaseLapsesWithoutAMajority(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 100} }
 	nodes := newNodes(t, 3, limits)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	whole := gossipView(nodes, "a", "a", "a")
-	for _, nd := range nodes {
-		nd.gossiped.Store(true)
-		if err := nd.follow(whole); err != nil {
-			t.Fatal(err)
-		}
-	}
+	joinAll(t, nodes)
 	key := keysMoving(ringOf(t, n1, n2, n3), ringOf(t, n1, n2), "n3", "n1", 1)[0]
 	if got := admit(t, n3, key, 3); got != 3 {
 		t.Fatalf("%d of 3 admitted while whole", got)
@@ -202,16 +203,11 @@ func TestSharersCountTheMembershipNotTheRing(t *testing.T) {
 // keysBackedUp returns want keys that owner holds in r with backup as
 // their backup.
 func keysBackedUp(r *ring.Ring, owner, backup string, want int) []string {
-	var keys []string
-	for i := 0; len(keys) < want && i < 100000; i++ {
-		k := fmt.Sprintf("t:b%d", i)
+	return keysWhere(want, func(k string) bool {
 		o, _ := r.Owner(k)
 		b, _ := r.Backup(k)
-		if o.Name == owner && b.Name == backup {
-			keys = append(keys, k)
-		}
-	}
-	return keys
+		return o.Name == owner && b.Name == backup
+	})
 }
 
 // A fence relies on a key's acknowledged replica only when that backup is
@@ -227,13 +223,7 @@ func TestFenceOwesAllWhenTheBackupIsOnItsSide(t *testing.T) {
 	var owed sink
 	n3.OnFence(owed.owe)
 	n5.OnFence(owed.owe)
-	whole := gossipView(nodes, "a", "a", "a", "a", "a")
-	for _, nd := range nodes {
-		nd.gossiped.Store(true)
-		if err := nd.follow(whole); err != nil {
-			t.Fatal(err)
-		}
-	}
+	joinAll(t, nodes)
 	// n3 and n5 are cut off together, 2 of 5.
 	all := ringOf(t, nodes...)
 	withIt := keysBackedUp(all, "n3", "n5", 1)    // its backup is cut off with it
@@ -279,13 +269,7 @@ func TestFenceOwesFrozenHandovers(t *testing.T) {
 	n3 := nodes[2]
 	var owed sink
 	n3.OnFence(owed.owe)
-	whole := gossipView(nodes, "a", "a", "a")
-	for _, nd := range nodes {
-		nd.gossiped.Store(true)
-		if err := nd.follow(whole); err != nil {
-			t.Fatal(err)
-		}
-	}
+	joinAll(t, nodes)
 	// A joiner n4 whose peer address answers nothing: what moves to it
 	// stays frozen at n3, offered and unacknowledged.
 	dead, err := net.Listen("tcp", "127.0.0.1:0")

@@ -75,12 +75,19 @@ func ownerPair(t *testing.T, limits func(string) limiter.Limits, opts ...func(*C
 
 // keysMoving returns keys owned by from in before and by to in after.
 func keysMoving(before, after *ring.Ring, from, to string, want int) []string {
-	var keys []string
-	for i := 0; len(keys) < want && i < 100000; i++ {
-		k := fmt.Sprintf("t:k%d", i)
+	return keysWhere(want, func(k string) bool {
 		b, _ := before.Owner(k)
 		a, _ := after.Owner(k)
-		if b.Name == from && a.Name == to {
+		return b.Name == from && a.Name == to
+	})
+}
+
+// keysWhere returns up to want keys (of the first 100,000 t:kN) for which
+// ok is true.
+func keysWhere(want int, ok func(key string) bool) []string {
+	var keys []string
+	for i := 0; len(keys) < want && i < 100000; i++ {
+		if k := fmt.Sprintf("t:k%d", i); ok(k) {
 			keys = append(keys, k)
 		}
 	}
