@@ -45,14 +45,19 @@ import (
 //     partitions. A crashed process restarts under its name with a new
 //     boot id. Debts are charged, at least once, to the partition's
 //     custodian after the merge.
+//   - Graceful leaves: a leaving process drains, then publishes a view
+//     showing it departed (gossip's Departed) to its side, and exits a
+//     little later. A split may start while members are leaving.
 //
 // Each admission has a number, and every count carries, beside the number
 // the shell would hold, the set of admissions it is made of (its ghost),
 // so the checker knows what a count holds, not only how much. After every
 // step it checks: at most one member decides for a partition (custodian,
 // not fenced, leased); no member installs a view without a majority of the
-// seats (names alive or crashed, not departed), and quorum.observe agrees
-// with the rule its doc states; and conservation: the newest copy, the
+// seats (names alive or crashed, not departed; a leaving seat absent from
+// the view aside, see checkMajority), no two members install views of the
+// two sides of one split, and quorum.observe agrees with the rule its doc
+// states; and conservation: the newest copy, the
 // unpaid debts and what members about to be fenced will owe hold exactly
 // the admissions made and not legitimately lost, and no count holds fewer
 // than its ghost. A loss is legitimate when a crash destroyed the last
@@ -278,6 +283,7 @@ type simProc struct {
 	replicas [simParts]*simReplica
 	debts    []*simDebt
 	counted  map[string]bool // the membership counted, by the rule (count), to check quorum.go
+	lastSeen map[string]time.Time
 	marked   map[string]bool // name → whether the last view showing it marked it leaving
 }
 
@@ -380,6 +386,7 @@ type sim struct {
 	cut      map[string]int // process name → side while the network is cut; nil when whole
 	cutEnd   int64
 	split    *simSplit
+	skew     time.Duration // forget horizons passed
 	names    int
 	shuffle  uint64 // ring seed: changing it moves partitions between old members
 	drop     float64
@@ -482,9 +489,26 @@ func (s *sim) fail(format string, args ...any) {
 	panic(errSimFailed{})
 }
 
-// clock is the quorum's time: a tick is a millisecond.
+// clock is the quorum's time: a tick is a millisecond, plus the forget
+// horizons passed (see forget).
 func (s *sim) clock(tick int64) time.Time {
-	return time.Unix(1_700_000_000, 0).Add(time.Duration(tick) * time.Millisecond)
+	return time.Unix(1_700_000_000, 0).Add(time.Duration(tick)*time.Millisecond + s.skew)
+}
+
+// forget lets the forget horizon pass (72 h) in one tick, once the
+// network is whole and no seat is down: every process then forgets the
+// names it still counts that are gone for good. A process that counts a
+// member that departed on the other side of a split (it never saw the
+// departure, so the member stays counted like a crashed one) is a
+// minority until then: after the merge it stays fenced until the horizon.
+func (s *sim) forget() bool {
+	if down, _ := s.down(); len(down) > 0 || s.split != nil || s.cut != nil || len(s.detect) > 0 {
+		return false
+	}
+	s.skew += forgetAfter
+	s.logf("the forget horizon passes")
+	s.publish(false)
+	return true
 }
 
 // spawn starts a process: a new seat when name is empty, else a restart
@@ -638,7 +662,7 @@ func (s *sim) publish(now bool) {
 func (s *sim) installView(pr *simProc, v simView) {
 	s.logf("%s view %v counted %v", pr.inc.id, v.v, slices.Sorted(maps.Keys(pr.q.base)))
 	majority := pr.q.observe(v.members, s.clock(s.now))
-	if counted := pr.count(v.members); counted != majority {
+	if counted := pr.count(v.members, s.clock(s.now)); counted != majority {
 		s.fail("%s: quorum says majority=%v for a view of %v, the rule says %v (counted %v)", pr.name, majority, v.members, counted, slices.Sorted(maps.Keys(pr.counted)))
 	}
 	if !majority {
@@ -699,20 +723,21 @@ func (s *sim) checkMajority(pr *simProc, v simView) {
 	}
 }
 
-// count applies the quorum rule to a view, as quorum.go's doc states it
-// (without its forget horizon, which the sim never reaches): the
-// membership counted is the names of the views that held a majority of
+// count applies the quorum rule to a view at now, as quorum.go's doc
+// states it: the membership counted is the names of the views that held a majority of
 // it, except those marked departed; a view holds a majority when it shows
 // more than half of them. A name stops being counted when a view shows it
 // departed, or when a view holding a majority of the membership counted
-// with it lacks it and the last view that showed it marked it leaving.
-func (pr *simProc) count(members []viewMember) bool {
+// with it lacks it and the last view that showed it marked it leaving, or
+// when no view has shown it for longer than the forget horizon.
+func (pr *simProc) count(members []viewMember, now time.Time) bool {
 	if pr.counted == nil {
-		pr.counted, pr.marked = map[string]bool{}, map[string]bool{}
+		pr.counted, pr.marked, pr.lastSeen = map[string]bool{}, map[string]bool{}, map[string]time.Time{}
 	}
 	present := map[string]bool{}
 	for _, m := range members {
 		present[m.Name] = true
+		pr.lastSeen[m.Name] = now
 		pr.marked[m.Name] = m.Leaving
 		if m.Departed {
 			delete(pr.counted, m.Name)
@@ -720,8 +745,11 @@ func (pr *simProc) count(members []viewMember) bool {
 	}
 	seen := 0
 	for name := range pr.counted {
-		if present[name] {
+		switch {
+		case present[name]:
 			seen++
+		case now.Sub(pr.lastSeen[name]) > forgetAfter:
+			delete(pr.counted, name)
 		}
 	}
 	if len(pr.counted) > 0 && 2*seen <= len(pr.counted) {
@@ -1662,7 +1690,7 @@ func (s *sim) step() {
 			continue
 		}
 		if !mb.alive {
-			s.retry(mb) // calls waiting for its first view time out
+			s.retry(mb)  // calls waiting for its first view time out
 			s.depart(pr) // fenced, it holds nothing: its drain is done at once
 			continue
 		}
@@ -1733,9 +1761,6 @@ func (s *sim) chaos() {
 	// together once all are declared dead.
 	whole := s.split == nil || strict("restarts")
 	splittable := s.split == nil && s.cut == nil && len(live) > 1
-	for _, pr := range live {
-		splittable = splittable && !pr.leaving // still steered clear of here; the next commit removes this
-	}
 	switch x := s.rng.IntN(100); {
 	case x < 4 && whole && len(s.seats()) < 6 && (len(down) == 0 || strict("restarts")):
 		s.spawn("")
@@ -1854,7 +1879,11 @@ func runSim(seed uint64, tracing bool) (s *sim) {
 	// A member still draining finishes and leaves: a leaving member never
 	// stays (a majority may have stopped counting it already).
 	s.publish(false)
+	forgot := false
 	for start := s.now; !s.rested(); {
+		if !forgot && s.now-start >= simQuiesce/3 {
+			forgot = s.forget()
+		}
 		if s.now-start > simQuiesce {
 			var state []string
 			for _, pr := range s.liveProcs() {
