@@ -13,9 +13,10 @@ import "time"
 // members of every majority view, leaving ones included (until it has
 // gone, a leaving member is a seat like any other: a member that started
 // while it was draining must count it too), and shrinks only when a
-// member departs, or has been absent longer than the forget horizon. A member that dies stays counted: a view that lost members one
-// by one cannot talk itself into a majority, since crashes and cuts look
-// the same from inside. So a cluster of three survives one crash, and a
+// member departs, or has been absent longer than the forget horizon. A
+// member that dies stays counted: a view that lost members one by one
+// cannot talk itself into a majority, since crashes and cuts look the
+// same from inside. So a cluster of three survives one crash, and a
 // cluster of two none: its survivor serves only degraded shares until the
 // other returns, or is forgotten.
 //
