@@ -265,17 +265,37 @@ func (c *Cluster) Local() MemberState {
 // go out. Every member then rebuilds its ring without this node, while it
 // stays a member until Leave.
 func (c *Cluster) SetLeaving(timeout time.Duration) error {
+	return c.announce("leaving", timeout, func(m *Meta) { m.Leaving = true })
+}
+
+// SetDeparted marks this node as done draining in its gossiped metadata
+// (see Meta.Departed; it sets Leaving too) and broadcasts the change,
+// waiting up to timeout for it to go out. Call it once everything was
+// handed on, just before Leave: the members that see it stop counting
+// this node in the membership a majority is counted of, at once, instead
+// of keeping it counted like a crashed member when it is then gone.
+func (c *Cluster) SetDeparted(timeout time.Duration) error {
+	return c.announce("departure", timeout, func(m *Meta) { m.Leaving, m.Departed = true, true })
+}
+
+// announce changes this node's metadata with set (the change is kept by a
+// later Reincarnate) and broadcasts it, waiting up to timeout for it to go
+// out.
+func (c *Cluster) announce(what string, timeout time.Duration, set func(*Meta)) error {
 	c.lifecycle.Lock()
 	defer c.lifecycle.Unlock()
 	if c.shut {
 		return ErrShutdown
 	}
-	c.cfg.Meta.Leaving = true // kept by a later Reincarnate
+	set(&c.cfg.Meta)
 	c.delegate.mu.Lock()
 	c.delegate.meta = c.cfg.Meta.encode()
 	c.delegate.mu.Unlock()
+	c.mu.Lock()
+	c.local.Meta = c.cfg.Meta
+	c.mu.Unlock()
 	if err := c.ml.UpdateNode(timeout); err != nil {
-		return fmt.Errorf("gossip: announce leaving: %w", err)
+		return fmt.Errorf("gossip: announce %s: %w", what, err)
 	}
 	return nil
 }

@@ -568,6 +568,38 @@ func TestReconnectAfterDeath(t *testing.T) {
 	t.Logf("merged %v after the departed member came back (reconnect interval %v)", took, cfg.ReconnectInterval)
 }
 
+// A node that announces its departure (done draining, about to Leave) is
+// seen by every member as leaving and departed, itself included.
+func TestSetDeparted(t *testing.T) {
+	cs := startThree(t)
+	want := cs[2].Local().Meta
+	if err := cs[2].SetLeaving(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[2].SetDeparted(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want.Leaving, want.Departed = true, true
+	if got := cs[2].Local().Meta; got != want {
+		t.Fatalf("Local().Meta = %+v, want %+v", got, want)
+	}
+	waitFor(t, 10*time.Second, "n3's departure seen everywhere", func() bool {
+		for _, c := range cs {
+			ms := c.Members()
+			if len(ms) != 3 || ms[2].Meta != want {
+				return false
+			}
+		}
+		return true
+	})
+	if err := cs[2].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[2].SetDeparted(time.Second); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("SetDeparted after Shutdown: %v, want ErrShutdown", err)
+	}
+}
+
 // A reincarnated node (fenced off after a split) is seen by every member
 // under its new BootID, its other metadata unchanged, and a Leaving flag
 // set before survives it.

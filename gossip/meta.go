@@ -25,6 +25,15 @@ type Meta struct {
 	// after the three strings as one byte (1 = leaving); older decoders
 	// ignore it.
 	Leaving bool
+
+	// Departed says the node has finished draining: it handed everything
+	// on and is about to leave the gossip cluster, so its absence from
+	// then on is a departure, not a crash or a cut. It comes with
+	// Leaving. Encoded as a second flag byte (1 = departed) after the
+	// leaving byte, which stays 1: a decoder that knows only Leaving
+	// (which it reads as that byte being exactly 1) still sees a leaving
+	// member, and ignores the byte after.
+	Departed bool
 }
 
 // metaVersion is the first byte of an encoded Meta. A later version may
@@ -44,7 +53,10 @@ func (m Meta) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	if m.Leaving {
+	switch {
+	case m.Departed:
+		b = append(b, flagByte(m.Leaving), 1)
+	case m.Leaving:
 		b = append(b, 1)
 	}
 	return b
@@ -70,7 +82,16 @@ func decodeMeta(b []byte) (Meta, error) {
 		fields[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2], Leaving: len(b) > 0 && b[0] == 1}, nil
+	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2],
+		Leaving: len(b) > 0 && b[0] == 1, Departed: len(b) > 1 && b[1] == 1}, nil
+}
+
+// flagByte encodes a flag.
+func flagByte(on bool) byte {
+	if on {
+		return 1
+	}
+	return 0
 }
 
 // newBootID returns bootIDLen random hex digits.

@@ -47,14 +47,19 @@ import (
 //     partitions. A crashed process restarts under its name with a new
 //     boot id. Debts are charged, at least once, to the partition's
 //     custodian after the merge.
+//   - Graceful leaves: a leaving process drains, then publishes a view
+//     showing it departed (gossip's Departed) to its side, and exits a
+//     little later. A split may start while members are leaving.
 //
 // Each admission has a number, and every count carries, beside the number
 // the shell would hold, the set of admissions it is made of (its ghost),
 // so the checker knows what a count holds, not only how much. After every
 // step it checks: at most one member decides for a partition (custodian,
 // not fenced, leased); no member installs a view without a majority of the
-// seats (names alive or crashed, not departed), and quorum.observe agrees
-// with the rule its doc states; and conservation: the newest copy, the
+// seats (names alive or crashed, not departed; a leaving seat absent from
+// the view aside, see checkMajority), no two members install views of the
+// two sides of one split, and quorum.observe agrees with the rule its doc
+// states; and conservation: the newest copy, the
 // unpaid debts and what members about to be fenced will owe hold exactly
 // the admissions made and not legitimately lost, and no count holds fewer
 // than its ghost. A loss is legitimate when a crash destroyed the last
@@ -78,12 +83,12 @@ var (
 	simSeeds  = flag.Int("sim.seeds", 10000, "seeds TestCustodySim runs (make sim runs more)")
 	simSeed   = flag.Int("sim.seed", -1, "the one seed TestCustodySimSeed replays with a trace")
 	simTrace  = flag.Int("sim.trace", 300, "lines of trace a failure prints")
-	simStrict = flag.String("sim.strict", "", "known gaps of the shell's rules to check too, instead of tallying or avoiding them: all, or some of reclaim,leaving,restarts (see strict)")
+	simStrict = flag.String("sim.strict", "", "known gaps of the shell's rules to check too, instead of tallying or avoiding them: all, or some of reclaim,restarts (see strict)")
 )
 
 // strict reports whether the run checks the known gap of the shell's rules
 // named gap (sim.strict) instead of tallying it (reclaim) or
-// steering clear of it (leaving, restarts):
+// steering clear of it (restarts):
 //
 //   - reclaim: a fence owes only what its copy holds beyond the replica
 //     its backup acknowledged, when that backup is counted and missing
@@ -92,9 +97,6 @@ var (
 //     take the partition back by a reclaim (a giver's offer whose taker
 //     died before acknowledging; the chain of handovers after it ended at
 //     the fenced member), and a reclaim reads no replica: lost.
-//   - leaving: quorum.observe counts a member marked leaving and then
-//     absent as departed, and a split looks the same: with leaving
-//     members on both sides, both may count a majority.
 //   - restarts: a process's quorum starts empty and learns only the
 //     members its views show (live ones): one that starts while a seat is
 //     down never counts that seat, and one that starts during a split
@@ -274,6 +276,8 @@ type simProc struct {
 	alive    bool
 	crashed  bool // died without leaving: the seat restarts under a new boot id
 	leaving  bool
+	departed bool  // done leaving: its views show it so (gossip's Departed) until it exits
+	exitAt   int64 // departed: the tick it leaves gossip and exits
 	hidden   int64 // crashed: views show it as live until this tick (failure detection)
 	views    []simView
 	heard    map[string]int64 // name → tick of its last heartbeat
@@ -282,7 +286,8 @@ type simProc struct {
 	replicas [simParts]*simReplica
 	debts    []*simDebt
 	counted  map[string]bool // the membership counted, by the rule (count), to check quorum.go
-	marked   map[string]bool // names marked leaving in the last view
+	lastSeen map[string]time.Time
+	marked   map[string]bool // name → whether the last view showing it marked it leaving
 }
 
 // simMember is one incarnation: a custody id and its machine.
@@ -353,8 +358,11 @@ type simView struct {
 	v       custodyView
 	members []viewMember // what the quorum observes
 	backups []string
-	seats   []string // the seats (names) that existed when it was published
-	self    string   // the id it shows for the process it goes to
+	seats   []string  // the seats (names) that existed when it was published
+	leaving []string  // those of them marked leaving then
+	split   *simSplit // the split whose side it shows, if any
+	side    int
+	self    string // the id it shows for the process it goes to
 }
 
 // simSplit is a long split: messages between its sides are dropped from
@@ -366,6 +374,7 @@ type simSplit struct {
 	end     int64
 	mergeAt int64
 	views   bool
+	holders [2]string // per side, the first process that installed a view of it
 }
 
 type sim struct {
@@ -380,6 +389,7 @@ type sim struct {
 	cut      map[string]int // process name → side while the network is cut; nil when whole
 	cutEnd   int64
 	split    *simSplit
+	skew     time.Duration // forget horizons passed
 	names    int
 	shuffle  uint64 // ring seed: changing it moves partitions between old members
 	drop     float64
@@ -481,9 +491,26 @@ func (s *sim) fail(format string, args ...any) {
 	panic(errSimFailed{})
 }
 
-// clock is the quorum's time: a tick is a millisecond.
+// clock is the quorum's time: a tick is a millisecond, plus the forget
+// horizons passed (see forget).
 func (s *sim) clock(tick int64) time.Time {
-	return time.Unix(1_700_000_000, 0).Add(time.Duration(tick) * time.Millisecond)
+	return time.Unix(1_700_000_000, 0).Add(time.Duration(tick)*time.Millisecond + s.skew)
+}
+
+// forget lets the forget horizon pass (72 h) in one tick, once the
+// network is whole and no seat is down: every process then forgets the
+// names it still counts that are gone for good. A process that counts a
+// member that departed on the other side of a split (it never saw the
+// departure, so the member stays counted like a crashed one) is a
+// minority until then: after the merge it stays fenced until the horizon.
+func (s *sim) forget() bool {
+	if down, _ := s.down(); len(down) > 0 || s.split != nil || s.cut != nil || len(s.detect) > 0 {
+		return false
+	}
+	s.skew += forgetAfter
+	s.logf("the forget horizon passes")
+	s.publish(false)
+	return true
 }
 
 // spawn starts a process: a new seat when name is empty, else a restart
@@ -536,11 +563,13 @@ func (s *sim) liveProcs() []*simProc {
 }
 
 // seats lists the names of the seats: processes alive, or crashed and
-// waiting to restart. A seat that left gracefully is gone.
+// waiting to restart. A seat that left gracefully is gone, and so is one
+// that announced it is done (departed): it holds nothing, never will, and
+// is about to exit.
 func (s *sim) seats() []string {
 	var names []string
 	for _, pr := range s.procs {
-		if s.seat[pr.name] == pr && (pr.alive || pr.crashed) {
+		if s.seat[pr.name] == pr && (pr.alive && !pr.departed || pr.crashed) {
 			names = append(names, pr.name)
 		}
 	}
@@ -571,7 +600,7 @@ func (s *sim) view(side int) simView {
 		id := pr.inc.id
 		v.Alive[id] = true
 		_, boot, _ := strings.Cut(id, "/")
-		sv.members = append(sv.members, viewMember{Member: ring.Member{Name: pr.name}, Boot: boot, Leaving: pr.leaving})
+		sv.members = append(sv.members, viewMember{Member: ring.Member{Name: pr.name}, Boot: boot, Leaving: pr.leaving, Departed: pr.departed})
 		if !pr.leaving {
 			eligible = append(eligible, id)
 		}
@@ -591,6 +620,14 @@ func (s *sim) view(side int) simView {
 		}
 	}
 	sv.v = v
+	for _, name := range sv.seats {
+		if s.seat[name].leaving {
+			sv.leaving = append(sv.leaving, name)
+		}
+	}
+	if s.split != nil && s.split.views {
+		sv.split, sv.side = s.split, side
+	}
 	return sv
 }
 
@@ -627,7 +664,7 @@ func (s *sim) publish(now bool) {
 func (s *sim) installView(pr *simProc, v simView) {
 	s.logf("%s view %v counted %v", pr.inc.id, v.v, slices.Sorted(maps.Keys(pr.q.base)))
 	majority := pr.q.observe(v.members, s.clock(s.now))
-	if counted := pr.count(v.members); counted != majority {
+	if counted := pr.count(v.members, s.clock(s.now)); counted != majority {
 		s.fail("%s: quorum says majority=%v for a view of %v, the rule says %v (counted %v)", pr.name, majority, v.members, counted, slices.Sorted(maps.Keys(pr.counted)))
 	}
 	if !majority {
@@ -636,15 +673,7 @@ func (s *sim) installView(pr *simProc, v simView) {
 		}
 		return
 	}
-	present := 0
-	for _, m := range v.members {
-		if slices.Contains(v.seats, m.Name) {
-			present++
-		}
-	}
-	if 2*present <= len(v.seats) {
-		s.fail("%s installs a view of %d of the %d seats %v: no majority of them (it counts %v)", pr.name, present, len(v.seats), v.seats, slices.Sorted(maps.Keys(pr.counted)))
-	}
+	s.checkMajority(pr, v)
 	if pr.fencedID != "" {
 		if v.self == pr.fencedID {
 			return // the majority still knows the fenced incarnation: wait for the new one
@@ -666,39 +695,75 @@ func (s *sim) installView(pr *simProc, v simView) {
 	s.apply(mb)
 }
 
-// count applies the quorum rule to a view, as quorum.go's doc states it
-// (without its forget horizon, which the sim never reaches): the
-// membership counted is the names of the views that held a majority of
-// it, less those that left gracefully (marked leaving, then absent); a
-// view holds a majority when it shows more than half of them.
-func (pr *simProc) count(members []viewMember) bool {
+// checkMajority checks a view pr installs: it holds a majority of the
+// seats, and during a split, no process installs a view of the other side.
+// A seat marked leaving and absent from the view does not count: a view
+// that held a majority counting it drops it (quorum.go), and a crash may
+// leave the next view a majority of the rest only. That is safe because
+// the other side, where it may still be, needs a majority counting it.
+func (s *sim) checkMajority(pr *simProc, v simView) {
+	present, seats := 0, 0
+	for _, name := range v.seats {
+		in := slices.ContainsFunc(v.members, func(m viewMember) bool { return m.Name == name })
+		if in {
+			present++
+		}
+		if in || !slices.Contains(v.leaving, name) {
+			seats++
+		}
+	}
+	if 2*present <= seats {
+		s.fail("%s installs a view of %d of the %d seats %v (leaving: %v): no majority of them (it counts %v)", pr.name, present, len(v.seats), v.seats, v.leaving, slices.Sorted(maps.Keys(pr.counted)))
+	}
+	if sp := v.split; sp != nil {
+		if sp.holders[v.side] == "" {
+			sp.holders[v.side] = pr.name
+		}
+		if o := sp.holders[1-v.side]; o != "" {
+			s.fail("%s installs a view of side %d of a split whose side %d %s installed a view of: both sides count a majority (%s counts %v)", pr.name, v.side, 1-v.side, o, pr.name, slices.Sorted(maps.Keys(pr.counted)))
+		}
+	}
+}
+
+// count applies the quorum rule to a view at now, as quorum.go's doc
+// states it: the membership counted is the names of the views that held a majority of
+// it, except those marked departed; a view holds a majority when it shows
+// more than half of them. A name stops being counted when a view shows it
+// departed, or when a view holding a majority of the membership counted
+// with it lacks it and the last view that showed it marked it leaving, or
+// when no view has shown it for longer than the forget horizon.
+func (pr *simProc) count(members []viewMember, now time.Time) bool {
 	if pr.counted == nil {
-		pr.counted, pr.marked = map[string]bool{}, map[string]bool{}
+		pr.counted, pr.marked, pr.lastSeen = map[string]bool{}, map[string]bool{}, map[string]time.Time{}
 	}
 	present := map[string]bool{}
 	for _, m := range members {
 		present[m.Name] = true
-	}
-	for name := range pr.marked {
-		if !present[name] {
-			delete(pr.counted, name)
+		pr.lastSeen[m.Name] = now
+		pr.marked[m.Name] = m.Leaving
+		if m.Departed {
+			delete(pr.counted, m.Name)
 		}
 	}
-	clear(pr.marked)
 	seen := 0
-	for _, m := range members {
-		if m.Leaving {
-			pr.marked[m.Name] = true
-		}
-		if pr.counted[m.Name] {
+	for name := range pr.counted {
+		switch {
+		case present[name]:
 			seen++
+		case now.Sub(pr.lastSeen[name]) > forgetAfter:
+			delete(pr.counted, name)
 		}
 	}
 	if len(pr.counted) > 0 && 2*seen <= len(pr.counted) {
 		return false
 	}
+	for name, leaving := range pr.marked {
+		if leaving && !present[name] {
+			delete(pr.counted, name)
+		}
+	}
 	for _, m := range members {
-		if !m.Leaving {
+		if !m.Departed {
 			pr.counted[m.Name] = true
 		}
 	}
@@ -1660,8 +1725,18 @@ func (s *sim) step() {
 			s.installView(pr, v)
 		}
 		mb := pr.inc
+		if pr.departed && s.now >= pr.exitAt && (!mb.alive || mb.m.Held() == 0) && len(pr.debts) == 0 {
+			// Gossip's Leave. (What a lagging owner handed it after it
+			// drained, it hands on first.)
+			s.logf("left %s", mb.id)
+			pr.alive, mb.alive = false, false
+			s.settle("the departure of " + mb.id) // the replicas it held for others go with it
+			s.publish(false)
+			continue
+		}
 		if !mb.alive {
-			s.retry(mb) // calls waiting for its first view time out
+			s.retry(mb)  // calls waiting for its first view time out
+			s.depart(pr) // fenced, it holds nothing: its drain is done at once
 			continue
 		}
 		for _, p := range slices.Sorted(maps.Keys(mb.restore)) { // map order would break replay
@@ -1678,18 +1753,27 @@ func (s *sim) step() {
 			s.replicate(mb)
 		}
 		s.chargeDebts(pr)
-		if pr.leaving && mb.m.Held() == 0 && len(pr.views) == 0 && len(pr.debts) == 0 {
-			s.logf("left %s", mb.id)
-			pr.alive, mb.alive = false, false
-			s.settle("the departure of " + mb.id) // the replicas it held for others go with it
-			s.publish(false)
-		}
+		s.depart(pr)
 	}
 	s.check()
 	if s.cut != nil && s.now >= s.cutEnd {
 		s.cut = nil
 		s.logf("network whole")
 	}
+}
+
+// depart: a leaving process that has drained (handed everything on, paid
+// its debts) tells its side it is done (gossip's Departed), and leaves a
+// moment later, as tokenringd does (SetDeparted, then Leave); the views of
+// a split may come first.
+func (s *sim) depart(pr *simProc) {
+	mb := pr.inc
+	if !pr.leaving || pr.departed || len(pr.views) > 0 || len(pr.debts) > 0 || mb.alive && mb.m.Held() > 0 {
+		return
+	}
+	pr.departed, pr.exitAt = true, s.now+1+int64(s.rng.IntN(simDetect))
+	s.logf("departed %s (leaves at %d)", mb.id, pr.exitAt)
+	s.publish(false)
 }
 
 // down lists the seats that crashed and have not restarted, and those of
@@ -1716,16 +1800,12 @@ func (s *sim) chaos() {
 		}
 	}
 	down, detected := s.down()
-	// Unless strict says otherwise, steer clear of two known gaps (see
+	// Unless strict says otherwise, steer clear of a known gap (see
 	// strict): processes start only while the network is whole, a new
 	// seat only while none is down, and the seats that crashed restart
-	// together once all are declared dead; splits start only while nobody
-	// is leaving.
+	// together once all are declared dead.
 	whole := s.split == nil || strict("restarts")
 	splittable := s.split == nil && s.cut == nil && len(live) > 1
-	for _, pr := range live {
-		splittable = splittable && (!pr.leaving || strict("leaving"))
-	}
 	switch x := s.rng.IntN(100); {
 	case x < 4 && whole && len(s.seats()) < 6 && (len(down) == 0 || strict("restarts")):
 		s.spawn("")
@@ -1841,11 +1921,14 @@ func runSim(seed uint64, tracing bool) (s *sim) {
 	if s.split == nil {
 		s.cut = nil // a split runs its course: healing one early could leave a member unfenced
 	}
-	for _, pr := range s.liveProcs() {
-		pr.leaving = false // a member still draining stays
-	}
+	// A member still draining finishes and leaves: a leaving member never
+	// stays (a majority may have stopped counting it already).
 	s.publish(false)
+	forgot := false
 	for start := s.now; !s.rested(); {
+		if !forgot && s.now-start >= simQuiesce/3 {
+			forgot = s.forget()
+		}
 		if s.now-start > simQuiesce {
 			var state []string
 			for _, pr := range s.liveProcs() {

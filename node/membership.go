@@ -62,9 +62,10 @@ func (n *Node) followSnapshot(snap gossip.Snapshot) error {
 	members := make([]viewMember, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		members = append(members, viewMember{
-			Member:  ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr},
-			Boot:    m.Meta.BootID,
-			Leaving: m.Meta.Leaving,
+			Member:   ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr},
+			Boot:     m.Meta.BootID,
+			Leaving:  m.Meta.Leaving || m.Meta.Departed, // Departed comes with Leaving; be safe
+			Departed: m.Meta.Departed,
 		})
 	}
 	if err := n.follow(members); err != nil {

@@ -10,14 +10,34 @@ import "time"
 //
 // The membership counted (base) is the members of the views that held a
 // majority, by name (a restarted member is the same seat). It grows by the
-// members of every majority view, and shrinks only when a member leaves
-// gracefully (it was marked leaving, then was gone), or has been absent
-// longer than the forget horizon. A member that dies stays counted: a
-// view that lost members one by one cannot talk itself into a majority,
-// since crashes and cuts look the same from inside. So a cluster of three
-// survives one crash, and a cluster of two none: its survivor serves only
-// degraded shares until the other returns, or is forgotten. Scale down
-// with a graceful leave (SIGTERM), which shrinks the membership counted.
+// members of every majority view, leaving ones included (until it has
+// gone, a leaving member is a seat like any other: a member that started
+// while it was draining must count it too), and shrinks only when a
+// member departs, or has been absent longer than the forget horizon. A
+// member that dies stays counted: a view that lost members one by one
+// cannot talk itself into a majority, since crashes and cuts look the
+// same from inside. So a cluster of three survives one crash, and a
+// cluster of two none: its survivor serves only degraded shares until the
+// other returns, or is forgotten.
+//
+// A member leaving gracefully (SIGTERM) is marked leaving in its gossip
+// metadata while it drains, and marked departed once it has handed
+// everything on, just before it leaves gossip. A member leaving and cut
+// off by a split looks exactly like one that left, so absence alone does
+// not make a departure. A member stops being counted when
+//
+//   - a view shows it departed (it owns nothing and is about to go): it is
+//     dropped at once, present or not, and never counted as seen; or
+//   - it is absent from a view that holds a majority of the membership
+//     counting it, and the last view that showed it marked it leaving.
+//
+// The second rule lets at most one side of a split drop a leaving member:
+// two disjoint sides cannot both hold a majority of a membership that
+// counts it. The first lets a cluster of two scale down to one, which the
+// second cannot ({A, L} to {A} is one of two). A leaving member that
+// vanishes without having been seen departed (it crashed while draining,
+// its drain failed, or the update was missed) stays counted like a crash,
+// until a majority view without it, its return, or the horizon.
 //
 // Two checks use the base. A view (from gossip, seconds after a cut) that
 // holds no majority of it fences the member (see Node.fence). And, faster,
@@ -28,7 +48,7 @@ import "time"
 type quorum struct {
 	horizon time.Duration        // how long an absent member stays counted
 	base    map[string]time.Time // name → when it was last present
-	leaving map[string]bool      // names marked leaving in the last view
+	leaving map[string]bool      // names the last view showing them marked leaving
 }
 
 func newQuorum(horizon time.Duration) *quorum {
@@ -41,16 +61,14 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 	present := make(map[string]bool, len(members))
 	for _, m := range members {
 		present[m.Name] = true
-	}
-	for name := range q.leaving {
-		if !present[name] {
-			delete(q.base, name) // left gracefully
-		}
-	}
-	clear(q.leaving)
-	for _, m := range members {
-		if m.Leaving {
+		switch {
+		case m.Departed:
+			delete(q.base, m.Name) // done and about to go: departed
+			delete(q.leaving, m.Name)
+		case m.Leaving:
 			q.leaving[m.Name] = true
+		default:
+			delete(q.leaving, m.Name)
 		}
 	}
 	seen := 0
@@ -63,15 +81,26 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 			delete(q.base, name) // absent too long: forgotten
 		}
 	}
-	majority := len(q.base) == 0 || 2*seen > len(q.base)
-	if majority {
-		for _, m := range members {
-			if !m.Leaving {
-				q.base[m.Name] = now
-			}
+	for name := range q.leaving {
+		if _, counted := q.base[name]; !counted && !present[name] {
+			delete(q.leaving, name) // nothing left to decide about it
 		}
 	}
-	return majority
+	if len(q.base) > 0 && 2*seen <= len(q.base) {
+		return false // absent leaving members stay counted, like crashed ones
+	}
+	for name := range q.leaving {
+		if !present[name] {
+			delete(q.base, name) // left while a majority counting it looked on
+			delete(q.leaving, name)
+		}
+	}
+	for _, m := range members {
+		if !m.Departed {
+			q.base[m.Name] = now
+		}
+	}
+	return true
 }
 
 // leased reports whether self, with heardAt telling when each other

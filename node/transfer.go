@@ -111,8 +111,9 @@ func newTransfer(n *Node, self string, partitions int) *transfer {
 // viewMember is one live member for setView.
 type viewMember struct {
 	ring.Member
-	Boot    string
-	Leaving bool // alive, but not in the ring: handing its partitions on
+	Boot     string
+	Leaving  bool // alive, but not in the ring: handing its partitions on
+	Departed bool // leaving, and done: handed everything on, about to go (quorum.go)
 }
 
 // setView installs a membership: the ring of its members that are not

@@ -382,8 +382,9 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 // balancers and clients move elsewhere (a request already on its way is
 // still answered; closing idle connections at once would race with it), while the node keeps serving and
 // forwarding for drainFor; then it tells the cluster it is leaving, hands
-// every partition on and waits for the acknowledgements, leaves the gossip
-// cluster, and only then is the HTTP server shut down.
+// every partition on and waits for the acknowledgements, tells the cluster
+// it is done (departed), leaves the gossip cluster, and only then is the
+// HTTP server shut down.
 func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, r *router.Router, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
@@ -408,6 +409,16 @@ func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.No
 		log.Warn("drain: fallback debts not charged; they are lost with this node", "keys", owing)
 	}
 	cancel()
+	// Only a drain that handed everything on announces the departure: the
+	// others then stop counting this node at once (node/quorum.go). After
+	// a failed drain it leaves unannounced and stays counted like a
+	// crashed member until a majority sees it gone (or 72 h pass): the
+	// safe side, since a departure can no longer be told from a cut.
+	if err == nil {
+		if err := members.SetDeparted(2 * time.Second); err != nil {
+			log.Warn("drain: announce departure", "err", err)
+		}
+	}
 	if err := members.Leave(5 * time.Second); err != nil {
 		log.Warn("drain: leave", "err", err)
 	}
