@@ -1009,7 +1009,7 @@ func (s *sim) reclaimed(mb *simMember, p int, st simState) {
 		}
 		end, epoch = next, e
 	}
-	if end != nil && end.fenced {
+	if end != nil && end.fenced && !end.proc.crashed {
 		// The chain ended in a fence, which owes beyond the replica it
 		// relied on; a reclaim reads no replica (see strict, reclaim).
 		if lost := s.live(p).minus(s.counted(p, st, mb)).and(s.relied[p]); !lost.empty() {
@@ -1025,6 +1025,8 @@ func (s *sim) reclaimed(mb *simMember, p int, st simState) {
 	if end == nil || !end.proc.crashed || end.proc.alive {
 		return
 	}
+	// The chain ended in a crash: of the taker, or of the process whose
+	// fence turned the partition into debts, which died with them.
 	if lost := s.live(p).minus(s.counted(p, st, mb)); !lost.empty() {
 		s.lost[p] = s.lost[p].union(lost)
 		s.stats.lostCrash += lost.len()
@@ -1310,8 +1312,10 @@ func (s *sim) counted(p int, head simState, mb *simMember) simIDs {
 		}
 		if o := pr.inc; o.alive && o != mb && s.forkedOff[copyAt{p, o.id}] {
 			for _, st := range s.fencedCopies(o, p) {
+				// What a crash took meanwhile comes back at the fence
+				// (a frozen copy's taker crashed with it): not before.
 				d, _ := s.owed(o, p, st, s.sameSide(o.proc.name))
-				ids = ids.union(d.ids)
+				ids = ids.union(d.ids.minus(s.lost[p]))
 			}
 		}
 	}
@@ -1928,6 +1932,9 @@ func runSim(seed uint64, tracing bool) (s *sim) {
 	for start := s.now; !s.rested(); {
 		if !forgot && s.now-start >= simQuiesce/3 {
 			forgot = s.forget()
+		}
+		if s.now-start >= simQuiesce/2 {
+			s.drop = 0 // the network is eventually reliable: a debt's answer gets through
 		}
 		if s.now-start > simQuiesce {
 			var state []string
