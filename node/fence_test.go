@@ -311,3 +311,28 @@ func TestFenceOwesFrozenHandovers(t *testing.T) {
 		t.Errorf("%s, frozen for n4: %d requests owed, want all 6", key, got[0])
 	}
 }
+
+// A two-node cluster scales down to one by SIGTERM: the leaver is marked
+// leaving, then departed (a view whose ring is unchanged, which must still
+// reach the quorum), then gone. The survivor keeps deciding: not fenced.
+func TestDepartedLeaverDoesNotFenceTheSurvivor(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
+	nodes := newNodes(t, 2, limits)
+	n1, n2 := nodes[0], nodes[1]
+	joinAll(t, nodes)
+	leaving := gossipView(nodes, "a", "a")
+	leaving[1].Leaving = true
+	departed := gossipView(nodes, "a", "a")
+	departed[1].Leaving, departed[1].Departed = true, true
+	for _, v := range [][]viewMember{leaving, departed, gossipView(nodes[:1], "a")} {
+		if err := n1.follow(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n1.Fenced() {
+		t.Fatalf("n1 fenced after %s left with its departure announced", n2.Name())
+	}
+	if got := admit(t, n1, "t:acme", 3); got != 3 {
+		t.Errorf("n1 alone: %d of 3 admitted, want 3", got)
+	}
+}

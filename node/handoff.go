@@ -164,7 +164,9 @@ func (n *Node) follow(members []viewMember) error {
 	}
 	ids := make([]string, 0, len(members))
 	for _, m := range members {
-		ids = append(ids, memberID(m.Name, m.Boot)+"@"+m.Peer)
+		// The flags count: a departure announced changes the quorum's
+		// membership counted though it leaves the ring as it was.
+		ids = append(ids, fmt.Sprintf("%s@%s/%t/%t", memberID(m.Name, m.Boot), m.Peer, m.Leaving, m.Departed))
 	}
 	slices.Sort(ids)
 	sig := r.Version() + " " + strings.Join(ids, ",")
