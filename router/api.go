@@ -29,13 +29,13 @@ const (
 
 func (r *Router) routes() {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/acquire", r.post(r.acquire))
-	mux.HandleFunc("/v1/complete", r.post(r.complete))
-	mux.HandleFunc("/v1/renew", r.post(r.renew))
-	mux.HandleFunc("/v1/tenants/{tenant}", r.get(r.tenant))
-	r.proxyRoutes(mux) // the LLM proxy: /v1/chat/completions, /v1/messages
-	mux.HandleFunc("/admin/ring", r.admin(r.get(r.adminRing)))
-	mux.HandleFunc("/admin/owner", r.admin(r.get(r.adminOwner)))
+	mux.HandleFunc("/v1/acquire", r.authenticated(r.post(r.acquire)))
+	mux.HandleFunc("/v1/complete", r.authenticated(r.post(r.complete)))
+	mux.HandleFunc("/v1/renew", r.authenticated(r.post(r.renew)))
+	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
+	r.proxyRoutes(mux)                                // the LLM proxy: /v1/chat/completions, /v1/messages
+	mux.HandleFunc("/admin/ring", r.get(r.adminRing)) // /admin/*: behind adminGuard (auth.go)
+	mux.HandleFunc("/admin/owner", r.get(r.adminOwner))
 	r.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
 	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -53,7 +53,7 @@ func (r *Router) routes() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
 	})
-	r.mux = mux
+	r.handler = r.adminGuard(mux)
 }
 
 func (r *Router) post(h http.HandlerFunc) http.HandlerFunc {
@@ -73,16 +73,6 @@ func (r *Router) get(h http.HandlerFunc) http.HandlerFunc {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", http.MethodGet)
 			writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed, use GET")
-			return
-		}
-		h(w, req)
-	}
-}
-
-func (r *Router) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
-		if r.cfg.AdminToken != "" && req.Header.Get("Authorization") != "Bearer "+r.cfg.AdminToken {
-			writeError(w, http.StatusUnauthorized, "admin endpoints need Authorization: Bearer <admin_token>")
 			return
 		}
 		h(w, req)
@@ -257,6 +247,8 @@ type acquireResponse struct {
 	Pool           *poolJSON  `json:"pool,omitempty"`
 	Fallback       bool       `json:"fallback,omitempty"`
 	Owner          string     `json:"owner,omitempty"`
+
+	lease lease // what Lease carries, for the proxy (which then need not open it)
 }
 
 // poolJSON reports the pool's side of a decision.
@@ -273,6 +265,9 @@ func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
 	adm, err := r.parseAcquire(&in)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !r.authorize(w, req, adm.tenant) {
 		return
 	}
 	res, err := r.admit(req.Context(), adm)
@@ -338,7 +333,7 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 		res.Fallback = res.Fallback || po.fallback
 	}
 	res.Allowed = true
-	res.Lease = l.String()
+	res.Lease, res.lease = r.leases.sign(l), l
 	r.metrics.decision("none", "", res.Fallback) // allowed: no side refused
 	return res, nil
 }
@@ -380,7 +375,7 @@ func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
 	if len(in.Lease) > maxLeaseText {
 		return lease{}, errors.New("lease is too long")
 	}
-	l, err := parseLease(in.Lease)
+	l, err := r.leases.open(in.Lease)
 	if err != nil {
 		return lease{}, err
 	}
@@ -388,6 +383,16 @@ func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
 		return lease{}, errors.New("lease belongs to another tenant")
 	}
 	return l, nil
+}
+
+// writeLeaseError answers a lease that parseLeaseRequest refused: 403 for
+// one whose signature does not verify, 400 for any other problem.
+func writeLeaseError(w http.ResponseWriter, err error) {
+	code := http.StatusBadRequest
+	if errors.Is(err, errLeaseSignature) {
+		code = http.StatusForbidden
+	}
+	writeError(w, code, err.Error())
 }
 
 // leaseSide is one key of a lease: the tenant's or the pool's.
@@ -438,9 +443,12 @@ func (r *Router) complete(w http.ResponseWriter, req *http.Request) {
 	if !decodeBody(w, req, &in) {
 		return
 	}
+	if !r.authorize(w, req, in.Tenant) {
+		return
+	}
 	l, err := r.parseLeaseRequest(&in)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeLeaseError(w, err)
 		return
 	}
 	op := node.OpRelease
@@ -471,9 +479,12 @@ func (r *Router) renew(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, "renew takes no usage")
 		return
 	}
+	if !r.authorize(w, req, in.Tenant) {
+		return
+	}
 	l, err := r.parseLeaseRequest(&in)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeLeaseError(w, err)
 		return
 	}
 	ok, status, expires := r.leaseCall(req.Context(), l, node.OpRenew, limiter.Usage{})
@@ -492,6 +503,9 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("tenant")
 	if err := checkName("tenant", name, true); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !r.authorize(w, req, name) {
 		return
 	}
 	c := node.Call{Op: node.OpStatus, Key: TenantKey(name)}

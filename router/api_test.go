@@ -43,13 +43,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 // server is one node with its router behind an httptest server.
 type server struct {
 	*httptest.Server
-	node *node.Node
+	node   *node.Node
+	router *Router
+	token  string // sent as Authorization: Bearer by do, when set
 }
 
 type setup struct {
 	tenants map[string]limiter.Limits // by tenant; "" is the default
 	pools   map[string]limiter.Limits // by model (= pool name)
 	now     func() time.Time
+	secrets [][]byte            // router.Config.ClusterSecrets
+	clients map[string][]string // router.Config.Clients
+	admin   string              // router.Config.AdminToken
 }
 
 func (s setup) limits(key string) limiter.Limits {
@@ -79,7 +84,10 @@ func start(t *testing.T, s setup) *server {
 			_, ok := s.pools[model]
 			return model, ok
 		},
-		Now: s.now,
+		Now:            s.now,
+		ClusterSecrets: s.secrets,
+		Clients:        s.clients,
+		AdminToken:     s.admin,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +97,7 @@ func start(t *testing.T, s setup) *server {
 		hs.Close()
 		n.Close()
 	})
-	return &server{Server: hs, node: n}
+	return &server{Server: hs, node: n, router: r}
 }
 
 // reply is a decoded answer of any endpoint.
@@ -114,6 +122,9 @@ func (s *server) do(t testing.TB, method, path, body string) reply {
 	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
 	resp, err := s.Client().Do(req)
 	if err != nil {
@@ -443,7 +454,7 @@ func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
 	// window holds only its admitted requests.
 	perTenant := map[string]int64{}
 	for _, a := range allowed {
-		l, err := parseLease(a.Lease)
+		l, err := s.router.leases.open(a.Lease)
 		if err != nil || l.Pool != "gpt-4o-mini" {
 			t.Fatalf("lease %+v %v", l, err)
 		}
@@ -527,58 +538,6 @@ func TestBadInput(t *testing.T) {
 	if r := s.complete(t, "acme", good.Lease, ""); !r.Settled {
 		t.Fatalf("good lease no longer settles: %+v", r)
 	}
-}
-
-func TestLeaseRoundTrip(t *testing.T) {
-	for _, l := range []lease{
-		{Tenant: "acme", TenantLease: 1},
-		{Tenant: "a", Pool: "gpt-4o-mini", TenantLease: 1 << 60, PoolLease: 7, PoolFallback: true, Node: "n2"},
-	} {
-		got, err := parseLease(l.String())
-		if err != nil || got != l {
-			t.Fatalf("round trip %+v: %+v %v", l, got, err)
-		}
-	}
-}
-
-func FuzzParseLease(f *testing.F) {
-	f.Add(lease{Tenant: "acme", Pool: "p", TenantLease: 3, PoolLease: 9, Node: "n"}.String())
-	f.Add(lease{Tenant: "t", TenantLease: 1 << 63, TenantFallback: true, PoolFallback: true}.String())
-	f.Add("")
-	f.Add("AQA")
-	f.Fuzz(func(t *testing.T, s string) {
-		// A lease that parses re-encodes to text that parses to the same
-		// fields, and that text is canonical: it re-encodes to itself.
-		if l, err := parseLease(s); err == nil {
-			if l.Tenant == "" {
-				t.Fatalf("accepted a lease without tenant: %q", s)
-			}
-			text := l.String()
-			again, err := parseLease(text)
-			if err != nil || again != l {
-				type fields lease // without String, to print the fields
-				t.Fatalf("re-encode of %q (%+v): %q parses to %+v, %v", s, fields(l), text, fields(again), err)
-			}
-			if again.String() != text {
-				t.Fatalf("lease text not canonical: %q then %q", text, again.String())
-			}
-		}
-		// Fields built from the input, with every pair of fallback flags,
-		// survive String and parseLease.
-		if s == "" || len(s) > 200 {
-			return
-		}
-		k := uint64(len(s))
-		for flags := range 4 {
-			want := lease{Tenant: s, Pool: s[len(s)/2:], Node: s[:len(s)/3], TenantLease: k << 40, PoolLease: k*k + 1,
-				TenantFallback: flags&1 != 0, PoolFallback: flags&2 != 0}
-			got, err := parseLease(want.String())
-			if err != nil || got != want {
-				type fields lease // without String, to print the fields
-				t.Fatalf("round trip of %+v: %+v, %v", fields(want), fields(got), err)
-			}
-		}
-	})
 }
 
 func FuzzAcquireBody(f *testing.F) {

@@ -1,9 +1,13 @@
 package router
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"hash"
+	"sync"
 )
 
 // lease is what the opaque lease string handed to clients carries: enough to
@@ -19,12 +23,24 @@ type lease struct {
 	Node                         string
 }
 
-const leaseVersion = 1
+// The lease text is base64url (no padding) of: the version byte, a flags
+// byte, the two lease ids as uvarints, the tenant, pool and node names as
+// uvarint length + bytes, then an HMAC-SHA256 tag (leaseTagLen bytes) over
+// everything before it. The tag binds every field together: a client cannot
+// change the tenant, point a side at another key's lease id, or mark a side
+// as admitted by the fallback, without the key.
+const (
+	leaseVersion = 2
+	leaseTagLen  = sha256.Size
+)
 
-var errLease = errors.New("malformed lease")
+var (
+	errLease          = errors.New("malformed lease")
+	errLeaseSignature = errors.New("lease signature does not verify: forged, altered, or issued by another cluster")
+)
 
-func (l lease) String() string {
-	b := make([]byte, 0, 32+len(l.Tenant)+len(l.Pool)+len(l.Node))
+// appendPayload appends l's fields, without the tag.
+func (l lease) appendPayload(b []byte) []byte {
 	var flags byte
 	if l.TenantFallback {
 		flags |= 1
@@ -39,15 +55,13 @@ func (l lease) String() string {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	return b
 }
 
-func parseLease(s string) (lease, error) {
-	if len(s) == 0 || len(s) > 1024 {
-		return lease{}, errLease
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 2 || b[0] != leaseVersion || b[1]&^3 != 0 {
+// parsePayload is the inverse of appendPayload: the payload must hold
+// exactly the fields, with a tenant.
+func parsePayload(b []byte) (lease, error) {
+	if len(b) < 2 || b[0] != leaseVersion || b[1]&^3 != 0 {
 		return lease{}, errLease
 	}
 	l := lease{TenantFallback: b[1]&1 != 0, PoolFallback: b[1]&2 != 0}
@@ -83,4 +97,78 @@ func parseLease(s string) (lease, error) {
 		return lease{}, errLease
 	}
 	return l, nil
+}
+
+// leaseSigner signs the leases this cluster hands out and verifies the ones
+// clients bring back, with HMAC-SHA256 under keys derived from the cluster
+// secrets: the first key signs, every key verifies (so a secret being
+// rotated in or out is accepted during the rotation). Without secrets the
+// key is a fixed, public one: the tag then only catches corruption, and a
+// lease's protection is that its ids are random 64-bit numbers known only to
+// the client that was given it. Safe for concurrent use.
+type leaseSigner struct {
+	macs []*sync.Pool // of hash.Hash, one pool per key, in the order of the secrets
+}
+
+// leaseKeyLabel separates the lease key from every other use of a secret.
+const leaseKeyLabel = "tokenring lease key v1"
+
+func newLeaseSigner(secrets [][]byte) *leaseSigner {
+	keys := make([][]byte, 0, max(1, len(secrets)))
+	for _, s := range secrets {
+		m := hmac.New(sha256.New, s)
+		m.Write([]byte(leaseKeyLabel))
+		keys = append(keys, m.Sum(nil))
+	}
+	if len(keys) == 0 {
+		k := sha256.Sum256([]byte(leaseKeyLabel + " (no cluster secret)"))
+		keys = append(keys, k[:])
+	}
+	s := &leaseSigner{}
+	for _, k := range keys {
+		s.macs = append(s.macs, &sync.Pool{New: func() any { return hmac.New(sha256.New, k) }})
+	}
+	return s
+}
+
+// tag appends the tag of payload under key i to dst.
+func (s *leaseSigner) tag(dst []byte, i int, payload []byte) []byte {
+	m := s.macs[i].Get().(hash.Hash)
+	m.Reset()
+	m.Write(payload)
+	dst = m.Sum(dst)
+	s.macs[i].Put(m)
+	return dst
+}
+
+// sign returns l's lease text, tagged with the first key.
+func (s *leaseSigner) sign(l lease) string {
+	b := make([]byte, 0, 24+len(l.Tenant)+len(l.Pool)+len(l.Node)+leaseTagLen)
+	b = l.appendPayload(b)
+	b = s.tag(b, 0, b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// open returns the lease of text: errLease when it is not a lease at all,
+// errLeaseSignature when its tag matches none of the keys.
+func (s *leaseSigner) open(text string) (lease, error) {
+	if len(text) == 0 || len(text) > maxLeaseText {
+		return lease{}, errLease
+	}
+	b, err := base64.RawURLEncoding.DecodeString(text)
+	if err != nil || len(b) < 2+leaseTagLen {
+		return lease{}, errLease
+	}
+	payload, got := b[:len(b)-leaseTagLen], b[len(b)-leaseTagLen:]
+	l, err := parsePayload(payload)
+	if err != nil {
+		return lease{}, err
+	}
+	var want [leaseTagLen]byte
+	for i := range s.macs {
+		if hmac.Equal(s.tag(want[:0], i, payload), got) {
+			return l, nil
+		}
+	}
+	return lease{}, errLeaseSignature
 }

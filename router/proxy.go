@@ -140,11 +140,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 		r.refuse(w, &c, res)
 		return
 	}
-	l, err := parseLease(res.Lease)
-	if err != nil { // cannot happen: admit made it
-		p.fail(w, apiError{http.StatusInternalServerError, errServer, "internal error: " + err.Error()})
-		return
-	}
+	l := res.lease
 	x := &exchange{r: r, c: &c, l: l, ctx: context.WithoutCancel(req.Context())}
 	x.seen.countText = textCounter(r.cfg.Counter, c.model)
 	x.stopRenew = r.renewEvery(l, r.renewInterval(tl, l))

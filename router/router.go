@@ -77,8 +77,19 @@ type Config struct {
 	// the request is refused with a 503 and admits nothing, since the owner
 	// may yet count it. Zero means 2s.
 	ForwardMaxWait time.Duration
-	// AdminToken, when set, is required as "Authorization: Bearer <token>" on /admin/*.
+	// AdminToken, when set, is required as "Authorization: Bearer <token>"
+	// on every path under /admin (and accepted as ?token= on /admin/ui).
+	// Empty leaves /admin open. /metrics, /healthz and /readyz are open.
 	AdminToken string
+	// ClusterSecrets are the cluster's secrets: the first signs the leases
+	// this node hands out (HMAC-SHA256), every one verifies leases brought
+	// back, so a secret being rotated is accepted on both sides of the
+	// rotation. Empty signs with a fixed public key (see leaseSigner).
+	ClusterSecrets [][]byte
+	// Clients are the decision API's client tokens, each with the tenants
+	// it may act for (AnyTenant for all). Empty leaves the API open; see
+	// clientTokens.
+	Clients map[string][]string
 	// Ready reports readiness for /readyz. Nil means always ready.
 	Ready func() bool
 	// Registry receives the router's metrics; Gatherer serves /metrics.
@@ -112,7 +123,9 @@ type Router struct {
 	metrics  *metrics
 	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
-	mux      *http.ServeMux
+	handler  http.Handler // the routes behind the admin guard
+	leases   *leaseSigner
+	clients  *clientTokens  // nil: the decision API is open
 	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 }
 
@@ -166,6 +179,8 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		timeouts: timeouts,
 		log:      cfg.Logger,
 		warn:     rate.Sometimes{Interval: time.Second},
+		leases:   newLeaseSigner(cfg.ClusterSecrets),
+		clients:  newClientTokens(cfg.Clients),
 	}
 	r.debts = newDebts(r, cfg.DebtInterval)
 	r.routes()
@@ -173,7 +188,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 }
 
 // ServeHTTP implements http.Handler.
-func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.handler.ServeHTTP(w, req) }
 
 // sharers is implemented by a Cluster that knows how many members may
 // fall back at once (*node.Node: the membership its majority rule counts,
