@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -113,6 +114,10 @@ func checkName(field, s string, required bool) error {
 		return fmt.Errorf("%s longer than %d bytes", field, maxName)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s is not valid UTF-8", field)
+	case strings.ContainsRune(s, utf8.RuneError):
+		// encoding/json turns invalid UTF-8 and lone surrogates (\ud800)
+		// into U+FFFD: different byte strings would share one tenant.
+		return fmt.Errorf("%s contains U+FFFD (invalid UTF-8 or a lone surrogate)", field)
 	}
 	for _, c := range s {
 		if c < 0x20 || c == 0x7f {

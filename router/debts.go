@@ -234,11 +234,15 @@ func (d *debts) close() {
 }
 
 // Close stops the router's background work: the loop charging fallback
-// debts (which runs only while some are owed). Debts still owed then are
-// never charged. Close does not stop serving HTTP. It is safe to call more
+// debts (which runs only while some are owed), and closes the LLM proxy's
+// idle upstream connections. Debts still owed then are never charged.
+// Close does not stop serving HTTP. It is safe to call more
 // than once.
 func (r *Router) Close() error {
 	r.debts.close()
+	for _, c := range r.upstreams {
+		c.CloseIdleConnections()
+	}
 	return nil
 }
 

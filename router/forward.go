@@ -5,12 +5,16 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -43,18 +47,25 @@ func copyHeader(dst, src http.Header, skip func(string) bool) {
 	}
 }
 
-// forward sends the request to url with key (see Upstream.APIKey) and
-// relays the answer.
-func (x *exchange) forward(w http.ResponseWriter, req *http.Request, url, key string) {
+// forward sends the request to the upstream at path (with its key, see
+// Upstream.APIKey) and relays the answer, within the upstream's timeouts.
+func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream, path string) {
 	c := x.c
 	if req.Context().Err() != nil { // gone while queued or admitted: nothing was sent
 		x.finish(node.OpCancel, limiter.Usage{})
 		return
 	}
+	url, key, limits := u.BaseURL+path, u.APIKey, u.Timeouts.withDefaults()
 	if req.URL.RawQuery != "" {
 		url += "?" + req.URL.RawQuery
 	}
-	up, err := http.NewRequestWithContext(req.Context(), http.MethodPost, url, bytes.NewReader(c.body))
+	ctx, stop := context.WithCancelCause(req.Context())
+	defer stop(nil)
+	var sent atomic.Bool // the whole request was written: the upstream may act on it
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		sent.Store(i.Err == nil)
+	}})
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(c.body))
 	if err != nil {
 		x.finish(node.OpCancel, limiter.Usage{})
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "bad upstream URL: " + err.Error()})
@@ -76,25 +87,30 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, url, key st
 	if c.stream {
 		up.Header.Set("Accept-Encoding", "identity") // a gzip reader may hold back events
 	}
-	client := x.r.cfg.Proxy.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(up)
+	headers := time.AfterFunc(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
+	resp, err := x.r.upstreamClient(u).Do(up)
+	headers.Stop()
 	if err != nil {
 		var op *net.OpError
+		unsent := !sent.Load() || (errors.As(err, &op) && op.Op == "dial")
 		switch {
-		case req.Context().Err() != nil:
-			x.finish(node.OpRelease, limiter.Usage{}) // the upstream may have started
-			return
-		case errors.As(err, &op) && op.Op == "dial":
-			x.finish(node.OpCancel, limiter.Usage{})
+		case unsent:
+			x.finish(node.OpCancel, limiter.Usage{}) // it never reached the upstream
 		default:
-			x.finish(node.OpRelease, limiter.Usage{})
+			x.finish(node.OpRelease, limiter.Usage{}) // the upstream may have started
+		}
+		if req.Context().Err() != nil {
+			return
+		}
+		var late *upstreamTimeout
+		if errors.As(context.Cause(ctx), &late) {
+			c.p.fail(w, apiError{http.StatusGatewayTimeout, errServer, late.Error()})
+			return
 		}
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "upstream unreachable: " + err.Error()})
 		return
 	}
+	resp.Body = newIdleBody(resp.Body, limits.StreamIdle, stop)
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header, func(k string) bool { return k == "Content-Length" || isRateLimitHeader(k) })
 	if resp.StatusCode/100 == 2 && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {

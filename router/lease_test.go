@@ -108,7 +108,9 @@ func FuzzOpenLease(f *testing.F) {
 
 // forge returns the lease text an attacker without the key makes: the
 // fields encoded as the node does, tagged under a key of the attacker's.
-func forge(l lease) string { return newLeaseSigner([][]byte{[]byte("attacker's guess of the secret!!")}).sign(l) }
+func forge(l lease) string {
+	return newLeaseSigner([][]byte{[]byte("attacker's guess of the secret!!")}).sign(l)
+}
 
 // TestForgedLeasesChangeNothing replays the attacks on the decision API:
 // with no API key at all, a hand-made lease for bob's running request

@@ -60,6 +60,8 @@ type Upstream struct {
 	// requests (OpenAI: Authorization: Bearer; Anthropic: x-api-key). Empty:
 	// the client's credentials are forwarded as they came.
 	APIKey string
+	// Timeouts bound the waits on this upstream.
+	Timeouts UpstreamTimeouts
 }
 
 // ProxyConfig configures the LLM proxy. The zero value serves the endpoints
@@ -73,8 +75,11 @@ type ProxyConfig struct {
 	OpenAI Upstream
 	// Anthropic is where POST /v1/messages goes.
 	Anthropic Upstream
-	// Client sends the forwarded requests. It must not have a Timeout that
-	// would cut long streams. Nil means http.DefaultClient.
+	// Client sends the forwarded requests to both upstreams. It must not
+	// have a Timeout that would cut long streams; the upstreams' dial and
+	// TLS timeouts are then its own business (their header and idle
+	// timeouts still apply). Nil gives each upstream a client of its own,
+	// NewUpstreamClient(its Timeouts).
 	Client *http.Client
 }
 
@@ -145,7 +150,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 	x.seen.countText = textCounter(r.cfg.Counter, c.model)
 	x.stopRenew = r.renewEvery(l, r.renewInterval(tl, l))
 	defer x.finish(node.OpRelease, limiter.Usage{}) // a safety net: a no-op once finished
-	x.forward(w, req, up.BaseURL+path, up.APIKey)
+	x.forward(w, req, up, path)
 }
 
 // statusOf turns a "limits" object back into a limiter.Status.

@@ -61,9 +61,11 @@ type proxyEnv struct {
 }
 
 type proxyOpts struct {
-	tenant   limiter.Limits            // acme's limits
-	pools    map[string]limiter.Limits // by model
-	upstream string                    // base URL; empty: the fake upstream
+	tenant    limiter.Limits            // acme's limits
+	pools     map[string]limiter.Limits // by model
+	upstream  string                    // base URL; empty: the fake upstream
+	timeouts  router.UpstreamTimeouts   // of both upstreams
+	ownClient bool                      // the router's own clients (NewUpstreamClient), not the fake upstream's
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -86,6 +88,10 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 	if base == "" {
 		base = up.URL()
 	}
+	client := up.Client()
+	if o.ownClient {
+		client = nil
+	}
 	r, err := router.New(n, router.Config{
 		Limits: limits,
 		PoolFor: func(m string) (string, bool) {
@@ -100,9 +106,9 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 				}
 				return "", false
 			},
-			OpenAI:    router.Upstream{BaseURL: base, APIKey: upstreamKey},
-			Anthropic: router.Upstream{BaseURL: base, APIKey: upstreamKey},
-			Client:    up.Client(),
+			OpenAI:    router.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
+			Anthropic: router.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
+			Client:    client,
 		},
 	})
 	if err != nil {
@@ -111,6 +117,7 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 	hs := httptest.NewServer(r)
 	t.Cleanup(func() {
 		hs.Close()
+		r.Close()
 		n.Close()
 	})
 	return &proxyEnv{url: hs.URL, client: hs.Client(), up: up, node: n}

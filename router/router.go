@@ -125,8 +125,11 @@ type Router struct {
 	log      *slog.Logger
 	handler  http.Handler // the routes behind the admin guard
 	leases   *leaseSigner
-	clients  *clientTokens  // nil: the decision API is open
-	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	clients  *clientTokens // nil: the decision API is open
+	// upstreams are the LLM proxy's clients, one per upstream, when
+	// Config.Proxy.Client is nil.
+	upstreams map[Upstream]*http.Client
+	warn      rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 }
 
 // New returns a Router deciding through cluster.
@@ -172,19 +175,33 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		}
 	}
 	r := &Router{
-		cfg:      cfg,
-		cluster:  cluster,
-		degraded: newDegraded(cfg.Now),
-		metrics:  m,
-		timeouts: timeouts,
-		log:      cfg.Logger,
-		warn:     rate.Sometimes{Interval: time.Second},
-		leases:   newLeaseSigner(cfg.ClusterSecrets),
-		clients:  newClientTokens(cfg.Clients),
+		cfg:       cfg,
+		cluster:   cluster,
+		degraded:  newDegraded(cfg.Now),
+		metrics:   m,
+		timeouts:  timeouts,
+		log:       cfg.Logger,
+		warn:      rate.Sometimes{Interval: time.Second},
+		leases:    newLeaseSigner(cfg.ClusterSecrets),
+		clients:   newClientTokens(cfg.Clients),
+		upstreams: map[Upstream]*http.Client{},
+	}
+	if cfg.Proxy.Client == nil {
+		for _, u := range []Upstream{cfg.Proxy.OpenAI, cfg.Proxy.Anthropic} {
+			r.upstreams[u] = NewUpstreamClient(u.Timeouts)
+		}
 	}
 	r.debts = newDebts(r, cfg.DebtInterval)
 	r.routes()
 	return r, nil
+}
+
+// upstreamClient is the client that sends requests to u.
+func (r *Router) upstreamClient(u Upstream) *http.Client {
+	if c := r.cfg.Proxy.Client; c != nil {
+		return c
+	}
+	return r.upstreams[u]
 }
 
 // ServeHTTP implements http.Handler.
