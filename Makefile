@@ -8,7 +8,7 @@ HTTP    ?= 127.0.0.1:8080
 # others -join needs a fixed one, e.g. make run GOSSIP=127.0.0.1:7946
 GOSSIP  ?= 127.0.0.1:0
 
-.PHONY: build run check test test-short sim bench fuzz cluster vet clean
+.PHONY: build run check test test-short sim soak bench fuzz cluster vet clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -33,6 +33,11 @@ test: check build
 ## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
 sim:
 	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/ -sim.seeds=200000 -v
+
+## soak: one node for a minute under 10,000 idle connections, slowloris and
+## a million distinct tenants; /healthz, RSS and the read timeouts checked.
+soak:
+	$(GO) test -count=1 -timeout 5m -run 'TestSoak$$' -v ./test/ -soak
 
 ## test-short: the fast unit tests only.
 test-short:
