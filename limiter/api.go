@@ -42,6 +42,15 @@ type Policy struct {
 	DefaultMaxTokens int64         // completion estimate when a request has no max_tokens
 	QueueLen         int           // waiters per key before queue_full
 	Aging            time.Duration // a batch waiter ranks as an interactive one enqueued Aging later
+
+	// IDs draws lease ids. Lease ids are what a client settles, renews
+	// and cancels with, so they must not be guessable: give a source of
+	// uniformly random 64-bit values (crypto/rand-backed). A Budget draws
+	// again on 0 or on an id one of its live leases holds. It must be safe
+	// for concurrent use (different keys draw concurrently). nil numbers
+	// leases 1, 2, 3… per key, as tickets always are: deterministic, for
+	// tests and simulations only.
+	IDs func() uint64
 }
 
 // Dimension names what refused a request.

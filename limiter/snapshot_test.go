@@ -127,7 +127,7 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 	}
 	bad := map[string][]byte{
 		"trailing byte": append(bytes.Clone(good), 0),
-		"version 2":     append([]byte{2}, good[1:]...),
+		"version 3":     append([]byte{3}, good[1:]...),
 		"version 0":     append([]byte{0}, good[1:]...),
 		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0, 0},
