@@ -62,9 +62,16 @@ const (
 	Tokens                       // token window full
 	Concurrency                  // no free slot
 	QueueFull                    // the wait queue is at QueueLen
+	// TableFull: the key is new and its table holds MaxKeys keys, none of
+	// them idle enough to evict (ErrTableFull). A Budget never answers it;
+	// a Table's caller turns Do's ErrTableFull into it where a decision
+	// must travel (a node's answer): it is not the key's limit but the
+	// server's, so it is best answered as "unavailable" (503), not 429.
+	TableFull
 )
 
-// String returns "requests", "tokens", "concurrency", "queue_full" or "" for None.
+// String returns "requests", "tokens", "concurrency", "queue_full",
+// "max_keys" or "" for None.
 func (d Dimension) String() string {
 	switch d {
 	case Requests:
@@ -75,6 +82,8 @@ func (d Dimension) String() string {
 		return "concurrency"
 	case QueueFull:
 		return "queue_full"
+	case TableFull:
+		return "max_keys"
 	}
 	return ""
 }

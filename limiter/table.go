@@ -181,6 +181,23 @@ func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) error {
 	return nil
 }
 
+// DoUncapped is Do without the MaxKeys cap: a new key always enters (and
+// counts toward the cap). It is for operations that bring counted units to
+// a key — a debt charged (Budget.Charge) — which must not be forgotten any
+// more than a restored state (Put) may be.
+func (t *Table) DoUncapped(key string, now time.Time, fn func(b *Budget)) {
+	s := t.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.m[key]
+	if b == nil {
+		t.keys.Add(1)
+		b = NewBudget(t.limitsFor(key), &t.pol, now)
+		s.insert(key, b)
+	}
+	fn(b)
+}
+
 // Peek runs fn with key's Budget under the shard lock if the key is in the
 // table, and reports whether it was.
 func (t *Table) Peek(key string, fn func(b *Budget)) bool {

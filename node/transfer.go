@@ -289,7 +289,7 @@ func (t *transfer) install(in install) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	err := decodeEntries(in.State, func(key string, state []byte) error {
-		if err := t.n.table.Put(key, state); err != nil {
+		if err := t.n.table.Put(key, state, t.n.cfg.Now()); err != nil {
 			return fmt.Errorf("install %q: %w", key, err)
 		}
 		t.n.dirty.mark(key) // replicate to its backup here

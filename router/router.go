@@ -219,8 +219,11 @@ func (e *ownerTimeoutError) Error() string {
 }
 
 // writeOwnerTimeout writes the decision API's 503 for err if it is an owner
-// timeout, and reports whether it did.
+// timeout or a full table (*tableFullError), and reports whether it did.
 func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
+	if writeTableFull(w, err) {
+		return true
+	}
 	var ot *ownerTimeoutError
 	if !errors.As(err, &ot) {
 		return false
@@ -261,6 +264,9 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	}
 	end := r.cfg.Now()
 	r.metrics.observe(c.Op, where, end.Sub(start))
+	if err == nil && a.Decision.Reason == limiter.TableFull {
+		return outcome{}, &tableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
+	}
 	if err == nil {
 		// Every answer carries the key's status: remember what the owner
 		// reported as remaining, for the degraded share.
