@@ -24,7 +24,7 @@ func (e *tableFullError) Error() string {
 
 // retryMS is the retry-after in milliseconds, at least 1.
 func (e *tableFullError) retryMS() int64 {
-	return max(1, (e.retry+time.Millisecond-1).Milliseconds())
+	return max(1, (e.retry + time.Millisecond - 1).Milliseconds())
 }
 
 // writeTableFull writes the decision API's 503 for err if it is a
