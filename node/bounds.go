@@ -44,16 +44,14 @@ type shrinkable struct{ hwm int }
 // grew records that the map now holds n entries.
 func (s *shrinkable) grew(n int) { s.hwm = max(s.hwm, n) }
 
-// shrink returns m rebuilt (nil when empty) if it fell below a quarter of
-// its high-water mark, else m itself.
+// shrink returns m rebuilt, never nil, if it fell below a quarter of its
+// high-water mark, else m itself. Its cost is paid by the deletions since
+// the last rebuild: amortised O(1) per deletion.
 func shrink[K comparable, V any](s *shrinkable, m map[K]V) map[K]V {
 	if s.hwm < shrinkMinHWM || len(m) >= s.hwm/4 {
 		return m
 	}
 	s.hwm = len(m)
-	if len(m) == 0 {
-		return nil
-	}
 	fresh := make(map[K]V, len(m))
 	for k, v := range m {
 		fresh[k] = v

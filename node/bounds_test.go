@@ -174,7 +174,7 @@ func TestShrinkRebuildsMap(t *testing.T) {
 		t.Fatalf("after taking 800 of 1000: hwm %d, len %d", r.size.hwm, len(r.m))
 	}
 	r.expire(now.Add(time.Hour), time.Minute)
-	if r.m != nil || r.size.hwm != 0 {
+	if len(r.m) != 0 || r.size.hwm != 0 {
 		t.Fatalf("after expiry: map kept (hwm %d)", r.size.hwm)
 	}
 	var a ackedStore
@@ -187,5 +187,16 @@ func TestShrinkRebuildsMap(t *testing.T) {
 	}
 	if _, ok := a.get("7"); !ok {
 		t.Fatal("kept key lost")
+	}
+	l := newLocal("n", nil, time.Now)
+	for i := range 1000 {
+		l.waiters[waiterID{"k", uint64(i)}] = make(chan waiting, 1)
+		l.waitersSize.grew(len(l.waiters))
+	}
+	for i := range 999 {
+		l.deliver("k", []limiter.Grant{{Ticket: uint64(i)}})
+	}
+	if l.waitersSize.hwm >= shrinkMinHWM || len(l.waiters) != 1 {
+		t.Fatalf("waiters: hwm %d, len %d", l.waitersSize.hwm, len(l.waiters))
 	}
 }

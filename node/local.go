@@ -30,6 +30,9 @@ type local struct {
 	waiters map[waiterID]chan waiting // one per queued ticket, buffered 1
 	timers  map[string]*time.Timer    // one per key with waiters
 	closed  bool
+	// waitersSize and timersSize let the two maps shrink (node/bounds.go)
+	// after a burst of waiting keys.
+	waitersSize, timersSize shrinkable
 }
 
 type waiterID struct {
@@ -97,6 +100,7 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 				ch = make(chan waiting, 1)
 				l.mu.Lock()
 				l.waiters[waiterID{c.Key, a.Decision.Ticket}] = ch
+				l.waitersSize.grew(len(l.waiters))
 				l.mu.Unlock()
 				next, wake = b.NextWake(now)
 			}
@@ -183,6 +187,7 @@ func (l *local) await(ctx context.Context, key string, a Answer, ch chan waiting
 	}
 	l.mu.Lock()
 	delete(l.waiters, waiterID{key, ticket})
+	l.waiters = shrink(&l.waitersSize, l.waiters)
 	l.mu.Unlock()
 	return a, fmt.Errorf("wait on %q: %w", key, ctx.Err())
 }
@@ -201,6 +206,7 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 			ch <- waiting{d: g.Decision}
 		}
 	}
+	l.waiters = shrink(&l.waitersSize, l.waiters)
 }
 
 // moveAll tells every waiter parked for key that the key left this node
@@ -219,6 +225,8 @@ func (l *local) moveAll(key string) {
 		t.Stop()
 		delete(l.timers, key)
 	}
+	l.waiters = shrink(&l.waitersSize, l.waiters)
+	l.timers = shrink(&l.timersSize, l.timers)
 }
 
 // schedule arms key's timer for the limiter's next wake-up, or stops it.
@@ -230,6 +238,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		if t != nil {
 			t.Stop()
 			delete(l.timers, key)
+			l.timers = shrink(&l.timersSize, l.timers)
 		}
 		return
 	}
@@ -242,6 +251,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		return
 	}
 	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
+	l.timersSize.grew(len(l.timers))
 }
 
 // change is changeLocked for background work (timers, withdrawn waiters):
