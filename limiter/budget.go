@@ -402,34 +402,6 @@ func (b *Budget) admit(t int64, tok int64) Decision {
 	return Decision{Allowed: true, Lease: id, Reserved: tok, Status: b.status(t)}
 }
 
-// maxIDDraws bounds the draws from Policy.IDs for one lease id, so that a
-// broken source (one returning a constant) cannot spin forever.
-const maxIDDraws = 16
-
-// newLeaseID returns an id no live lease of b holds, never 0: drawn from
-// Policy.IDs if set, else (or if maxIDDraws draws all collided) the next
-// free value of the sequence.
-func (b *Budget) newLeaseID() uint64 {
-	if ids := b.pol.IDs; ids != nil {
-		for range maxIDDraws {
-			if id := ids(); id != 0 && !b.hasLease(id) {
-				return id
-			}
-		}
-	}
-	for {
-		b.seq++
-		if b.seq != 0 && !b.hasLease(b.seq) {
-			return b.seq
-		}
-	}
-}
-
-func (b *Budget) hasLease(id uint64) bool {
-	_, ok := b.leases[id]
-	return ok
-}
-
 // refuse is a refusal at t.
 func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
 	return Decision{Reason: reason, RetryAfter: time.Duration(wait), Status: b.status(t)}
