@@ -249,7 +249,7 @@ func checkInternals(t interface {
 		t.Fatalf("sums %d %d, rings %d %d", b.sumReq, b.sumTok, req, tok)
 	}
 	for id, l := range b.leases {
-		if id == 0 || id > b.seq || l.reserved < 0 || l.reserved > maxUnits || (l.bucket != gone && l.bucket > b.head) {
+		if id == 0 || l.reserved < 0 || l.reserved > maxUnits || (l.bucket != gone && l.bucket > b.head) {
 			t.Fatalf("lease %d: %+v (seq %d head %d)", id, l, b.seq, b.head)
 		}
 		if l.expiry < b.minExp || l.expiry > b.maxExp {
