@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -198,5 +199,35 @@ func TestShrinkRebuildsMap(t *testing.T) {
 	}
 	if l.waitersSize.hwm >= shrinkMinHWM || len(l.waiters) != 1 {
 		t.Fatalf("waiters: hwm %d, len %d", l.waitersSize.hwm, len(l.waiters))
+	}
+}
+
+// TestFutureHandoffEntryRejected: a partition handed over with one key's
+// state dated in the future installs its other keys, and not that one.
+func TestFutureHandoffEntryRejected(t *testing.T) {
+	lim := limiter.Limits{Requests: 10}
+	nd := newNodes(t, 1, func(string) limiter.Limits { return lim }, func(c *Config) { c.ReplicationInterval = time.Hour })[0]
+	r := ringOf(t, nd)
+	nd.SetRing(r)
+	good := "t:good"
+	var bad string
+	for i := 0; bad == ""; i++ {
+		if k := fmt.Sprint("t:bad", i); r.Partition(k) == r.Partition(good) {
+			bad = k
+		}
+	}
+	now := time.Now()
+	blob := binary.AppendUvarint(nil, 2)
+	blob = appendEntry(blob, bad, snapshotAt(t, lim, 10, now.Add(time.Hour)))
+	blob = appendEntry(blob, good, snapshotAt(t, lim, 4, now))
+	tr := nd.tr.Load()
+	tr.mu.Lock()
+	tr.install(install{Part: r.Partition(good), State: blob})
+	tr.mu.Unlock()
+	if got := admit(t, nd, good, 10); got != 6 {
+		t.Fatalf("good key: %d admitted, want 6", got)
+	}
+	if got := admit(t, nd, bad, 10); got != 10 {
+		t.Fatalf("future key: %d admitted, want all 10", got)
 	}
 }
