@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +230,44 @@ func TestFutureHandoffEntryRejected(t *testing.T) {
 	}
 	if got := admit(t, nd, bad, 10); got != 10 {
 		t.Fatalf("future key: %d admitted, want all 10", got)
+	}
+}
+
+// TestSweepDropsKeyWhenWindowEmpties: the node's sweeper drops a settled
+// key at its first sweep after the key's window emptied (fake clock), long
+// before the lease TTL, and keeps a key whose lease is still held.
+func TestSweepDropsKeyWhenWindowEmpties(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Unix(1_700_000_000, 0)
+	now := func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	lim := limiter.Limits{Requests: 10, Window: 10 * time.Second, LeaseTTL: time.Hour}
+	nd := newNodes(t, 1, func(string) limiter.Limits { return lim }, func(c *Config) {
+		c.Now, c.SweepInterval, c.ReplicationInterval = now, time.Millisecond, -1
+	})[0]
+	ctx := context.Background()
+	a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: "t:done", Req: limiter.Request{Reserve: 1}})
+	if err != nil || !a.Decision.Allowed {
+		t.Fatal(a.Decision, err)
+	}
+	if a, err := nd.Do(ctx, &Call{Op: OpSettle, Key: "t:done", Lease: a.Decision.Lease}); err != nil || !a.OK {
+		t.Fatal("settle", err)
+	}
+	if got := admit(t, nd, "t:leased", 1); got != 1 {
+		t.Fatal("leased key refused")
+	}
+	time.Sleep(20 * time.Millisecond) // sweeps while both windows count
+	if nd.Keys() != 2 {
+		t.Fatalf("%d keys while counted", nd.Keys())
+	}
+	clock.Store(int64(11 * time.Second)) // the window emptied; the lease runs for an hour
+	deadline := time.Now().Add(5 * time.Second)
+	for nd.Keys() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys 5 s after the window emptied", nd.Keys())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !nd.table.Peek("t:leased", func(*limiter.Budget) {}) {
+		t.Fatal("the key holding a lease was dropped")
 	}
 }
