@@ -57,9 +57,10 @@ type Table struct {
 	pol       Policy // shared by every Budget of the table
 	limitsFor func(key string) Limits
 	seed      maphash.Seed
-	maxKeys   atomic.Int64 // 0: unlimited
-	skew      atomic.Int64 // max clock skew for Put, ns
-	keys      atomic.Int64 // keys held, across shards
+	maxKeys   atomic.Int64          // 0: unlimited
+	fullErr   atomic.Pointer[error] // Do's error at the cap, made by SetMaxKeys
+	skew      atomic.Int64          // max clock skew for Put, ns
+	keys      atomic.Int64          // keys held, across shards
 	shards    [numShards]shard
 }
 
@@ -82,7 +83,12 @@ func NewTable(p Policy, limitsFor func(key string) Limits) *Table {
 // unlimited, the default. Lowering the cap below the keys held evicts
 // nothing: new keys are refused (or take an idle key's place) until enough
 // keys have gone.
-func (t *Table) SetMaxKeys(n int) { t.maxKeys.Store(int64(max(n, 0))) }
+func (t *Table) SetMaxKeys(n int) {
+	n = max(n, 0)
+	err := fmt.Errorf("%w (max_keys %d)", ErrTableFull, n)
+	t.fullErr.Store(&err)
+	t.maxKeys.Store(int64(n))
+}
 
 // SetMaxClockSkew sets how far ahead of Put's now a restored state's times
 // may lie (see Budget.CheckClock); 0 or negative means
@@ -172,7 +178,7 @@ func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) error {
 	b := s.m[key]
 	if b == nil {
 		if !t.reserveKey() && !s.evictIdle(now) {
-			return fmt.Errorf("%w (max_keys %d)", ErrTableFull, t.maxKeys.Load())
+			return *t.fullErr.Load() // set: only a cap refuses
 		} // an evicted key's count passes to the new one
 		b = NewBudget(t.limitsFor(key), &t.pol, now)
 		s.insert(key, b)
