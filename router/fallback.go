@@ -1,6 +1,8 @@
 package router
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"hash/maphash"
 	"time"
 
@@ -61,8 +63,17 @@ const (
 
 // localPolicy is the local windows' policy: 10 buckets (a 6 s bucket for a
 // 60 s window, counted at most one bucket longer than the window) keeps an
-// entry small.
-var localPolicy = limiter.Policy{Buckets: 10}
+// entry small. Its lease ids reach clients inside lease strings, so they
+// are random (crypto/rand), like the owners'.
+var localPolicy = limiter.Policy{Buckets: 10, IDs: randomID}
+
+// randomID is a uniformly random uint64 from crypto/rand (which never
+// fails).
+func randomID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
 
 // report is one dimension of an owner's report.
 type report struct {

@@ -120,3 +120,26 @@ func TestFallbackStaleEntriesLeave(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackLeaseIDsRandom: the degraded share's local lease ids, which
+// clients hold inside lease strings, are random, not 1, 2, 3….
+func TestFallbackLeaseIDsRandom(t *testing.T) {
+	clock := newFakeClock()
+	d := newDegraded(clock.Now, 0)
+	l := limiter.Limits{Requests: 1000, Concurrency: 1000}
+	small := 0
+	seen := map[uint64]bool{}
+	for range 32 {
+		id, reason, _ := d.acquire("t:k", l, 1, 1)
+		if reason != limiter.None || seen[id] {
+			t.Fatalf("id %d, reason %v", id, reason)
+		}
+		seen[id] = true
+		if id < 1<<32 {
+			small++
+		}
+	}
+	if small > 1 {
+		t.Fatalf("%d of 32 fallback lease ids below 2^32", small)
+	}
+}
