@@ -42,6 +42,15 @@ type Policy struct {
 	DefaultMaxTokens int64         // completion estimate when a request has no max_tokens
 	QueueLen         int           // waiters per key before queue_full
 	Aging            time.Duration // a batch waiter ranks as an interactive one enqueued Aging later
+
+	// IDs draws lease ids. Lease ids are what a client settles, renews
+	// and cancels with, so they must not be guessable: give a source of
+	// uniformly random 64-bit values (crypto/rand-backed). A Budget draws
+	// again on 0 or on an id one of its live leases holds. It must be safe
+	// for concurrent use (different keys draw concurrently). nil numbers
+	// leases 1, 2, 3… per key, as tickets always are: deterministic, for
+	// tests and simulations only.
+	IDs func() uint64
 }
 
 // Dimension names what refused a request.
@@ -53,9 +62,16 @@ const (
 	Tokens                       // token window full
 	Concurrency                  // no free slot
 	QueueFull                    // the wait queue is at QueueLen
+	// TableFull: the key is new and its table holds MaxKeys keys, none of
+	// them idle enough to evict (ErrTableFull). A Budget never answers it;
+	// a Table's caller turns Do's ErrTableFull into it where a decision
+	// must travel (a node's answer): it is not the key's limit but the
+	// server's, so it is best answered as "unavailable" (503), not 429.
+	TableFull
 )
 
-// String returns "requests", "tokens", "concurrency", "queue_full" or "" for None.
+// String returns "requests", "tokens", "concurrency", "queue_full",
+// "max_keys" or "" for None.
 func (d Dimension) String() string {
 	switch d {
 	case Requests:
@@ -66,6 +82,8 @@ func (d Dimension) String() string {
 		return "concurrency"
 	case QueueFull:
 		return "queue_full"
+	case TableFull:
+		return "max_keys"
 	}
 	return ""
 }

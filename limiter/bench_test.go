@@ -109,3 +109,42 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTableDoFull measures Do for a new key at a full table (100 000
+// keys, MaxKeys 100 000): "evict" when every key is idle (the new key takes
+// an idle key's place), "refuse" when every key holds counted units (the
+// bounded scan finds none: ErrTableFull).
+func BenchmarkTableDoFull(b *testing.B) {
+	const nkeys = 100_000
+	lim := Limits{Requests: 1000, Window: 10 * sec}
+	for _, mode := range []string{"evict", "refuse"} {
+		b.Run(mode, func(b *testing.B) {
+			tb := NewTable(Policy{Buckets: 10}, func(string) Limits { return lim })
+			tb.SetMaxKeys(nkeys)
+			for i := range nkeys {
+				tb.Do(fmt.Sprintf("held-%06d", i), t0, func(bud *Budget) {
+					bud.Settle(t0, bud.Acquire(t0, Request{Reserve: 1}).Lease, Usage{})
+				})
+			}
+			now := t0
+			if mode == "evict" {
+				now = at(time.Minute) // every window emptied
+			}
+			keys := make([]string, 1<<20) // new keys: each Do evicts until they wrap
+			for i := range keys {
+				keys[i] = fmt.Sprintf("new-%06d", i)
+			}
+			b.ReportAllocs()
+			i, refused := 0, 0
+			for b.Loop() {
+				if err := tb.Do(keys[i&(len(keys)-1)], now, func(*Budget) {}); err != nil {
+					refused++
+				}
+				i++
+			}
+			if tb.Len() > nkeys || (mode == "refuse") != (refused == i) {
+				b.Fatalf("%s: %d refused of %d, %d keys", mode, refused, i, tb.Len())
+			}
+		})
+	}
+}

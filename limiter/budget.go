@@ -97,8 +97,10 @@ type lease struct {
 // (Settle, Release, Cancel, CancelWait, SetLimits, or the time NextWake
 // names), call Wake to hand out the grants.
 //
-// Lease ids and tickets come from one sequence that snapshots carry, so they
-// are unique within the key, across handoffs too; 0 is never used.
+// Tickets, and lease ids when Policy.IDs is nil, come from one sequence
+// that snapshots carry, so they are unique within the key, across handoffs
+// too; 0 is never used. With Policy.IDs set, lease ids are drawn from it
+// instead: unique among the key's live leases, never 0.
 //
 // Create one with NewBudget or RestoreBudget; the zero value is not usable.
 // A Budget is not safe for concurrent use; the Table serialises access.
@@ -113,7 +115,7 @@ type Budget struct {
 	sumReq int64   // sum of the requests ring
 	sumTok int64   // sum of the tokens ring
 	ewma   float64 // running average of settled completion tokens; < 0: no history
-	seq    uint64  // last lease id or ticket handed out
+	seq    uint64  // last ticket (or counted lease id, Policy.IDs nil) handed out
 
 	leases   map[uint64]lease // allocated on first admission
 	minExp   int64            // ≤ every lease's expiry (exact after a scan)
@@ -395,8 +397,7 @@ func (b *Budget) admit(t int64, tok int64) Decision {
 	k := b.head
 	b.addReq(k, 1)
 	b.addTok(k, tok)
-	b.seq++
-	id := b.seq
+	id := b.newLeaseID()
 	b.putLease(id, lease{bucket: k, reserved: tok, expiry: t + int64(b.lim.LeaseTTL)})
 	return Decision{Allowed: true, Lease: id, Reserved: tok, Status: b.status(t)}
 }

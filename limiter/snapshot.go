@@ -8,9 +8,11 @@ import (
 	"slices"
 )
 
-// snapshotV1 is the first byte of the current snapshot format; see
-// AppendBinary.
-const snapshotV1 = 1
+// The first byte of a snapshot is its format version; see AppendBinary.
+const (
+	snapshotV1 = 1 // lease ids ≤ the sequence (counted ids)
+	snapshotV2 = 2 // lease ids any non-zero uint64 (drawn from Policy.IDs)
+)
 
 // AppendBinary appends a snapshot of the Budget's complete state except
 // its waiters (windows with their absolute bucket indices, completion
@@ -29,7 +31,7 @@ const snapshotV1 = 1
 //	N+1 ×    uvarint requests, uvarint tokens   oldest bucket (head−N) first
 //	byte     0, or 1 followed by 8 bytes: the completion average as
 //	         little-endian IEEE 754 bits
-//	uvarint  last lease id or ticket handed out
+//	uvarint  last ticket (or counted lease id) handed out
 //	uvarint  number of leases, then for each, by increasing id:
 //	           uvarint id (1 … last id)
 //	           uvarint age: 0 if its bucket has left the window, else
@@ -37,11 +39,32 @@ const snapshotV1 = 1
 //	           uvarint reserved tokens
 //	           varint  slot expiry, unix ns
 //
+// Format 2 is format 1 with version byte 2 and lease ids that are any
+// non-zero uint64, still increasing, not bounded by the sequence: random
+// ids drawn from Policy.IDs.
+//
+// Compatibility: AppendBinary writes format 1 when every lease id is at
+// most the sequence (always so with counted ids, and for a key without
+// leases), else format 2; so a node of an older build, which reads only
+// format 1, still takes every state it could represent, and refuses (with
+// ErrBadSnapshot, as any unknown version) only those holding random ids.
+// RestoreBudget reads both. A future format gets the next version byte;
+// readers reject versions they do not know rather than guess.
+//
 // Limits and Policy are not part of a snapshot: RestoreBudget takes the
 // current ones, so a key restored under new limits obeys them at once.
 // Waiters are not either: they are connections at the node.
 func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
-	dst = append(dst, snapshotV1)
+	ids := make([]uint64, 0, len(b.leases))
+	for id := range b.leases {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	version := byte(snapshotV1)
+	if len(ids) > 0 && ids[len(ids)-1] > b.seq {
+		version = snapshotV2
+	}
+	dst = append(dst, version)
 	dst = binary.AppendVarint(dst, b.width)
 	dst = binary.AppendUvarint(dst, uint64(b.nb))
 	dst = binary.AppendVarint(dst, b.head)
@@ -60,11 +83,6 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	dst = binary.AppendUvarint(dst, b.seq)
 	dst = binary.AppendUvarint(dst, uint64(len(b.leases)))
-	ids := make([]uint64, 0, len(b.leases))
-	for id := range b.leases {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
 	for _, id := range ids {
 		l := b.leases[id]
 		var age uint64
@@ -159,7 +177,7 @@ func (r *snapReader) units(what string) int64 {
 // never panics.
 func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	r := &snapReader{data: data}
-	h, err := r.header()
+	h, version, err := r.header()
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +188,7 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	r.windows(b)
 	b.ewma = r.average()
 	b.seq = r.uvarint("lease sequence")
-	if err := r.leases(b); err != nil {
+	if err := r.leases(b, version == snapshotV1); err != nil {
 		return nil, err
 	}
 	if r.err == nil && len(r.data) > 0 {
@@ -197,9 +215,10 @@ type snapHeader struct {
 
 // header reads the version byte and the snapHeader, and returns an error
 // wrapping ErrBadSnapshot if either is truncated, unknown or out of range.
-func (r *snapReader) header() (snapHeader, error) {
-	if v := r.byte("version"); r.err == nil && v != snapshotV1 {
-		return snapHeader{}, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
+func (r *snapReader) header() (snapHeader, byte, error) {
+	v := r.byte("version")
+	if r.err == nil && v != snapshotV1 && v != snapshotV2 {
+		return snapHeader{}, v, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
 	}
 	h := snapHeader{
 		width:  r.varint("bucket width"),
@@ -208,9 +227,9 @@ func (r *snapReader) header() (snapHeader, error) {
 		offset: r.uvarint("time in the head bucket"),
 	}
 	if r.err != nil {
-		return snapHeader{}, r.err
+		return snapHeader{}, v, r.err
 	}
-	return h, h.check()
+	return h, v, h.check()
 }
 
 // check returns an error wrapping ErrBadSnapshot if h breaks one of the
@@ -281,12 +300,12 @@ func (r *snapReader) average() float64 {
 }
 
 // leases reads the lease count and the leases, and puts them in b, whose
-// windows and sequence must already be read. The ids must increase and not
-// exceed b.seq, and every age must lie within b's window. It returns r's
+// windows and sequence must already be read. The ids must increase, be
+// non-zero and, if counted (format 1), not exceed b.seq; every age must lie within b's window. It returns r's
 // error if there is one once the count is read, or an error if the count is
 // more than the remaining bytes could hold (so a forged count allocates
 // nothing); an error in a lease stops the reading and sticks in r.
-func (r *snapReader) leases(b *Budget) error {
+func (r *snapReader) leases(b *Budget, counted bool) error {
 	n := r.uvarint("lease count")
 	if r.err != nil {
 		return r.err
@@ -296,7 +315,7 @@ func (r *snapReader) leases(b *Budget) error {
 	}
 	var prev uint64
 	for i := uint64(0); i < n; i++ {
-		id, l, ok := r.lease(b, prev)
+		id, l, ok := r.lease(b, prev, counted)
 		if !ok {
 			break
 		}
@@ -306,9 +325,10 @@ func (r *snapReader) leases(b *Budget) error {
 	return nil
 }
 
-// lease reads one lease of b whose id must follow prev. ok is false if the
-// lease could not be read or is inconsistent with b; the error is in r.
-func (r *snapReader) lease(b *Budget, prev uint64) (id uint64, l lease, ok bool) {
+// lease reads one lease of b whose id must follow prev (and, if counted, not
+// exceed b.seq). ok is false if the lease could not be read or is
+// inconsistent with b; the error is in r.
+func (r *snapReader) lease(b *Budget, prev uint64, counted bool) (id uint64, l lease, ok bool) {
 	id = r.uvarint("lease id")
 	age := r.uvarint("lease bucket")
 	reserved := r.units("lease reservation")
@@ -316,7 +336,7 @@ func (r *snapReader) lease(b *Budget, prev uint64) (id uint64, l lease, ok bool)
 	if r.err != nil {
 		return 0, lease{}, false
 	}
-	if id <= prev || id > b.seq {
+	if id <= prev || (counted && id > b.seq) {
 		r.fail("lease id %d out of order or beyond the sequence %d", id, b.seq)
 		return 0, lease{}, false
 	}

@@ -127,7 +127,7 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 	}
 	bad := map[string][]byte{
 		"trailing byte": append(bytes.Clone(good), 0),
-		"version 2":     append([]byte{2}, good[1:]...),
+		"version 3":     append([]byte{3}, good[1:]...),
 		"version 0":     append([]byte{0}, good[1:]...),
 		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0, 0},
@@ -249,7 +249,7 @@ func checkInternals(t interface {
 		t.Fatalf("sums %d %d, rings %d %d", b.sumReq, b.sumTok, req, tok)
 	}
 	for id, l := range b.leases {
-		if id == 0 || id > b.seq || l.reserved < 0 || l.reserved > maxUnits || (l.bucket != gone && l.bucket > b.head) {
+		if id == 0 || l.reserved < 0 || l.reserved > maxUnits || (l.bucket != gone && l.bucket > b.head) {
 			t.Fatalf("lease %d: %+v (seq %d head %d)", id, l, b.seq, b.head)
 		}
 		if l.expiry < b.minExp || l.expiry > b.maxExp {

@@ -1,9 +1,12 @@
 package limiter
 
 import (
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,10 +16,27 @@ const numShards = 256
 // shard is one part of a Table, padded to its own cache line(s) so that
 // neighbouring locks do not contend through false sharing.
 type shard struct {
-	mu sync.Mutex         // guards m and every Budget in m
-	m  map[string]*Budget // allocated on first use
-	_  [64 - 16]byte
+	mu  sync.Mutex         // guards m, hwm and every Budget in m
+	m   map[string]*Budget // allocated on first use
+	hwm int                // the most keys m has held since it was (re)built
+	_   [64 - 24]byte
 }
+
+// Go maps never shrink: a map that once held a million keys keeps their
+// buckets after they are deleted. Sweep therefore rebuilds a shard's map
+// once it holds fewer than a quarter of its high-water mark (hwm), if that
+// mark reached shrinkMinHWM; the rebuilt map is sized for what remains.
+const shrinkMinHWM = 32
+
+// evictScan bounds the keys of its shard a Do for a new key examines
+// looking for an idle one to evict when the table is full.
+const evictScan = 8
+
+// ErrTableFull is wrapped by the error Do returns when a new key arrives at
+// a table holding MaxKeys keys and no idle key could be evicted to make
+// room: the key's request is not decided. Its text (with the wrapping
+// "(max_keys N)") is what a client may be shown.
+var ErrTableFull = errors.New("too many keys held")
 
 // Table maps keys to Budgets. It is sharded: a key hashes (hash/maphash, with
 // a seed per Table) to one of 256 shards, each a mutex and a map, so
@@ -28,10 +48,19 @@ type shard struct {
 // concurrent use on their own, safe here. The functions passed to Do, Peek
 // and Range must not call back into the same Table for a key of the same
 // shard (Do and Peek run under the lock).
+//
+// The table holds at most MaxKeys keys created by Do (SetMaxKeys); keys
+// restored by Put always enter, since they hold counted units that must not
+// be forgotten, and count toward the cap. Memory is about the bytes per key
+// of a full table times the keys held; Sweep returns it as keys go idle.
 type Table struct {
 	pol       Policy // shared by every Budget of the table
 	limitsFor func(key string) Limits
 	seed      maphash.Seed
+	maxKeys   atomic.Int64          // 0: unlimited
+	fullErr   atomic.Pointer[error] // Do's error at the cap, made by SetMaxKeys
+	skew      atomic.Int64          // max clock skew for Put, ns
+	keys      atomic.Int64          // keys held, across shards
 	shards    [numShards]shard
 }
 
@@ -45,7 +74,87 @@ func NewTable(p Policy, limitsFor func(key string) Limits) *Table {
 	if limitsFor == nil {
 		limitsFor = func(string) Limits { return Limits{} }
 	}
-	return &Table{pol: p, limitsFor: limitsFor, seed: maphash.MakeSeed()}
+	t := &Table{pol: p, limitsFor: limitsFor, seed: maphash.MakeSeed()}
+	t.skew.Store(int64(DefaultMaxClockSkew))
+	return t
+}
+
+// SetMaxKeys caps the keys Do creates at n; 0 (or negative) means
+// unlimited, the default. Lowering the cap below the keys held evicts
+// nothing: new keys are refused (or take an idle key's place) until enough
+// keys have gone.
+func (t *Table) SetMaxKeys(n int) {
+	n = max(n, 0)
+	err := fmt.Errorf("%w (max_keys %d)", ErrTableFull, n)
+	t.fullErr.Store(&err)
+	t.maxKeys.Store(int64(n))
+}
+
+// SetMaxClockSkew sets how far ahead of Put's now a restored state's times
+// may lie (see Budget.CheckClock); 0 or negative means
+// DefaultMaxClockSkew.
+func (t *Table) SetMaxClockSkew(d time.Duration) {
+	if d <= 0 {
+		d = DefaultMaxClockSkew
+	}
+	t.skew.Store(int64(d))
+}
+
+// reserveKey counts one more key unless the table is at its cap.
+func (t *Table) reserveKey() bool {
+	limit := t.maxKeys.Load()
+	for {
+		n := t.keys.Load()
+		if limit > 0 && n >= limit {
+			return false
+		}
+		if t.keys.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// insert stores b as key's new Budget in s (locked), which must not hold
+// key; the key must already be counted.
+func (s *shard) insert(key string, b *Budget) {
+	if s.m == nil {
+		s.m = make(map[string]*Budget)
+	}
+	s.m[strings.Clone(key)] = b // do not pin a caller's larger buffer
+	s.hwm = max(s.hwm, len(s.m))
+}
+
+// evictIdle drops one idle key among the first evictScan keys of s
+// (locked), reporting whether it found one.
+func (s *shard) evictIdle(now time.Time) bool {
+	n := 0
+	for k, b := range s.m {
+		if b.Idle(now) {
+			delete(s.m, k)
+			return true
+		}
+		if n++; n == evictScan {
+			break
+		}
+	}
+	return false
+}
+
+// shrink rebuilds s.m (s locked) if it fell below a quarter of its
+// high-water mark, so that the memory of deleted keys returns.
+func (s *shard) shrink() {
+	if s.hwm < shrinkMinHWM || len(s.m) >= s.hwm/4 {
+		return
+	}
+	if len(s.m) == 0 {
+		s.m, s.hwm = nil, 0
+		return
+	}
+	m := make(map[string]*Budget, len(s.m))
+	for k, b := range s.m {
+		m[k] = b
+	}
+	s.m, s.hwm = m, len(m)
 }
 
 func (t *Table) shard(key string) *shard {
@@ -55,17 +164,42 @@ func (t *Table) shard(key string) *shard {
 // Do runs fn with key's Budget, creating it (with limitsFor(key), an empty
 // window at now) if the key is not in the table, under the key's shard lock.
 // fn must not keep the Budget after it returns.
-func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) {
+//
+// A new key arriving at a table that holds MaxKeys keys takes the place of
+// an idle key of its shard (Budget.Idle: nothing counted, no lease, no
+// waiter; at most evictScan examined) if there is one; otherwise fn is not
+// called and Do returns an error wrapping ErrTableFull. A key holding
+// counted units is never evicted: forgetting it would admit past its
+// limits.
+func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) error {
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.m[key]
 	if b == nil {
+		if !t.reserveKey() && !s.evictIdle(now) {
+			return *t.fullErr.Load() // set: only a cap refuses
+		} // an evicted key's count passes to the new one
 		b = NewBudget(t.limitsFor(key), &t.pol, now)
-		if s.m == nil {
-			s.m = make(map[string]*Budget)
-		}
-		s.m[strings.Clone(key)] = b // do not pin a caller's larger buffer
+		s.insert(key, b)
+	}
+	fn(b)
+	return nil
+}
+
+// DoUncapped is Do without the MaxKeys cap: a new key always enters (and
+// counts toward the cap). It is for operations that bring counted units to
+// a key — a debt charged (Budget.Charge) — which must not be forgotten any
+// more than a restored state (Put) may be.
+func (t *Table) DoUncapped(key string, now time.Time, fn func(b *Budget)) {
+	s := t.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.m[key]
+	if b == nil {
+		t.keys.Add(1)
+		b = NewBudget(t.limitsFor(key), &t.pol, now)
+		s.insert(key, b)
 	}
 	fn(b)
 }
@@ -86,19 +220,28 @@ func (t *Table) Peek(key string, fn func(b *Budget)) bool {
 
 // Sweep brings every Budget to now, which reclaims expired slots, and drops
 // the Budgets that are idle (nothing counted, no lease, no waiter; see
-// Budget.Idle), returning how many it dropped. A key with waiters is never
-// dropped. It locks one shard at a time.
+// Budget.Idle), returning how many it dropped: a key is dropped at the
+// first Sweep after its windows emptied and its last lease ended. A key
+// with waiters is never dropped. A shard left holding under a quarter of its
+// high-water mark gets a fresh map, so that memory returns. It locks one
+// shard at a time.
 func (t *Table) Sweep(now time.Time) (evicted int) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
+		n := 0
 		for k, b := range s.m {
 			if b.Idle(now) {
 				delete(s.m, k)
-				evicted++
+				n++
 			}
 		}
+		if n > 0 {
+			s.shrink()
+		}
 		s.mu.Unlock()
+		t.keys.Add(int64(-n))
+		evicted += n
 	}
 	return evicted
 }
@@ -121,29 +264,35 @@ func (t *Table) Take(key string) ([]byte, bool) {
 		return nil, false // MarshalBinary never fails; keep the key if it did
 	}
 	delete(s.m, key)
+	t.keys.Add(-1)
 	return data, true
 }
 
 // Put restores key's Budget from a snapshot (RestoreBudget with
 // limitsFor(key) and the table's policy), replacing any Budget the key had
-// (and dropping its waiters without a Grant). On error the table is
-// unchanged.
-func (t *Table) Put(key string, data []byte) error {
+// (and dropping its waiters without a Grant). A snapshot dated beyond now
+// plus the table's clock-skew bound (SetMaxClockSkew; see
+// Budget.CheckClock) is rejected with an error wrapping ErrFutureState. On
+// error the table is unchanged. Put is never refused by MaxKeys: the state
+// holds counted units, so it enters (and counts toward the cap) even when
+// the table is full.
+func (t *Table) Put(key string, data []byte, now time.Time) error {
 	b, err := RestoreBudget(data, t.limitsFor(key), &t.pol)
 	if err != nil {
+		return err
+	}
+	if err := b.CheckClock(now, time.Duration(t.skew.Load())); err != nil {
 		return err
 	}
 	s := t.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[string]*Budget)
-	}
 	if _, ok := s.m[key]; ok {
 		s.m[key] = b
-	} else {
-		s.m[strings.Clone(key)] = b
+		return nil
 	}
+	t.keys.Add(1)
+	s.insert(key, b)
 	return nil
 }
 
@@ -170,13 +319,4 @@ func (t *Table) Range(fn func(key string) bool) {
 }
 
 // Len returns the number of keys in the table.
-func (t *Table) Len() int {
-	n := 0
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
-}
+func (t *Table) Len() int { return int(t.keys.Load()) }

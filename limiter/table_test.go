@@ -113,10 +113,10 @@ func TestTableTakePut(t *testing.T) {
 	}
 	other := NewTable(Policy{Buckets: 10}, tableLimits)
 	other.Do("k", t0, func(b *Budget) { b.Acquire(t0, Request{Reserve: 1}) }) // replaced by Put
-	if err := other.Put("k", []byte{9, 9}); err == nil {
+	if err := other.Put("k", []byte{9, 9}, t0); err == nil {
 		t.Fatal("garbage accepted")
 	}
-	if err := other.Put("k", data); err != nil {
+	if err := other.Put("k", data, t0); err != nil {
 		t.Fatal(err)
 	}
 	other.Do("k", at(sec), func(b *Budget) {
@@ -127,7 +127,7 @@ func TestTableTakePut(t *testing.T) {
 			t.Fatal("lease lost in the handoff")
 		}
 	})
-	if err := other.Put("new", data); err != nil || other.Len() != 2 {
+	if err := other.Put("new", data, t0); err != nil || other.Len() != 2 {
 		t.Fatalf("put new key: %v, len %d", err, other.Len())
 	}
 }

@@ -291,8 +291,9 @@ func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool
 // backup last acknowledged, and which member that backup is: what the other
 // side of a split restores from, if the backup is there.
 type ackedStore struct {
-	mu sync.Mutex // guards m
-	m  map[string]ackedCopy
+	mu   sync.Mutex // guards m and size
+	m    map[string]ackedCopy
+	size shrinkable // m shrinks as keys go (node/bounds.go)
 }
 
 // ackedCopy is a key's state as its backup, the member called by,
@@ -309,6 +310,7 @@ func (a *ackedStore) put(key, by string, state []byte) {
 		a.m = make(map[string]ackedCopy)
 	}
 	a.m[key] = ackedCopy{state: state, by: by}
+	a.size.grew(len(a.m))
 }
 
 func (a *ackedStore) get(key string) (ackedCopy, bool) {
@@ -321,7 +323,7 @@ func (a *ackedStore) get(key string) (ackedCopy, bool) {
 func (a *ackedStore) clear() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.m = nil
+	a.m, a.size = nil, shrinkable{}
 }
 
 // keep drops the entries of keys for which present is false.
@@ -333,4 +335,5 @@ func (a *ackedStore) keep(present func(key string) bool) {
 			delete(a.m, k)
 		}
 	}
+	a.m = shrink(&a.size, a.m)
 }

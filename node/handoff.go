@@ -43,7 +43,7 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 	if g.hop.Load().mode != routeLocal || n.table.Peek(key, func(*limiter.Budget) {}) {
 		return
 	}
-	if err := n.table.Put(key, state); err != nil {
+	if err := n.table.Put(key, state, n.cfg.Now()); err != nil {
 		n.log.Error("restore: bad state", "key", key, "from", from, "err", err)
 		return
 	}

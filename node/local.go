@@ -22,11 +22,17 @@ type local struct {
 	// withdrawn waiter) to key only while this node decides for it,
 	// holding its partition's gate until unlock.
 	guard func(key string) (unlock func(), ok bool)
+	// sweepEvery is the table's sweep interval: the retry-after of a call
+	// refused because the table is full (the next sweep may free room).
+	sweepEvery time.Duration
 
 	mu      sync.Mutex                // guards waiters, timers and closed
 	waiters map[waiterID]chan waiting // one per queued ticket, buffered 1
 	timers  map[string]*time.Timer    // one per key with waiters
 	closed  bool
+	// waitersSize and timersSize let the two maps shrink (node/bounds.go)
+	// after a burst of waiting keys.
+	waitersSize, timersSize shrinkable
 }
 
 type waiterID struct {
@@ -88,16 +94,21 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 	var ch chan waiting
 	switch c.Op {
 	case OpAcquire:
-		l.table.Do(c.Key, now, func(b *limiter.Budget) {
+		err := l.table.Do(c.Key, now, func(b *limiter.Budget) {
 			a.Decision = b.Acquire(now, c.Req)
 			if a.Decision.Queued {
 				ch = make(chan waiting, 1)
 				l.mu.Lock()
 				l.waiters[waiterID{c.Key, a.Decision.Ticket}] = ch
+				l.waitersSize.grew(len(l.waiters))
 				l.mu.Unlock()
 				next, wake = b.NextWake(now)
 			}
 		})
+		if err != nil {
+			a.Decision = l.tableFull()
+			return a, nil, nil
+		}
 		if ch != nil {
 			l.schedule(c.Key, next, wake)
 		}
@@ -123,14 +134,17 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 		})
 		return a, nil, nil
 	case OpStatus:
-		l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) })
+		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) }); err != nil {
+			a.Decision = l.tableFull()
+		}
 		return a, nil, nil
 	case OpCharge:
 		// A debt: counted in the key's window (created if the key is new
 		// here), or dropped if its time has left the window. Either way it
 		// is settled: OK acknowledges it, and marks the key changed so
-		// that replication (sync mode: before this answer) copies it.
-		l.table.Do(c.Key, now, func(b *limiter.Budget) {
+		// that replication (sync mode: before this answer) copies it. It
+		// holds counted units: MaxKeys never refuses it.
+		l.table.DoUncapped(c.Key, now, func(b *limiter.Budget) {
 			b.Charge(now, c.Charge.At, c.Charge.Requests, c.Charge.Tokens)
 			a.Decision.Status = b.Status(now)
 		})
@@ -138,6 +152,13 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 		return a, nil, nil
 	}
 	return a, nil, fmt.Errorf("call %s on %q: unknown op", c.Op, c.Key)
+}
+
+// tableFull is the refusal of a call for a new key at a table holding
+// MaxKeys keys (limiter.ErrTableFull): Reason limiter.TableFull, retry
+// after the next sweep, which may drop idle keys.
+func (l *local) tableFull() limiter.Decision {
+	return limiter.Decision{Reason: limiter.TableFull, RetryAfter: max(l.sweepEvery, time.Second)}
 }
 
 // await blocks a queued acquire until its grant arrives or ctx ends.
@@ -166,6 +187,7 @@ func (l *local) await(ctx context.Context, key string, a Answer, ch chan waiting
 	}
 	l.mu.Lock()
 	delete(l.waiters, waiterID{key, ticket})
+	l.waiters = shrink(&l.waitersSize, l.waiters)
 	l.mu.Unlock()
 	return a, fmt.Errorf("wait on %q: %w", key, ctx.Err())
 }
@@ -184,6 +206,7 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 			ch <- waiting{d: g.Decision}
 		}
 	}
+	l.waiters = shrink(&l.waitersSize, l.waiters)
 }
 
 // moveAll tells every waiter parked for key that the key left this node
@@ -202,6 +225,8 @@ func (l *local) moveAll(key string) {
 		t.Stop()
 		delete(l.timers, key)
 	}
+	l.waiters = shrink(&l.waitersSize, l.waiters)
+	l.timers = shrink(&l.timersSize, l.timers)
 }
 
 // schedule arms key's timer for the limiter's next wake-up, or stops it.
@@ -213,6 +238,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		if t != nil {
 			t.Stop()
 			delete(l.timers, key)
+			l.timers = shrink(&l.timersSize, l.timers)
 		}
 		return
 	}
@@ -225,6 +251,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		return
 	}
 	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
+	l.timersSize.grew(len(l.timers))
 }
 
 // change is changeLocked for background work (timers, withdrawn waiters):

@@ -81,7 +81,25 @@ type Config struct {
 	Ring ring.Config
 	// Logger receives the node's logs. Nil discards them.
 	Logger *slog.Logger
+	// MaxKeys caps the keys the table creates for calls (limiter
+	// Table.SetMaxKeys): a new key at a full table takes an idle key's
+	// place or is refused with limiter.TableFull. State arriving by
+	// handoff, transfer, replica restore or checkpoint (it holds counted
+	// units) and debts are never refused. Zero means DefaultMaxKeys;
+	// negative means unlimited.
+	MaxKeys int
+	// MaxClockSkew is how far ahead of this node's clock the times in a
+	// state arriving from elsewhere (handoff, transfer, replica,
+	// checkpoint) may lie; a state beyond it is rejected, not applied
+	// (limiter.ErrFutureState). Zero means DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
 }
+
+// Defaults of Config fields.
+const (
+	DefaultMaxKeys      = 1_000_000
+	DefaultMaxClockSkew = limiter.DefaultMaxClockSkew
+)
 
 // ErrNoOwner is returned when a call cannot reach a node that considers
 // itself the key's owner within MaxHops.
@@ -180,6 +198,15 @@ func (c Config) withDefaults() Config {
 	if c.PeerAddr == "" {
 		c.PeerAddr = "127.0.0.1:0"
 	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxClockSkew <= 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if c.Policy.IDs == nil {
+		c.Policy.IDs = randomID
+	}
 	return c
 }
 
@@ -197,6 +224,8 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
 	}
 	table := limiter.NewTable(cfg.Policy, cfg.LimitsFor)
+	table.SetMaxKeys(cfg.MaxKeys)
+	table.SetMaxClockSkew(cfg.MaxClockSkew)
 	n := &Node{
 		cfg:         cfg,
 		table:       table,
@@ -211,6 +240,9 @@ func New(cfg Config) (*Node, error) {
 	n.leased.Store(true)
 	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
+	n.replicas.check = n.checkReplica
+	n.replicas.log = n.log
+	n.local.sweepEvery = cfg.SweepInterval
 	n.local.changed = n.dirty.mark
 	n.local.guard = n.guard
 	n.server = &peerServer{

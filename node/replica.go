@@ -77,19 +77,39 @@ type replica struct {
 	at    time.Time
 }
 
-// replicaStore holds the replicas this node keeps as a backup.
+// replicaStore holds the replicas this node keeps as a backup. Its map
+// shrinks (node/bounds.go) as replicas are taken or expire.
 type replicaStore struct {
-	mu sync.Mutex // guards m
-	m  map[string]replica
+	// check, if set, vets a replica before it is kept: one it rejects
+	// (a state dated in the future) is dropped and the key's previous
+	// replica, if any, kept.
+	check func(key string, state []byte, now time.Time) error
+	log   *slog.Logger // nil: rejections are not logged
+
+	mu   sync.Mutex // guards m and size
+	m    map[string]replica
+	size shrinkable
 }
 
-func (r *replicaStore) put(key string, state []byte, now time.Time) {
+// put keeps state as key's replica, received at now, unless check rejects
+// it: then it returns check's error and keeps what it had.
+func (r *replicaStore) put(key string, state []byte, now time.Time) error {
+	if r.check != nil {
+		if err := r.check(key, state, now); err != nil {
+			if r.log != nil {
+				r.log.Warn("replica rejected", "key", key, "err", err)
+			}
+			return err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = make(map[string]replica)
 	}
 	r.m[key] = replica{state: state, at: now}
+	r.size.grew(len(r.m))
+	return nil
 }
 
 // take removes and returns key's replica and when it arrived.
@@ -99,6 +119,7 @@ func (r *replicaStore) take(key string) (replica, bool) {
 	rep, ok := r.m[key]
 	if ok {
 		delete(r.m, key)
+		r.m = shrink(&r.size, r.m)
 	}
 	return rep, ok
 }
@@ -113,12 +134,13 @@ func (r *replicaStore) expire(now time.Time, horizon time.Duration) {
 			delete(r.m, k)
 		}
 	}
+	r.m = shrink(&r.size, r.m)
 }
 
 func (r *replicaStore) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m = nil
+	r.m, r.size = nil, shrinkable{}
 }
 
 func (r *replicaStore) len() int {

@@ -145,7 +145,7 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		if n.table.Peek(key, func(*limiter.Budget) {}) {
 			continue // a newer copy is here already
 		}
-		if err := n.table.Put(key, e.state); err != nil {
+		if err := n.table.Put(key, e.state, now); err != nil {
 			n.log.Error("restore: bad checkpoint state", "key", key, "partition", p, "err", err)
 			continue
 		}

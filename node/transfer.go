@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -288,8 +289,15 @@ func (t *transfer) install(in install) {
 	g := &t.gates[in.Part]
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := t.n.cfg.Now()
 	err := decodeEntries(in.State, func(key string, state []byte) error {
-		if err := t.n.table.Put(key, state); err != nil {
+		if err := t.n.table.Put(key, state, now); errors.Is(err, limiter.ErrFutureState) {
+			// Dated beyond our clock + MaxClockSkew: not applied (it would
+			// refuse the key until then); the key starts from zero, the
+			// partition's other keys are still installed.
+			t.n.log.Error("handoff: key state from the future rejected", "partition", in.Part, "key", key, "err", err)
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("install %q: %w", key, err)
 		}
 		t.n.dirty.mark(key) // replicate to its backup here

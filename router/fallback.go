@@ -1,9 +1,9 @@
 package router
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"hash/maphash"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -35,38 +35,44 @@ import (
 // window, it holds the concurrency share (slots with the lease TTL) and it
 // computes honest retry-afters, all with the limiter's own arithmetic.
 //
-// Memory is bounded: entries live in shards, each two generations of
-// maps; an entry not touched for a generation is dropped when the current
-// one fills (maxStates in all), unless it still owes debts or holds slots.
-// Every operation locks one shard: nothing scans every key per call.
+// Memory is bounded (fallbackstore.go): entries live in shards, each a map
+// and a recency list; a new key at a full shard (MaxFallbackKeys in all)
+// takes the place of an entry that owes nothing and holds no local units,
+// found among the least recently used few, or is not tracked (its acquire
+// is refused). Each call also looks at the two least recently used entries
+// and drops them once they owe nothing, hold nothing and their reports went
+// stale, so idle entries leave at the pace of the traffic; a shard's map is
+// rebuilt once it fell below a quarter of its high-water mark. Every
+// operation locks one shard and does O(1) work (amortised): nothing scans
+// every key per call.
 //
 // Safe for concurrent use.
 type degraded struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	shards [stateShards]stateShard
+	now      func() time.Time
+	seed     maphash.Seed
+	perShard int // entries a shard holds before a new key must evict one
+	shards   [stateShards]stateShard
 }
 
 const (
 	// stateShards is the number of independently locked parts of degraded.
 	stateShards = 64
-	// maxStates bounds the keys remembered (reports, local windows, debts)
-	// across all shards; a shard rotates its generations at
-	// maxStates/stateShards/2 entries.
-	maxStates = 100_000
-	genSize   = maxStates / stateShards / 2
+	// DefaultMaxFallbackKeys is Config.MaxFallbackKeys's default.
+	DefaultMaxFallbackKeys = 1_000_000
 )
 
 // localPolicy is the local windows' policy: 10 buckets (a 6 s bucket for a
 // 60 s window, counted at most one bucket longer than the window) keeps an
-// entry small.
-var localPolicy = limiter.Policy{Buckets: 10}
+// entry small. Its lease ids reach clients inside lease strings, so they
+// are random (crypto/rand), like the owners'.
+var localPolicy = limiter.Policy{Buckets: 10, IDs: randomID}
 
-type stateShard struct {
-	mu       sync.Mutex
-	cur, old map[string]*keyState
-	kept     int // entries carried over at the last rotation
-	_        [64 - 32]byte
+// randomID is a uniformly random uint64 from crypto/rand (which never
+// fails).
+func randomID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // report is one dimension of an owner's report.
@@ -94,53 +100,26 @@ type keyState struct {
 	// owedAt is the time of the latest of them.
 	owedReq, owedTok int64
 	owedAt           time.Time
+
+	key        string    // the entry's key in its shard's map
+	prev, next *keyState // the shard's recency list, most recent first
 }
 
-func newDegraded(now func() time.Time) *degraded {
-	d := &degraded{now: now, seed: maphash.MakeSeed()}
+// newDegraded returns an empty degraded holding at most about maxKeys
+// entries (DefaultMaxFallbackKeys if maxKeys ≤ 0).
+func newDegraded(now func() time.Time, maxKeys int) *degraded {
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxFallbackKeys
+	}
+	d := &degraded{now: now, seed: maphash.MakeSeed(), perShard: max(1, (maxKeys+stateShards-1)/stateShards)}
 	for i := range d.shards {
-		d.shards[i].cur = make(map[string]*keyState)
-		d.shards[i].old = make(map[string]*keyState)
+		d.shards[i].init()
 	}
 	return d
 }
 
 func (d *degraded) shard(key string) *stateShard {
 	return &d.shards[maphash.String(d.seed, key)%stateShards]
-}
-
-// get returns key's entry, promoting it to the current generation, or, if
-// create, a new one. The caller holds s.mu.
-func (s *stateShard) get(key string, now time.Time, create bool) *keyState {
-	if e := s.cur[key]; e != nil {
-		return e
-	}
-	e := s.old[key]
-	if e == nil && !create {
-		return nil
-	}
-	if e != nil {
-		delete(s.old, key)
-	} else {
-		e = &keyState{}
-	}
-	if len(s.cur) >= genSize+s.kept {
-		s.rotate(now)
-	}
-	s.cur[strings.Clone(key)] = e // do not pin a caller's larger buffer
-	return e
-}
-
-// rotate drops the old generation, but for entries that still owe debts or
-// hold slots, and makes the current generation the old one.
-func (s *stateShard) rotate(now time.Time) {
-	next := make(map[string]*keyState, genSize/8)
-	for k, e := range s.old {
-		if e.owedReq > 0 || e.owedTok > 0 || (e.local != nil && !e.local.Idle(now)) {
-			next[k] = e
-		}
-	}
-	s.old, s.cur, s.kept = s.cur, next, len(next)
 }
 
 // report records what key's owner answered at now: its remaining requests
@@ -153,7 +132,9 @@ func (d *degraded) report(key string, st limiter.Status, now time.Time) {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.get(key, now, true).setReport(st, now)
+	if e := s.get(key, now, d.perShard); e != nil { // a full shard forgoes the hint
+		e.setReport(st, now)
+	}
 }
 
 func (e *keyState) setReport(st limiter.Status, now time.Time) {
@@ -199,7 +180,10 @@ func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.get(key, now, true)
+	e := s.get(key, now, d.perShard)
+	if e == nil {
+		return 0, limiter.TableFull, fallbackFullRetry
+	}
 	// The owner's last report, while what it counted is in its window.
 	if e.req.fresh(now) && e.req.remaining/m-e.spentReq < 1 {
 		return 0, limiter.Requests, max(time.Millisecond, e.req.until.Sub(now))
@@ -226,23 +210,31 @@ func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (
 }
 
 // owe records an admission of n tokens for key made without a share (the
-// open policy): a debt like any other.
-func (d *degraded) owe(key string, n int64) {
+// open policy): a debt like any other. It returns false, recording
+// nothing, if key is new and its shard is full: the admission could not be
+// accounted for and must not be made.
+func (d *degraded) owe(key string, n int64) bool {
 	now := d.now()
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.get(key, now, true).spend(max(n, 0), now)
+	e := s.get(key, now, d.perShard)
+	if e == nil {
+		return false
+	}
+	e.spend(max(n, 0), now)
+	return true
 }
 
 // oweUnits records requests and tokens admitted for key at at by a member
 // that could not have them counted at the key's owner: debts like fallback
-// admissions, spending the share too.
+// admissions, spending the share too. Admitted already, they are never
+// refused by the bound (debts.go bounds the keys owing instead).
 func (d *degraded) oweUnits(key string, requests, tokens int64, at time.Time) {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.get(key, d.now(), true)
+	e := s.get(key, d.now(), uncapped)
 	requests, tokens = max(requests, 0), max(tokens, 0)
 	e.spentReq += requests
 	e.spentTok += tokens
@@ -271,7 +263,7 @@ func (d *degraded) release(key string, id uint64) bool {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.get(key, now, false)
+	e := s.get(key, now, lookup)
 	if e == nil || e.local == nil {
 		return false
 	}
@@ -286,7 +278,7 @@ func (d *degraded) owed(key string, now time.Time, window time.Duration) (c char
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.get(key, now, false)
+	e := s.get(key, now, lookup)
 	if e == nil || (e.owedReq == 0 && e.owedTok == 0) {
 		return charge{}, 0, false
 	}
@@ -306,7 +298,10 @@ func (d *degraded) repaid(key string, c charge, st limiter.Status, now time.Time
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.get(key, now, true)
+	e := s.get(key, now, lookup)
+	if e == nil {
+		return // dropped since: it owed nothing any more
+	}
 	e.owedReq = max(0, e.owedReq-c.requests)
 	e.owedTok = max(0, e.owedTok-c.tokens)
 	if st.Requests.Limit > 0 || st.Tokens.Limit > 0 {
@@ -319,10 +314,7 @@ func (d *degraded) owes(key string) bool {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.cur[key]
-	if e == nil {
-		e = s.old[key]
-	}
+	e := s.m[key]
 	return e != nil && (e.owedReq > 0 || e.owedTok > 0)
 }
 

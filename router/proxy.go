@@ -129,6 +129,11 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 		return
 	}
 	res, err := r.admit(req.Context(), adm)
+	if full := (*tableFullError)(nil); errors.As(err, &full) { // the owner holds max_keys keys: nothing admitted
+		setRetryHeaders(w.Header(), full.retryMS())
+		p.fail(w, apiError{http.StatusServiceUnavailable, errOverloaded, full.Error()})
+		return
+	}
 	var slow *ownerTimeoutError
 	if errors.As(err, &slow) { // the owner is alive but slow: nothing admitted, nothing forwarded
 		setRetryHeaders(w.Header(), ownerTimeoutRetry.Milliseconds())

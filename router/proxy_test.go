@@ -66,6 +66,7 @@ type proxyOpts struct {
 	upstream  string                    // base URL; empty: the fake upstream
 	timeouts  router.UpstreamTimeouts   // of both upstreams
 	ownClient bool                      // the router's own clients (NewUpstreamClient), not the fake upstream's
+	maxKeys   int                       // the node's MaxKeys; 0: its default
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -80,7 +81,7 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 		}
 		return o.tenant
 	}
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, MaxKeys: o.maxKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,6 +627,24 @@ func TestProxyRefusal(t *testing.T) {
 	}
 	if n := len(e.up.Requests()) + len(e2.up.Requests()); n != 2 {
 		t.Fatalf("upstream got %d requests, want the 2 admitted", n)
+	}
+}
+
+// TestProxyTableFull: a key the owner cannot hold (MaxKeys reached: here
+// the pool's, after the tenant's) is a 503 in the provider's shape with a
+// Retry-After, the tenant's admission rolled back, nothing forwarded.
+func TestProxyTableFull(t *testing.T) {
+	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 2}, pools: map[string]limiter.Limits{model: {Requests: 5}}, maxKeys: 1})
+	a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(""))
+	checkOpenAIError(t, a, 503, "server_error", nil)
+	if got := a.header.Get("retry-after"); got != "1" || !strings.Contains(a.body, "too many keys held (max_keys") {
+		t.Fatalf("retry-after %q, body %s", got, a.body)
+	}
+	if n := len(e.up.Requests()); n != 0 {
+		t.Fatalf("upstream got %d requests", n)
+	}
+	if e.node.Keys() != 1 {
+		t.Fatalf("%d keys", e.node.Keys())
 	}
 }
 

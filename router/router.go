@@ -106,6 +106,12 @@ type Config struct {
 	// Proxy configures the LLM proxy (POST /v1/chat/completions and
 	// /v1/messages; see proxy.go). The zero value answers 401 to every key.
 	Proxy ProxyConfig
+	// MaxFallbackKeys bounds the keys the fallback remembers (owner
+	// reports, local windows, debts). A new key past it takes the place of
+	// one that holds nothing, or its fallback acquire is refused with a
+	// 503 (max_keys); debts recorded for admissions made elsewhere always
+	// enter. Zero means DefaultMaxFallbackKeys (1,000,000).
+	MaxFallbackKeys int
 }
 
 // TenantKey is the limiter key of a tenant.
@@ -177,7 +183,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	r := &Router{
 		cfg:       cfg,
 		cluster:   cluster,
-		degraded:  newDegraded(cfg.Now),
+		degraded:  newDegraded(cfg.Now, cfg.MaxFallbackKeys),
 		metrics:   m,
 		timeouts:  timeouts,
 		log:       cfg.Logger,
@@ -251,8 +257,11 @@ func (e *ownerTimeoutError) Error() string {
 }
 
 // writeOwnerTimeout writes the decision API's 503 for err if it is an owner
-// timeout, and reports whether it did.
+// timeout or a full table (*tableFullError), and reports whether it did.
 func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
+	if writeTableFull(w, err) {
+		return true
+	}
 	var ot *ownerTimeoutError
 	if !errors.As(err, &ot) {
 		return false
@@ -293,6 +302,9 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	}
 	end := r.cfg.Now()
 	r.metrics.observe(c.Op, where, end.Sub(start))
+	if err == nil && a.Decision.Reason == limiter.TableFull {
+		return outcome{}, &tableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
+	}
 	if err == nil {
 		// Every answer carries the key's status: remember what the owner
 		// reported as remaining, for the degraded share.
@@ -328,11 +340,16 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.DebtInterval
 		case r.cfg.Fallback == Open:
-			d.Allowed = true
-			r.degraded.owe(c.Key, tokens)
+			if d.Allowed = r.degraded.owe(c.Key, tokens); !d.Allowed {
+				d.Reason, d.RetryAfter = limiter.TableFull, fallbackFullRetry
+			}
 		default:
 			id, reason, retry := r.degraded.acquire(c.Key, l, r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
+		}
+		if d.Reason == limiter.TableFull && !d.Allowed {
+			r.metrics.fallback(r.cfg.Fallback, false)
+			return outcome{}, &tableFullError{owner: "this node's fallback", retry: d.RetryAfter}
 		}
 		if d.Allowed {
 			d.Reserved = tokens
