@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -81,6 +82,35 @@ type Config struct {
 	Ring ring.Config
 	// Logger receives the node's logs. Nil discards them.
 	Logger *slog.Logger
+
+	// Secrets are the cluster secrets, each at least MinSecretLen (32)
+	// random bytes. Empty means the plaintext, unauthenticated peer
+	// protocol: for loopback development clusters only. Otherwise every
+	// peer connection is authenticated and encrypted (handshake.go):
+	// Secrets[0] is used to dial, and the server accepts any of them, so
+	// a rotation runs with {new, old} until every member has new.
+	Secrets [][]byte
+	// Rand is the randomness of the handshake's nonces. Nil means
+	// crypto/rand.
+	Rand io.Reader
+	// HandshakeTimeout bounds a peer connection's handshake, so a client
+	// that says nothing cannot hold a connection. Zero means 5 seconds.
+	HandshakeTimeout time.Duration
+	// MaxFrame is the largest peer frame read or written, in bytes: a
+	// longer one is rejected before anything is allocated for it and its
+	// connection closed. Larger items travel in fragments. Zero means
+	// DefaultMaxFrame (1 MiB); otherwise MinMaxFrame to MaxMaxFrame.
+	MaxFrame int
+	// PeerReadTimeout is how long a peer frame, once started, may take to
+	// arrive whole; a connection stalled mid-frame is closed then. Idle
+	// connections are not affected. Zero means 10 seconds.
+	PeerReadTimeout time.Duration
+	// MaxPeerConns is the most peer connections served at once; a
+	// connection beyond it is closed as soon as it is accepted. Zero
+	// means DefaultMaxPeerConns (256).
+	MaxPeerConns int
+	// Listen opens the peer listener. Nil means net.Listen.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 // ErrNoOwner is returned when a call cannot reach a node that considers
@@ -125,6 +155,9 @@ type Node struct {
 	fences      atomic.Int64              // fences so far
 	heardMu     sync.Mutex                // guards heard
 	heard       map[string]*atomic.Int64  // peer address → when a frame from it last arrived at our server (unix ns)
+
+	auth *peerAuth  // nil: the plaintext peer protocol
+	wire wireLimits // bounds of every peer connection
 
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
@@ -180,7 +213,7 @@ func (c Config) withDefaults() Config {
 	if c.PeerAddr == "" {
 		c.PeerAddr = "127.0.0.1:0"
 	}
-	return c
+	return c.withPeerDefaults()
 }
 
 // New starts a node: the peer listener and the sweeper.
@@ -192,7 +225,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("node: LimitsFor is required")
 	}
 	cfg = cfg.withDefaults()
-	ln, err := net.Listen("tcp", cfg.PeerAddr)
+	auth, err := cfg.peerAuth()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	ln, err := cfg.Listen("tcp", cfg.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
 	}
@@ -207,6 +244,8 @@ func New(cfg Config) (*Node, error) {
 		firstRing:   make(chan struct{}),
 		quorum:      newQuorum(forgetAfter),
 		reincarnate: make(chan struct{}, 1),
+		auth:        auth,
+		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
 	}
 	n.leased.Store(true)
 	n.seed = maphash.MakeSeed()
@@ -214,13 +253,18 @@ func New(cfg Config) (*Node, error) {
 	n.local.changed = n.dirty.mark
 	n.local.guard = n.guard
 	n.server = &peerServer{
-		ln:     ln,
-		handle: n.serve,
-		inline: n.inline,
-		heard:  n.heardFrom,
-		batch:  cfg.Batch,
-		log:    n.log,
-		conns:  make(map[net.Conn]struct{}),
+		ln:       ln,
+		handle:   n.serve,
+		inline:   n.inline,
+		heard:    n.heardFrom,
+		batch:    cfg.Batch,
+		log:      n.log,
+		conns:    make(map[net.Conn]struct{}),
+		auth:     auth,
+		wire:     n.wire,
+		maxConns: cfg.MaxPeerConns,
+		stats:    &n.stats,
+		done:     make(chan struct{}),
 	}
 	n.server.wg.Add(1)
 	go n.server.serve()
