@@ -27,6 +27,17 @@ var (
 	secretBad = bytes.Repeat([]byte("x"), MinSecretLen)
 )
 
+// withTestSecrets gives cfg a cluster secret when the environment has
+// TOKENRING_TEST_PEER_SECRETS set, so the cluster tests (newCluster,
+// newNodes) run on the authenticated protocol too:
+//
+//	TOKENRING_TEST_PEER_SECRETS=1 go test -race ./node/
+func withTestSecrets(cfg *Config) {
+	if os.Getenv("TOKENRING_TEST_PEER_SECRETS") != "" {
+		cfg.Secrets = [][]byte{secretOld}
+	}
+}
+
 func tenRequests(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
 
 // lonelyNode starts a node with no ring: every call it is sent is decided
