@@ -582,3 +582,43 @@ func ringOfConfig(t testing.TB, cfg ring.Config, nodes ...*Node) *ring.Ring {
 	}
 	return r
 }
+
+// New refuses a secret shorter than MinSecretLen and a frame cap out of
+// range, naming what is wrong.
+func TestNewRejectsWeakPeerSettings(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  func(*Config)
+		want string
+	}{
+		{withSecrets(secretNew, secretOld[:MinSecretLen-1]), "cluster secret 1 is 31 bytes, want at least 32"},
+		{func(c *Config) { c.MaxFrame = MinMaxFrame - 1 }, "MaxFrame 4095"},
+		{func(c *Config) { c.MaxFrame = MaxMaxFrame + 1 }, "MaxFrame 16777217"},
+	} {
+		cfg := Config{Name: "n", LimitsFor: tenRequests}
+		tc.cfg(&cfg)
+		nd, err := New(cfg)
+		if err == nil {
+			nd.Close()
+			t.Fatalf("New accepted a config that wants %q", tc.want)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("New: %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// A client that connects to a server with secrets and says nothing is
+// closed after HandshakeTimeout, and counted.
+func TestPeerSilentClientClosedAfterHandshakeTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	nd := lonelyNode(t, withSecrets(secretNew), func(c *Config) { c.HandshakeTimeout = timeout })
+	conn := dialRaw(t, nd.PeerAddr())
+	start := time.Now()
+	if got := expectClosed(t, conn, 5*time.Second); len(got) != 0 {
+		t.Fatalf("a silent client was sent %d bytes", len(got))
+	}
+	if took := time.Since(start); took < timeout-20*time.Millisecond {
+		t.Fatalf("closed after %v, before the %v handshake timeout", took, timeout)
+	}
+	eventually(t, "the failure counted", func() bool { return nd.stats.authFailures.Load() == 1 })
+}
