@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/ring"
+	"golang.org/x/time/rate"
 )
 
 // ErrPeerDown is returned (wrapped) when a peer cannot be reached: the
@@ -84,8 +85,9 @@ type peerClient struct {
 	stats *peerStats
 	// auth, if not nil, authenticates every new connection with the first
 	// cluster secret before any call is sent on it.
-	auth *peerAuth
-	wire wireLimits
+	auth    *peerAuth
+	wire    wireLimits
+	authLog rate.Sometimes // a failed handshake is warned about once a second at most
 
 	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
 	cur     *link         // the live connection; nil when there is none
@@ -108,6 +110,7 @@ type peerClient struct {
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
 	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 	p.heard.Store(time.Now().UnixNano())
+	p.authLog.Interval = time.Second
 	return p
 }
 
@@ -231,7 +234,9 @@ func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session,
 	sess, err := p.auth.dial(conn, by)
 	if err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("peer handshake %s: %w", p.addr, err)
+		err = fmt.Errorf("peer handshake %s: %w", p.addr, err)
+		p.authLog.Do(func() { p.log.Warn("peer handshake failed (a different cluster secret?)", "peer", p.addr, "err", err) })
+		return nil, nil, err
 	}
 	return conn, sess, nil
 }
