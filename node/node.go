@@ -90,7 +90,8 @@ type Config struct {
 	// Secrets[0] is used to dial, and the server accepts any of them, so
 	// a rotation runs with {new, old} until every member has new.
 	Secrets [][]byte
-	// Rand is the randomness of the handshake's nonces. Nil means
+	// Rand is the randomness of the handshake's nonces, read from many
+	// connections at once: it must be safe for concurrent use. Nil means
 	// crypto/rand.
 	Rand io.Reader
 	// HandshakeTimeout bounds a peer connection's handshake, so a client
