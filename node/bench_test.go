@@ -156,3 +156,12 @@ func BenchmarkJoinToExact(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPeerSecrets compares forwarded decisions on the plaintext peer
+// protocol with the authenticated one (Config.Secrets: every frame sealed
+// with AES-256-GCM), opportunistic batching. Each op is one acquire plus
+// one settle.
+func BenchmarkPeerSecrets(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 1, noReplication) })
+	b.Run("secret", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 1, noReplication, withSecrets(secretNew)) })
+}

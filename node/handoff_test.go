@@ -47,6 +47,7 @@ func newNodes(t testing.TB, n int, limits func(string) limiter.Limits, opts ...f
 	var nodes []*Node
 	for i := range n {
 		cfg := Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits}
+		withTestSecrets(&cfg)
 		for _, o := range opts {
 			o(&cfg)
 		}

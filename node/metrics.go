@@ -9,7 +9,7 @@ import (
 // Collectors returns the node's Prometheus collectors, for the caller to
 // register (nothing is registered globally).
 func (n *Node) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append(n.peerCollectors(), []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_keys", Help: "Keys whose limiter state this node holds.",
 		}, func() float64 { return float64(n.table.Len()) }),
@@ -86,7 +86,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return 0
 		}),
-	}
+	}...)
 }
 
 // custodyStats returns the custody machine's counters (zero before the

@@ -19,88 +19,6 @@ import (
 	"github.com/tokenring/tokenring/ring"
 )
 
-// Config configures a Node. Zero fields take the documented defaults.
-type Config struct {
-	// Name is this member's unique name in the cluster. Required.
-	Name string
-	// PeerAddr is the address the peer protocol listens on. Empty means
-	// 127.0.0.1 with a port chosen by the system; PeerAddr() tells which.
-	PeerAddr string
-	// Policy is shared by every key's budget.
-	Policy limiter.Policy
-	// LimitsFor gives the limits of a key the node has not seen yet. Required.
-	LimitsFor func(key string) limiter.Limits
-	// Now is the clock. Nil means time.Now.
-	Now func() time.Time
-	// Dial opens peer connections. Nil means a net.Dialer.
-	Dial Dialer
-	// Batch controls batching on peer connections, both directions.
-	Batch BatchConfig
-	// Forward says when a forwarded call counts its owner as unreachable.
-	Forward ForwardConfig
-	// SweepInterval is how often expired slots are reclaimed and idle keys
-	// dropped. Zero means one second.
-	SweepInterval time.Duration
-	// MaxHops bounds how often a call is forwarded when members disagree
-	// about its owner (gossip not yet converged). Zero means 2.
-	MaxHops int
-	// HopTimeout bounds a call this node forwards on a peer's behalf (plus
-	// the call's wait), so a further hop to an unresponsive node cannot
-	// pin the connection's goroutine. Zero means one second.
-	HopTimeout time.Duration
-	// TransferWait bounds how long a call waits for its key's partition
-	// to arrive here, when custody of the partition is on its way (a
-	// ring change). It is the transfer's deadline, not the client's: past
-	// it the call fails with ErrTransferPending and the caller falls back.
-	// Zero means 2 seconds.
-	TransferWait time.Duration
-	// HandoffHorizon is how long after a partition's custodian crashed
-	// its keys are looked up, on first use, in the backup's replicas and
-	// the checkpoint. State older than one window plus one lease TTL has
-	// expired anyway. Zero means 3 minutes.
-	HandoffHorizon time.Duration
-	// PullTimeout bounds one lookup of a crashed custodian's key in a
-	// replica or the checkpoint. Zero means 250ms.
-	PullTimeout time.Duration
-	// ReplicationInterval is how often the keys changed since the last
-	// round are copied to their backups. It bounds what an owner's crash
-	// loses. Zero means 100ms; negative disables replication.
-	ReplicationInterval time.Duration
-	// ReplicationSync makes the owner answer a call that changed a key
-	// (an admission, a settle) only once the key's backup holds the new
-	// state: one crash then loses nothing. The copies travel on the peer
-	// connections, batched like forwarded calls. A backup that cannot be
-	// reached does not block the answer: the key is copied by the next
-	// round instead (tokenring_sync_replication_missed_total).
-	ReplicationSync bool
-	// Checkpoint, if set, receives every replication round's snapshots
-	// too, and is read when a crashed owner's key has no newer replica.
-	Checkpoint Checkpoint
-	// Ring configures the rings built from membership snapshots; zero
-	// fields take ring's defaults (271 partitions).
-	Ring ring.Config
-	// Logger receives the node's logs. Nil discards them.
-	Logger *slog.Logger
-	// MaxKeys caps the keys the table creates for calls (limiter
-	// Table.SetMaxKeys): a new key at a full table takes an idle key's
-	// place or is refused with limiter.TableFull. State arriving by
-	// handoff, transfer, replica restore or checkpoint (it holds counted
-	// units) and debts are never refused. Zero means DefaultMaxKeys;
-	// negative means unlimited.
-	MaxKeys int
-	// MaxClockSkew is how far ahead of this node's clock the times in a
-	// state arriving from elsewhere (handoff, transfer, replica,
-	// checkpoint) may lie; a state beyond it is rejected, not applied
-	// (limiter.ErrFutureState). Zero means DefaultMaxClockSkew.
-	MaxClockSkew time.Duration
-}
-
-// Defaults of Config fields.
-const (
-	DefaultMaxKeys      = 1_000_000
-	DefaultMaxClockSkew = limiter.DefaultMaxClockSkew
-)
-
 // ErrNoOwner is returned when a call cannot reach a node that considers
 // itself the key's owner within MaxHops.
 var ErrNoOwner = errors.New("no owner within hop limit")
@@ -144,6 +62,9 @@ type Node struct {
 	heardMu     sync.Mutex                // guards heard
 	heard       map[string]*atomic.Int64  // peer address → when a frame from it last arrived at our server (unix ns)
 
+	auth *peerAuth  // nil: the plaintext peer protocol
+	wire wireLimits // bounds of every peer connection
+
 	mu    sync.Mutex // guards peers
 	peers map[string]*peerClient
 	stats peerStats
@@ -162,54 +83,6 @@ var ErrTransferPending = errors.New("partition state in transfer")
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("node closed")
 
-// withDefaults fills the zero fields of c with their documented defaults.
-func (c Config) withDefaults() Config {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Dial == nil {
-		d := &net.Dialer{}
-		c.Dial = d.DialContext
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = time.Second
-	}
-	if c.MaxHops <= 0 {
-		c.MaxHops = 2
-	}
-	if c.HopTimeout <= 0 {
-		c.HopTimeout = time.Second
-	}
-	if c.TransferWait <= 0 {
-		c.TransferWait = 2 * time.Second
-	}
-	if c.HandoffHorizon <= 0 {
-		c.HandoffHorizon = 3 * time.Minute
-	}
-	if c.PullTimeout <= 0 {
-		c.PullTimeout = 250 * time.Millisecond
-	}
-	if c.ReplicationInterval == 0 {
-		c.ReplicationInterval = 100 * time.Millisecond
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.PeerAddr == "" {
-		c.PeerAddr = "127.0.0.1:0"
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.MaxClockSkew <= 0 {
-		c.MaxClockSkew = DefaultMaxClockSkew
-	}
-	if c.Policy.IDs == nil {
-		c.Policy.IDs = randomID
-	}
-	return c
-}
-
 // New starts a node: the peer listener and the sweeper.
 func New(cfg Config) (*Node, error) {
 	if cfg.Name == "" {
@@ -219,7 +92,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("node: LimitsFor is required")
 	}
 	cfg = cfg.withDefaults()
-	ln, err := net.Listen("tcp", cfg.PeerAddr)
+	auth, err := cfg.peerAuth()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	ln, err := cfg.Listen("tcp", cfg.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
 	}
@@ -236,6 +113,8 @@ func New(cfg Config) (*Node, error) {
 		firstRing:   make(chan struct{}),
 		quorum:      newQuorum(forgetAfter),
 		reincarnate: make(chan struct{}, 1),
+		auth:        auth,
+		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
 	}
 	n.leased.Store(true)
 	n.seed = maphash.MakeSeed()
@@ -246,13 +125,18 @@ func New(cfg Config) (*Node, error) {
 	n.local.changed = n.dirty.mark
 	n.local.guard = n.guard
 	n.server = &peerServer{
-		ln:     ln,
-		handle: n.serve,
-		inline: n.inline,
-		heard:  n.heardFrom,
-		batch:  cfg.Batch,
-		log:    n.log,
-		conns:  make(map[net.Conn]struct{}),
+		ln:       ln,
+		handle:   n.serve,
+		inline:   n.inline,
+		heard:    n.heardFrom,
+		batch:    cfg.Batch,
+		log:      n.log,
+		conns:    make(map[net.Conn]struct{}),
+		auth:     auth,
+		wire:     n.wire,
+		maxConns: cfg.MaxPeerConns,
+		stats:    &n.stats,
+		done:     make(chan struct{}),
 	}
 	n.server.wg.Add(1)
 	go n.server.serve()

@@ -135,6 +135,7 @@ func newCluster(t testing.TB, n int, limits func(string) limiter.Limits, batch B
 	var members []ring.Member
 	for i := range n {
 		cfg := Config{Name: fmt.Sprintf("n%d", i+1), LimitsFor: limits, Batch: batch}
+		withTestSecrets(&cfg)
 		for _, o := range opts {
 			o(&cfg)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/ring"
+	"golang.org/x/time/rate"
 )
 
 // ErrPeerDown is returned (wrapped) when a peer cannot be reached: the
@@ -82,6 +83,11 @@ type peerClient struct {
 	fwd   ForwardConfig
 	log   *slog.Logger
 	stats *peerStats
+	// auth, if not nil, authenticates every new connection with the first
+	// cluster secret before any call is sent on it.
+	auth    *peerAuth
+	wire    wireLimits
+	authLog rate.Sometimes // a failed handshake is warned about once a second at most
 
 	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
 	cur     *link         // the live connection; nil when there is none
@@ -104,6 +110,7 @@ type peerClient struct {
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
 	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 	p.heard.Store(time.Now().UnixNano())
+	p.authLog.Interval = time.Second
 	return p
 }
 
@@ -143,6 +150,7 @@ type peerStats struct {
 	replicated, restored atomic.Int64
 	checkpointed         atomic.Int64 // key snapshots written to the checkpoint store
 	fromCheckpoint       atomic.Int64 // keys recovered from the checkpoint store
+	authFailures         atomic.Int64 // connections to our server that failed the handshake
 }
 
 func (s *peerStats) frame(items int) {
@@ -189,9 +197,7 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 		p.dialing = wait
 		p.mu.Unlock()
 
-		dctx, cancel := context.WithTimeout(ctx, p.fwd.Liveness)
-		conn, err := p.dial(dctx, "tcp", p.addr)
-		cancel()
+		conn, sess, err := p.dialAuthenticated(ctx)
 
 		p.mu.Lock()
 		p.dialing = nil
@@ -210,14 +216,34 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 			continue
 		}
 		p.dialFailed = time.Time{}
-		p.install(conn)
+		p.install(conn, sess)
 		p.mu.Unlock()
 	}
 }
 
+// dialAuthenticated dials the peer and, with secrets, runs the handshake,
+// all within one Liveness of ctx.
+func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session, error) {
+	dctx, cancel := context.WithTimeout(ctx, p.fwd.Liveness)
+	defer cancel()
+	conn, err := p.dial(dctx, "tcp", p.addr)
+	if err != nil || p.auth == nil {
+		return conn, nil, err
+	}
+	by, _ := dctx.Deadline()
+	sess, err := p.auth.dial(conn, by)
+	if err != nil {
+		conn.Close()
+		err = fmt.Errorf("peer handshake %s: %w", p.addr, err)
+		p.authLog.Do(func() { p.log.Warn("peer handshake failed (a different cluster secret?)", "peer", p.addr, "err", err) })
+		return nil, nil, err
+	}
+	return conn, sess, nil
+}
+
 // install makes conn the live connection and starts its writer and reader.
 // Callers hold p.mu.
-func (p *peerClient) install(conn net.Conn) {
+func (p *peerClient) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -233,21 +259,21 @@ func (p *peerClient) install(conn net.Conn) {
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		err := writeFrames(conn, frameCalls, l.q, p.batch, l.done, p.stats.frame)
-		if err != nil {
+		w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
+		if err := w.run(l.q, l.done); err != nil {
 			p.fail(l, err)
 		}
 	}()
 	go func() {
 		defer p.wg.Done()
-		p.fail(l, p.readAnswers(l))
+		p.fail(l, p.readAnswers(l, sess.receiver()))
 	}()
 }
 
 // readAnswers dispatches answers to pending calls until the connection fails.
 // Every frame received counts as a sign of life (l.recv), whatever it holds.
-func (p *peerClient) readAnswers(l *link) error {
-	fr := newFrameReader(l.conn, frameAnswers)
+func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
+	fr := newFrameReader(l.conn, frameAnswers, p.wire, open)
 	for {
 		items, err := fr.next()
 		if err != nil {
@@ -490,6 +516,7 @@ func (n *Node) peer(addr string) *peerClient {
 	if p == nil {
 		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
 		p.self = n.PeerAddr()
+		p.auth, p.wire = n.auth, n.wire
 		n.peers[addr] = p
 	}
 	return p

@@ -136,7 +136,7 @@ func startHungPeer(t *testing.T) *hungPeer {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				fr := newFrameReader(conn, frameCalls)
+				fr := newFrameReader(conn, frameCalls, wireLimits{}, nil)
 				for {
 					items, err := fr.next()
 					if err != nil {

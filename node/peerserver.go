@@ -2,12 +2,17 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // The server side of the peer protocol: one goroutine reads each
@@ -25,24 +30,123 @@ type peerServer struct {
 	heard func(from string) *atomic.Int64
 	batch BatchConfig
 	log   *slog.Logger
+	// auth, if not nil, authenticates every connection before its first
+	// frame is read; nil serves the plaintext protocol.
+	auth *peerAuth
+	wire wireLimits
+	// maxConns is the most connections served at once; those beyond it
+	// are closed as soon as accepted. Zero means DefaultMaxPeerConns.
+	maxConns int
+	// stats, if not nil, counts failed handshakes.
+	stats *peerStats
+	// done, if not nil, is closed by close: the accept loop's backoff
+	// ends with it.
+	done chan struct{}
+
+	authLog, acceptLog, capLog rate.Sometimes // one warning a second at most, each
 
 	mu    sync.Mutex // guards conns
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
 
+// Defaults of the peer protocol's bounds (Config).
+const (
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultPeerReadTimeout  = 10 * time.Second
+	DefaultMaxPeerConns     = 256
+)
+
+// withPeerDefaults fills the zero peer protocol fields of c.
+func (c Config) withPeerDefaults() Config {
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = DefaultMaxFrame
+	}
+	if c.PeerReadTimeout <= 0 {
+		c.PeerReadTimeout = DefaultPeerReadTimeout
+	}
+	if c.MaxPeerConns <= 0 {
+		c.MaxPeerConns = DefaultMaxPeerConns
+	}
+	if c.Listen == nil {
+		c.Listen = net.Listen
+	}
+	return c
+}
+
+// peerAuth checks c's peer protocol fields and returns the handshake its
+// secrets make (nil for none).
+func (c Config) peerAuth() (*peerAuth, error) {
+	if c.MaxFrame < MinMaxFrame || c.MaxFrame > MaxMaxFrame {
+		return nil, fmt.Errorf("MaxFrame %d, want %d to %d", c.MaxFrame, MinMaxFrame, MaxMaxFrame)
+	}
+	return newPeerAuth(c.Secrets, c.Rand, c.HandshakeTimeout)
+}
+
+// peerCollectors returns the peer protocol's Prometheus collectors.
+func (n *Node) peerCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_peer_auth_failures_total",
+			Help: "Connections to the peer port closed because they failed the handshake (no cluster secret, a wrong one, or silence past the handshake timeout).",
+		}, func() float64 { return float64(n.stats.authFailures.Load()) }),
+	}
+}
+
+// Bounds of the accept loop's backoff after a failed Accept, as net/http's.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// serve accepts connections until the listener is closed. An Accept that
+// fails for any other reason (EMFILE under a connection flood, ECONNABORTED)
+// is retried after a backoff doubling from 5 ms to 1 s, warned about at
+// most once a second.
 func (s *peerServer) serve() {
 	defer s.wg.Done()
+	// Set before any connection's goroutine starts, which uses authLog.
+	s.authLog.Interval, s.acceptLog.Interval, s.capLog.Interval = time.Second, time.Second, time.Second
+	var delay time.Duration
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) || s.closed() {
+				return
+			}
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			s.acceptLog.Do(func() {
+				s.log.Warn("peer listener: accept failed; retrying", "err", err, "retry_in", delay)
+			})
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-s.done:
+				timer.Stop()
+				return
+			}
+			continue
 		}
+		delay = 0
 		s.mu.Lock()
 		if s.conns == nil {
 			s.mu.Unlock()
 			conn.Close()
 			return
+		}
+		if limit := s.connCap(); len(s.conns) >= limit {
+			s.mu.Unlock()
+			conn.Close()
+			s.capLog.Do(func() {
+				s.log.Warn("peer listener: connection refused, at the connection cap", "remote", conn.RemoteAddr().String(), "max_peer_conns", limit)
+			})
+			continue
 		}
 		s.conns[conn] = struct{}{}
 		s.mu.Unlock()
@@ -57,10 +161,56 @@ func (s *peerServer) serve() {
 	}
 }
 
-func (s *peerServer) serveConn(conn net.Conn) {
-	defer conn.Close()
+func (s *peerServer) closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns == nil
+}
+
+func (s *peerServer) connCap() int {
+	if s.maxConns <= 0 {
+		return DefaultMaxPeerConns
+	}
+	return s.maxConns
+}
+
+// open authenticates conn, if the server has secrets, and returns its
+// frame reader and the cipher its answers are sealed with. A client that
+// fails the handshake is counted, warned about (once a second at most) and
+// gets nothing.
+func (s *peerServer) open(conn net.Conn) (*frameReader, *aeadStream, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	if s.auth == nil {
+		fr := newFrameReader(conn, frameCalls, s.wire, nil)
+		if s.wire.readTimeout > 0 {
+			// Nobody proved anything yet: a connection that sends no
+			// frame is not kept.
+			if err := fr.expectBy(time.Now().Add(s.wire.readTimeout)); err != nil {
+				return nil, nil, err
+			}
+		}
+		return fr, nil, nil
+	}
+	sess, err := s.auth.accept(conn)
+	if err != nil {
+		if s.stats != nil {
+			s.stats.authFailures.Add(1)
+		}
+		s.authLog.Do(func() {
+			s.log.Warn("peer handshake failed: connection closed", "remote", conn.RemoteAddr().String(), "err", err)
+		})
+		return nil, nil, fmt.Errorf("peer handshake %s: %w", conn.RemoteAddr(), err)
+	}
+	return newFrameReader(conn, frameCalls, s.wire, sess.recv), sess.send, nil
+}
+
+func (s *peerServer) serveConn(conn net.Conn) {
+	defer conn.Close()
+	fr, seal, err := s.open(conn)
+	if err != nil {
+		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan item, 4096)
@@ -70,7 +220,8 @@ func (s *peerServer) serveConn(conn net.Conn) {
 	writer.Add(1)
 	go func() {
 		defer writer.Done()
-		if err := writeFrames(conn, frameAnswers, out, s.batch, stop, nil); err != nil {
+		w := &frameWriter{conn: conn, kind: frameAnswers, batch: s.batch, wire: s.wire, seal: seal}
+		if err := w.run(out, stop); err != nil {
 			conn.Close()
 			for { // keep draining so no call blocks in reply
 				select {
@@ -99,7 +250,6 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		case <-stop:
 		}
 	}
-	fr := newFrameReader(conn, frameCalls)
 	var heard *atomic.Int64 // the caller's, once it said who it is
 	for {
 		items, err := fr.next()
@@ -138,11 +288,14 @@ func (s *peerServer) serveConn(conn net.Conn) {
 
 // close stops accepting, closes every connection and waits for their goroutines.
 func (s *peerServer) close() {
-	s.ln.Close()
 	s.mu.Lock()
 	conns := s.conns
 	s.conns = nil
 	s.mu.Unlock()
+	s.ln.Close()
+	if s.done != nil && conns != nil {
+		close(s.done)
+	}
 	for c := range conns {
 		c.Close()
 	}

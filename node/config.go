@@ -1,0 +1,171 @@
+package node
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+// Config configures a Node. Zero fields take the documented defaults.
+type Config struct {
+	// Name is this member's unique name in the cluster. Required.
+	Name string
+	// PeerAddr is the address the peer protocol listens on. Empty means
+	// 127.0.0.1 with a port chosen by the system; PeerAddr() tells which.
+	PeerAddr string
+	// Policy is shared by every key's budget.
+	Policy limiter.Policy
+	// LimitsFor gives the limits of a key the node has not seen yet. Required.
+	LimitsFor func(key string) limiter.Limits
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Dial opens peer connections. Nil means a net.Dialer.
+	Dial Dialer
+	// Batch controls batching on peer connections, both directions.
+	Batch BatchConfig
+	// Forward says when a forwarded call counts its owner as unreachable.
+	Forward ForwardConfig
+	// SweepInterval is how often expired slots are reclaimed and idle keys
+	// dropped. Zero means one second.
+	SweepInterval time.Duration
+	// MaxHops bounds how often a call is forwarded when members disagree
+	// about its owner (gossip not yet converged). Zero means 2.
+	MaxHops int
+	// HopTimeout bounds a call this node forwards on a peer's behalf (plus
+	// the call's wait), so a further hop to an unresponsive node cannot
+	// pin the connection's goroutine. Zero means one second.
+	HopTimeout time.Duration
+	// TransferWait bounds how long a call waits for its key's partition
+	// to arrive here, when custody of the partition is on its way (a
+	// ring change). It is the transfer's deadline, not the client's: past
+	// it the call fails with ErrTransferPending and the caller falls back.
+	// Zero means 2 seconds.
+	TransferWait time.Duration
+	// HandoffHorizon is how long after a partition's custodian crashed
+	// its keys are looked up, on first use, in the backup's replicas and
+	// the checkpoint. State older than one window plus one lease TTL has
+	// expired anyway. Zero means 3 minutes.
+	HandoffHorizon time.Duration
+	// PullTimeout bounds one lookup of a crashed custodian's key in a
+	// replica or the checkpoint. Zero means 250ms.
+	PullTimeout time.Duration
+	// ReplicationInterval is how often the keys changed since the last
+	// round are copied to their backups. It bounds what an owner's crash
+	// loses. Zero means 100ms; negative disables replication.
+	ReplicationInterval time.Duration
+	// ReplicationSync makes the owner answer a call that changed a key
+	// (an admission, a settle) only once the key's backup holds the new
+	// state: one crash then loses nothing. The copies travel on the peer
+	// connections, batched like forwarded calls. A backup that cannot be
+	// reached does not block the answer: the key is copied by the next
+	// round instead (tokenring_sync_replication_missed_total).
+	ReplicationSync bool
+	// Checkpoint, if set, receives every replication round's snapshots
+	// too, and is read when a crashed owner's key has no newer replica.
+	Checkpoint Checkpoint
+	// Ring configures the rings built from membership snapshots; zero
+	// fields take ring's defaults (271 partitions).
+	Ring ring.Config
+	// Logger receives the node's logs. Nil discards them.
+	Logger *slog.Logger
+	// MaxKeys caps the keys the table creates for calls (limiter
+	// Table.SetMaxKeys): a new key at a full table takes an idle key's
+	// place or is refused with limiter.TableFull. State arriving by
+	// handoff, transfer, replica restore or checkpoint (it holds counted
+	// units) and debts are never refused. Zero means DefaultMaxKeys;
+	// negative means unlimited.
+	MaxKeys int
+	// MaxClockSkew is how far ahead of this node's clock the times in a
+	// state arriving from elsewhere (handoff, transfer, replica,
+	// checkpoint) may lie; a state beyond it is rejected, not applied
+	// (limiter.ErrFutureState). Zero means DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
+
+	// Secrets are the cluster secrets, each at least MinSecretLen (32)
+	// random bytes. Empty means the plaintext, unauthenticated peer
+	// protocol: for loopback development clusters only. Otherwise every
+	// peer connection is authenticated and encrypted (handshake.go):
+	// Secrets[0] is used to dial, and the server accepts any of them, so
+	// a rotation runs with {new, old} until every member has new.
+	Secrets [][]byte
+	// Rand is the randomness of the handshake's nonces, read from many
+	// connections at once: it must be safe for concurrent use. Nil means
+	// crypto/rand.
+	Rand io.Reader
+	// HandshakeTimeout bounds a peer connection's handshake, so a client
+	// that says nothing cannot hold a connection. Zero means 5 seconds.
+	HandshakeTimeout time.Duration
+	// MaxFrame is the largest peer frame read or written, in bytes: a
+	// longer one is rejected before anything is allocated for it and its
+	// connection closed. Larger items travel in fragments. Zero means
+	// DefaultMaxFrame (1 MiB); otherwise MinMaxFrame to MaxMaxFrame.
+	MaxFrame int
+	// PeerReadTimeout is how long a peer frame, once started, may take to
+	// arrive whole; a connection stalled mid-frame is closed then. Idle
+	// connections are not affected. Zero means 10 seconds.
+	PeerReadTimeout time.Duration
+	// MaxPeerConns is the most peer connections served at once; a
+	// connection beyond it is closed as soon as it is accepted. Zero
+	// means DefaultMaxPeerConns (256).
+	MaxPeerConns int
+	// Listen opens the peer listener. Nil means net.Listen.
+	Listen func(network, addr string) (net.Listener, error)
+}
+
+// Defaults of Config fields.
+const (
+	DefaultMaxKeys      = 1_000_000
+	DefaultMaxClockSkew = limiter.DefaultMaxClockSkew
+)
+
+// withDefaults fills the zero fields of c with their documented defaults.
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{}
+		c.Dial = d.DialContext
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.MaxHops <= 0 {
+		c.MaxHops = 2
+	}
+	if c.HopTimeout <= 0 {
+		c.HopTimeout = time.Second
+	}
+	if c.TransferWait <= 0 {
+		c.TransferWait = 2 * time.Second
+	}
+	if c.HandoffHorizon <= 0 {
+		c.HandoffHorizon = 3 * time.Minute
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = 250 * time.Millisecond
+	}
+	if c.ReplicationInterval == 0 {
+		c.ReplicationInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = "127.0.0.1:0"
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxClockSkew <= 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if c.Policy.IDs == nil {
+		c.Policy.IDs = randomID
+	}
+	return c.withPeerDefaults()
+}

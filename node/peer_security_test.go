@@ -1,0 +1,624 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
+)
+
+var (
+	secretOld = bytes.Repeat([]byte("o"), MinSecretLen)
+	secretNew = bytes.Repeat([]byte("n"), MinSecretLen)
+	secretBad = bytes.Repeat([]byte("x"), MinSecretLen)
+)
+
+// withTestSecrets gives cfg a cluster secret when the environment has
+// TOKENRING_TEST_PEER_SECRETS set, so the cluster tests (newCluster,
+// newNodes) run on the authenticated protocol too:
+//
+//	TOKENRING_TEST_PEER_SECRETS=1 go test -race ./node/
+func withTestSecrets(cfg *Config) {
+	if os.Getenv("TOKENRING_TEST_PEER_SECRETS") != "" {
+		cfg.Secrets = [][]byte{secretOld}
+	}
+}
+
+func tenRequests(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
+
+// lonelyNode starts a node with no ring: every call it is sent is decided
+// there, as by an owner.
+func lonelyNode(t *testing.T, opts ...func(*Config)) *Node {
+	t.Helper()
+	cfg := Config{Name: "owner", LimitsFor: tenRequests, ReplicationInterval: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	nd, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nd.Close() })
+	return nd
+}
+
+func withSecrets(secrets ...[]byte) func(*Config) {
+	return func(c *Config) { c.Secrets = secrets }
+}
+
+// clientWith returns a peer client of addr dialing with secrets (none:
+// plaintext).
+func clientWith(t *testing.T, addr string, secrets ...[]byte) *peerClient {
+	t.Helper()
+	p := newTestPeerClient(addr, time.After)
+	auth, err := newPeerAuth(secrets, randReader(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.auth = auth
+	t.Cleanup(p.close)
+	return p
+}
+
+func randReader() io.Reader { return bytes.NewReader(bytes.Repeat([]byte{7}, 1<<16)) }
+
+var acquireOne = Call{Op: OpAcquire, Key: "t:tenant", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
+
+// remaining admits at nd until it refuses and returns how many it admitted.
+func remaining(t *testing.T, nd *Node, key string) int {
+	t.Helper()
+	for n := 0; n < 100; n++ {
+		a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.Decision.Allowed {
+			return n
+		}
+	}
+	t.Fatal("never refused")
+	return 0
+}
+
+// expectClosed reads conn until the server closes it and returns the bytes
+// it sent; it fails the test if that takes longer than within.
+func expectClosed(t *testing.T, conn net.Conn, within time.Duration) []byte {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(within))
+	got, err := io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %v (got %d bytes)", within, len(got))
+	}
+	return got
+}
+
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func callFrame(calls ...Call) []byte {
+	var items []item
+	for i := range calls {
+		items = append(items, item{id: uint64(i + 1), body: AppendCall(nil, &calls[i])})
+	}
+	return encodeFrame(nil, frameCalls, items)
+}
+
+// A client without the secret, speaking today's plaintext protocol, is
+// closed before any frame is served: its acquire and its replica change
+// nothing, it is sent not one byte, and it is counted.
+func TestPeerPlaintextClientRejectedBySecretServer(t *testing.T) {
+	nd := lonelyNode(t, withSecrets(secretNew))
+	conn := dialRaw(t, nd.PeerAddr())
+	frame := callFrame(acquireOne, Call{Op: OpReplicate, Key: "t:other", State: []byte("snapshot"), From: "evil"})
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
+		t.Fatalf("server sent %d bytes to an unauthenticated client", len(got))
+	}
+	if nd.Keys() != 0 || nd.replicas.len() != 0 {
+		t.Fatalf("keys %d, replicas %d after an unauthenticated client, want 0 and 0", nd.Keys(), nd.replicas.len())
+	}
+	if got := remaining(t, nd, acquireOne.Key); got != 10 {
+		t.Fatalf("%d of 10 requests left, want 10", got)
+	}
+	if got := nd.stats.authFailures.Load(); got != 1 {
+		t.Fatalf("auth failures %d, want 1", got)
+	}
+}
+
+// A client with a wrong secret fails the handshake: its call fails as the
+// peer being down, and nothing is admitted.
+func TestPeerWrongSecretFailsHandshake(t *testing.T) {
+	nd := lonelyNode(t, withSecrets(secretNew, secretOld))
+	p := clientWith(t, nd.PeerAddr(), secretBad)
+	_, err := p.call(context.Background(), &acquireOne)
+	if !errors.Is(err, ErrPeerDown) || !strings.Contains(err.Error(), "handshake") {
+		t.Fatalf("call with a wrong secret: %v, want ErrPeerDown after the server closed", err)
+	}
+	eventually(t, "the failure counted", func() bool { return nd.stats.authFailures.Load() == 1 })
+	if got := remaining(t, nd, acquireOne.Key); got != 10 {
+		t.Fatalf("%d of 10 requests left, want 10", got)
+	}
+	// And a server with a secret the client does not hold cannot pass
+	// itself off as the owner: the client checks the server's proof.
+	other := lonelyNode(t, withSecrets(secretBad))
+	var d net.Dialer
+	conn, err := d.Dial("tcp", other.PeerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	auth, _ := newPeerAuth([][]byte{secretNew}, randReader(), time.Second)
+	if _, err := auth.dial(conn, time.Time{}); err == nil {
+		t.Fatal("handshake with a server holding another secret succeeded")
+	}
+}
+
+// Rotation: a server with {new, old} serves a client dialing with old and
+// one dialing with new; a plaintext client and a client with neither are
+// refused.
+func TestPeerSecretRotation(t *testing.T) {
+	nd := lonelyNode(t, withSecrets(secretNew, secretOld))
+	for _, secret := range [][]byte{secretOld, secretNew} {
+		p := clientWith(t, nd.PeerAddr(), secret)
+		a, err := p.call(context.Background(), &acquireOne)
+		if err != nil || !a.Decision.Allowed {
+			t.Fatalf("call dialing with %q: %+v %v", secret[:1], a, err)
+		}
+	}
+	for _, secrets := range [][][]byte{nil, {secretBad}} {
+		p := clientWith(t, nd.PeerAddr(), secrets...)
+		if _, err := p.call(context.Background(), &acquireOne); !errors.Is(err, ErrPeerDown) {
+			t.Fatalf("call dialing with %d secrets: %v, want ErrPeerDown", len(secrets), err)
+		}
+	}
+	if got := remaining(t, nd, acquireOne.Key); got != 8 {
+		t.Fatalf("%d of 10 requests left, want 8 (one per accepted client)", got)
+	}
+}
+
+// handshaken dials nd and runs the client side of the handshake by hand.
+func handshaken(t *testing.T, nd *Node, secret []byte) (net.Conn, *session) {
+	t.Helper()
+	conn := dialRaw(t, nd.PeerAddr())
+	auth, err := newPeerAuth([][]byte{secret}, randReader(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := auth.dial(conn, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, sess
+}
+
+func sealed(t *testing.T, sess *session, frame []byte) []byte {
+	t.Helper()
+	out, err := sess.send.sealFrame(append([]byte(nil), frame...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A sealed frame altered in flight (one ciphertext bit flipped) fails to
+// open: the connection is closed and the call is not applied. The frame
+// as sealed is served; replayed, it is refused like an altered one.
+func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
+	nd := lonelyNode(t, withSecrets(secretNew))
+	frame := callFrame(acquireOne)
+
+	conn, sess := handshaken(t, nd, secretNew)
+	bad := sealed(t, sess, frame)
+	bad[len(bad)/2] ^= 1
+	if _, err := conn.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
+		t.Fatalf("server answered an altered frame with %d bytes", len(got))
+	}
+	if nd.Keys() != 0 {
+		t.Fatalf("an altered frame created %d keys", nd.Keys())
+	}
+
+	conn, sess = handshaken(t, nd, secretNew)
+	good := sealed(t, sess, frame)
+	if _, err := conn.Write(good); err != nil {
+		t.Fatal(err)
+	}
+	fr := newFrameReader(conn, frameAnswers, wireLimits{}, sess.recv)
+	items, err := fr.next()
+	if err != nil || len(items) != 1 || items[0].status != itemOK {
+		t.Fatalf("answer to the intact frame: %v %v", items, err)
+	}
+	if a, err := DecodeAnswer(items[0].body); err != nil || !a.Decision.Allowed {
+		t.Fatalf("intact frame's answer: %+v %v", a, err)
+	}
+	if _, err := conn.Write(good); err != nil { // replayed
+		t.Fatal(err)
+	}
+	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
+		t.Fatalf("server answered a replayed frame with %d bytes", len(got))
+	}
+	if got := remaining(t, nd, acquireOne.Key); got != 9 {
+		t.Fatalf("%d of 10 requests left, want 9: the intact frame once, the replay never", got)
+	}
+}
+
+// scriptConn is a net.Conn that reads a script and discards what is
+// written to it.
+type scriptConn struct {
+	r *bytes.Reader
+}
+
+func (c *scriptConn) Read(b []byte) (int, error)       { return c.r.Read(b) }
+func (c *scriptConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (c *scriptConn) Close() error                     { return nil }
+func (c *scriptConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *scriptConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *scriptConn) SetDeadline(time.Time) error      { return nil }
+func (c *scriptConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
+
+// A frame header over the cap is rejected before anything is allocated
+// for the frame, and its connection is closed.
+func TestPeerOversizedFrameRejectedWithoutAllocation(t *testing.T) {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 16<<20) // what the cap used to allow
+	conn := &scriptConn{r: bytes.NewReader(nil)}
+	fr := newFrameReader(conn, frameCalls, wireLimits{}, nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		conn.r.Reset(hdr[:])
+		if _, err := fr.next(); err == nil {
+			t.Fatal("a 16 MiB frame header was accepted")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Fatalf("20 oversized headers allocated %d bytes", grew)
+	}
+
+	nd := lonelyNode(t)
+	raw := dialRaw(t, nd.PeerAddr())
+	binary.BigEndian.PutUint32(hdr[:], DefaultMaxFrame+1)
+	if _, err := raw.Write(hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := expectClosed(t, raw, 3*time.Second); len(got) != 0 {
+		t.Fatalf("server answered an oversized frame with %d bytes", len(got))
+	}
+}
+
+// A connection that starts a frame and stalls is closed after the read
+// timeout; one idle between frames for longer is not.
+func TestPeerStalledHalfFrameClosed(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	nd := lonelyNode(t, func(c *Config) { c.PeerReadTimeout = timeout })
+	conn := dialRaw(t, nd.PeerAddr())
+	fr := newFrameReader(conn, frameAnswers, wireLimits{}, nil)
+	ping := callFrame(Call{Op: OpPing})
+	for range 2 {
+		if _, err := conn.Write(ping); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fr.next(); err != nil {
+			t.Fatalf("ping answer: %v", err)
+		}
+		time.Sleep(2 * timeout) // idle: not a stall
+	}
+	if _, err := conn.Write(ping[:len(ping)-2]); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	expectClosed(t, conn, 5*time.Second)
+	if took := time.Since(start); took < timeout-20*time.Millisecond {
+		t.Fatalf("half a frame closed after %v, before the %v read timeout", took, timeout)
+	}
+}
+
+// flakyListener fails its first fails Accepts with EMFILE, as a process
+// out of file descriptors does, then accepts.
+type flakyListener struct {
+	net.Listener
+	fails  int
+	failed atomic.Int64
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failed.Load() < int64(l.fails) {
+		l.failed.Add(1)
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// An accept error (EMFILE) does not end the accept loop: the node serves
+// forwarded calls afterwards without a restart.
+func TestPeerAcceptSurvivesEMFILE(t *testing.T) {
+	var fl *flakyListener
+	nd := lonelyNode(t, func(c *Config) {
+		c.Listen = func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			fl = &flakyListener{Listener: ln, fails: 5}
+			return fl, err
+		}
+	})
+	p := clientWith(t, nd.PeerAddr())
+	p.fwd.Liveness = 3 * time.Second // dial and handshake: the backoff is 5+10+20+40+80 ms
+	a, err := p.call(context.Background(), &acquireOne)
+	if err != nil || !a.Decision.Allowed {
+		t.Fatalf("call after %d failed accepts: %+v %v", fl.failed.Load(), a, err)
+	}
+	if got := fl.failed.Load(); got != 5 {
+		t.Fatalf("%d accepts failed, want 5", got)
+	}
+}
+
+// Connections beyond MaxPeerConns are closed at once; a slot freed is
+// taken again.
+func TestPeerConnectionCap(t *testing.T) {
+	nd := lonelyNode(t, func(c *Config) { c.MaxPeerConns = 2 })
+	ping := callFrame(Call{Op: OpPing})
+	served := func(conn net.Conn) error {
+		if _, err := conn.Write(ping); err != nil {
+			return err
+		}
+		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, err := newFrameReader(conn, frameAnswers, wireLimits{}, nil).next()
+		return err
+	}
+	first, second := dialRaw(t, nd.PeerAddr()), dialRaw(t, nd.PeerAddr())
+	for _, c := range []net.Conn{first, second} {
+		if err := served(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := dialRaw(t, nd.PeerAddr())
+	third.Write(ping)
+	if got := expectClosed(t, third, 3*time.Second); len(got) != 0 {
+		t.Fatalf("a connection beyond the cap was sent %d bytes", len(got))
+	}
+	first.Close()
+	eventually(t, "a freed slot", func() bool {
+		nd.server.mu.Lock()
+		defer nd.server.mu.Unlock()
+		return len(nd.server.conns) == 1
+	})
+	if err := served(dialRaw(t, nd.PeerAddr())); err != nil {
+		t.Fatalf("a connection after one closed: %v", err)
+	}
+}
+
+// A partition of 20,000 keys (a state well over the 1 MiB frame cap) hands
+// off with the default cap: in fragments, every key arrives with its count.
+func TestPeerLargePartitionHandsOffUnderFrameCap(t *testing.T) {
+	const keys = 20000
+	one := func(c *Config) { c.Ring.PartitionCount = 1; c.ReplicationInterval = -1 }
+	nodes := newNodes(t, 2, tenRequests, one, withSecrets(secretNew))
+	both := ringOfConfig(t, nodes[0].cfg.Ring, nodes...)
+	src, dst := nodes[0], nodes[1] // the one partition moves from src to dst
+	if m, _ := both.Owner("t:big-0"); m.Name == src.Name() {
+		src, dst = dst, src
+	}
+	src.SetRing(ringOfConfig(t, src.cfg.Ring, src))
+	for i := range keys {
+		key := "t:big-" + strconv.Itoa(i)
+		if a, err := src.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}); err != nil || !a.Decision.Allowed {
+			t.Fatalf("%s: %+v %v", key, a, err)
+		}
+	}
+	var state int
+	src.table.Range(func(key string) bool {
+		src.table.Peek(key, func(b *limiter.Budget) {
+			snap, _ := b.AppendBinary(nil)
+			state += len(key) + len(snap)
+		})
+		return true
+	})
+	if state <= DefaultMaxFrame {
+		t.Fatalf("the partition's state is %d bytes, not over the %d-byte cap: the test proves nothing", state, DefaultMaxFrame)
+	}
+	dst.SetRing(both)
+	src.SetRing(both)
+	deadline := time.Now().Add(20 * time.Second)
+	for dst.Keys() != keys && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if src.Keys() != 0 || dst.Keys() != keys {
+		t.Fatalf("keys after the handoff: from %d, to %d, want 0 and %d", src.Keys(), dst.Keys(), keys)
+	}
+	for _, i := range []int{0, keys / 2, keys - 1} {
+		if got := remaining(t, dst, "t:big-"+strconv.Itoa(i)); got != 9 {
+			t.Fatalf("key %d: %d of 10 left at the new owner, want 9", i, got)
+		}
+	}
+}
+
+// A frame writer with a cap writes no frame over it, whatever the items,
+// and the reader gives them back whole.
+func TestFrameWriterFragmentsUnderCap(t *testing.T) {
+	for _, secret := range []bool{false, true} {
+		client, server := net.Pipe()
+		wire := wireLimits{maxFrame: MinMaxFrame}
+		var send, recv *aeadStream
+		if secret {
+			key := &clusterKey{secret: secretNew, auth: secretNew}
+			cs, _ := newSession(key, []byte("transcript"), true)
+			ss, _ := newSession(key, []byte("transcript"), false)
+			send, recv = cs.send, ss.recv
+		}
+		sizes := []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
+		q := make(chan item, len(sizes))
+		for i, n := range sizes {
+			q <- item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)}
+		}
+		close(q)
+		var wg sync.WaitGroup
+		var largest atomic.Int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer client.Close()
+			w := &frameWriter{conn: &measuredConn{Conn: client, largest: &largest}, kind: frameCalls, wire: wire, seal: send}
+			if err := w.run(q, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+		fr := newFrameReader(server, frameCalls, wire, recv)
+		var got []int
+		for len(got) < len(sizes) {
+			items, err := fr.next()
+			if err != nil {
+				t.Fatalf("sealed %v: after %d items: %v", secret, len(got), err)
+			}
+			for _, it := range items {
+				i := int(it.id - 1)
+				if len(it.body) != sizes[i] || it.status != byte(i%2) || (len(it.body) > 0 && it.body[len(it.body)-1] != byte(i)) {
+					t.Fatalf("item %d: %d bytes status %d, want %d bytes status %d", i, len(it.body), it.status, sizes[i], i%2)
+				}
+				got = append(got, sizes[i])
+			}
+		}
+		wg.Wait()
+		server.Close()
+		if largest.Load() > int64(wire.maxFrame)+4 {
+			t.Fatalf("sealed %v: a write of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.maxFrame)
+		}
+	}
+}
+
+// measuredConn records its largest write (the writer flushes each frame
+// in one).
+type measuredConn struct {
+	net.Conn
+	largest *atomic.Int64
+}
+
+func (c *measuredConn) Write(b []byte) (int, error) {
+	if int64(len(b)) > c.largest.Load() {
+		c.largest.Store(int64(len(b)))
+	}
+	return c.Conn.Write(b)
+}
+
+// FuzzPeerHandshake feeds arbitrary bytes as the client of a handshake
+// and the frames after it: the server never accepts without the secret,
+// never panics, and a reader never holds a buffer over its cap.
+func FuzzPeerHandshake(f *testing.F) {
+	hello := append(handshakeMagic[:], bytes.Repeat([]byte{1}, 32)...)
+	f.Add(hello)
+	f.Add(append(append([]byte(nil), hello...), bytes.Repeat([]byte{2}, proofLen)...))
+	f.Add(callFrame(acquireOne))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add(encodeFrame(nil, frameCalls, []item{{id: 1, status: itemMore, body: []byte("ab")}, {id: 1, body: []byte("c")}}))
+	auth, err := newPeerAuth([][]byte{secretNew, secretOld}, bytes.NewReader(nil), time.Second)
+	if err != nil {
+		f.Fatal(err)
+	}
+	key := &auth.keys[0]
+	f.Fuzz(func(t *testing.T, data []byte) {
+		auth.rand = randReader()
+		if sess, err := auth.accept(&scriptConn{r: bytes.NewReader(data)}); err == nil || sess != nil {
+			t.Fatalf("handshake accepted %x", data)
+		}
+		// The frames after a handshake, sealed under keys the input
+		// cannot know: none opens.
+		sess, err := newSession(key, hello, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire := wireLimits{maxFrame: MinMaxFrame}
+		sr := newFrameReader(&scriptConn{r: bytes.NewReader(data)}, frameCalls, wire, sess.recv)
+		if items, err := sr.next(); err == nil {
+			t.Fatalf("a sealed reader accepted %d items without the key", len(items))
+		}
+		pr := newFrameReader(&scriptConn{r: bytes.NewReader(data)}, frameCalls, wire, nil)
+		for {
+			_, err := pr.next()
+			if cap(pr.buf) > wire.maxFrame || len(pr.partial) > maxItem {
+				t.Fatalf("reader holds %d + %d bytes, over the cap", cap(pr.buf), len(pr.partial))
+			}
+			if err != nil {
+				break
+			}
+		}
+	})
+}
+
+func ringOfConfig(t testing.TB, cfg ring.Config, nodes ...*Node) *ring.Ring {
+	t.Helper()
+	var ms []ring.Member
+	for _, nd := range nodes {
+		ms = append(ms, member(nd))
+	}
+	r, err := ring.New(cfg, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// New refuses a secret shorter than MinSecretLen and a frame cap out of
+// range, naming what is wrong.
+func TestNewRejectsWeakPeerSettings(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  func(*Config)
+		want string
+	}{
+		{withSecrets(secretNew, secretOld[:MinSecretLen-1]), "cluster secret 1 is 31 bytes, want at least 32"},
+		{func(c *Config) { c.MaxFrame = MinMaxFrame - 1 }, "MaxFrame 4095"},
+		{func(c *Config) { c.MaxFrame = MaxMaxFrame + 1 }, "MaxFrame 16777217"},
+	} {
+		cfg := Config{Name: "n", LimitsFor: tenRequests}
+		tc.cfg(&cfg)
+		nd, err := New(cfg)
+		if err == nil {
+			nd.Close()
+			t.Fatalf("New accepted a config that wants %q", tc.want)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("New: %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// A client that connects to a server with secrets and says nothing is
+// closed after HandshakeTimeout, and counted.
+func TestPeerSilentClientClosedAfterHandshakeTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	nd := lonelyNode(t, withSecrets(secretNew), func(c *Config) { c.HandshakeTimeout = timeout })
+	conn := dialRaw(t, nd.PeerAddr())
+	start := time.Now()
+	if got := expectClosed(t, conn, 5*time.Second); len(got) != 0 {
+		t.Fatalf("a silent client was sent %d bytes", len(got))
+	}
+	if took := time.Since(start); took < timeout-20*time.Millisecond {
+		t.Fatalf("closed after %v, before the %v handshake timeout", took, timeout)
+	}
+	eventually(t, "the failure counted", func() bool { return nd.stats.authFailures.Load() == 1 })
+}
