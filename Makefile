@@ -51,13 +51,14 @@ bench:
 ## fuzz: a short run of every fuzz target.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRestoreBudget -fuzztime 20s ./limiter/
-	$(GO) test -run '^$$' -fuzz FuzzParseLease -fuzztime 10s ./router/
+	$(GO) test -run '^$$' -fuzz FuzzOpenLease -fuzztime 10s ./router/   # the lease decoder, with its MAC
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/
+	$(GO) test -run '^$$' -fuzz FuzzPeerHandshake -fuzztime 10s ./node/   # the peer handshake and sealed frame reader
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
 
