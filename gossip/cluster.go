@@ -113,7 +113,11 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	d := &delegate{c: c, meta: cfg.Meta.encode()}
 	c.delegate = d
-	ml, err := memberlist.Create(cfg.memberlistConfig(d))
+	mcfg, err := cfg.memberlistConfig(d)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: start %s: %w", cfg.Name, err)
+	}
+	ml, err := memberlist.Create(mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name,
 			net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)

@@ -499,6 +499,7 @@ func TestZeroConfigDefaults(t *testing.T) {
 	lan.Name, lan.Logger = "n1", c.Logger
 	lan.JoinRetries = 0 // zero JoinRetries means one attempt
 	lan.BindPort = 0    // zero BindPort means a port chosen by the system
+	lan.Label = DefaultLabel
 	if fmt.Sprint(c) != fmt.Sprint(lan) {
 		t.Fatalf("zero config with defaults:\n%+v\nwant\n%+v", c, lan)
 	}
