@@ -2,9 +2,12 @@ package config
 
 import (
 	"crypto/sha256"
+	"math"
+
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"go.yaml.in/yaml/v3"
 	"time"
 )
 
@@ -103,4 +106,79 @@ func (c Config) LimitsHash() string {
 	limitsMap(c.Pools)
 	num(c.DefaultMaxTokens)
 	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// security decodes cluster_secret, cluster_secret_secondary, clients,
+// max_keys, http and peer.
+func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
+	d.string(f["cluster_secret"], "cluster_secret", &c.ClusterSecret)
+	d.string(f["cluster_secret_secondary"], "cluster_secret_secondary", &c.ClusterSecretSecondary)
+	c.Clients = d.clients(f["clients"], "clients")
+	var n int64
+	if d.int(f["max_keys"], "max_keys", &n) {
+		c.MaxKeys = clampInt(n)
+	}
+	if h := d.fields(f["http"], "http", "max_conns", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
+		if d.int(h["max_conns"], "http.max_conns", &n) {
+			c.HTTP.MaxConns = clampInt(n)
+		}
+		d.duration(h["read_header_timeout"], "http.read_header_timeout", &c.HTTP.ReadHeaderTimeout)
+		d.duration(h["read_timeout"], "http.read_timeout", &c.HTTP.ReadTimeout)
+		d.duration(h["idle_timeout"], "http.idle_timeout", &c.HTTP.IdleTimeout)
+		d.duration(h["write_timeout"], "http.write_timeout", &c.HTTP.WriteTimeout)
+	}
+	if p := d.fields(f["peer"], "peer", "max_frame_bytes", "max_conns"); p != nil {
+		if d.int(p["max_frame_bytes"], "peer.max_frame_bytes", &n) {
+			c.Peer.MaxFrameBytes = clampInt(n)
+		}
+		if d.int(p["max_conns"], "peer.max_conns", &n) {
+			c.Peer.MaxConns = clampInt(n)
+		}
+	}
+}
+
+// clampInt converts a decoded count to int, saturating so that Validate
+// reports a value beyond int's range as out of range rather than wrapped.
+func clampInt(n int64) int {
+	switch {
+	case n > math.MaxInt32:
+		return math.MaxInt32
+	case n < math.MinInt32:
+		return math.MinInt32
+	}
+	return int(n)
+}
+
+// clients decodes the "clients:" mapping of token -> {tenants: [...]}.
+func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
+	if isNull(n) {
+		return nil
+	}
+	var m map[string]Client
+	for _, p := range d.entries(n, path) {
+		if d.unsetRef(p.key.Value, path) {
+			continue
+		}
+		// A client's path names no token: tokens are credentials.
+		at := join(path, "<token>")
+		var cl Client
+		if f := d.fields(p.val, at, "tenants"); f != nil && !isNull(f["tenants"]) {
+			t := resolve(f["tenants"])
+			if t.Kind != yaml.SequenceNode {
+				d.structural(t, at+".tenants", "must be a list, got "+kind(t))
+			} else {
+				for _, e := range t.Content {
+					var name string
+					if isNull(e) || d.string(e, at+".tenants", &name) {
+						cl.Tenants = append(cl.Tenants, name)
+					}
+				}
+			}
+		}
+		if m == nil {
+			m = make(map[string]Client)
+		}
+		m[p.key.Value] = cl
+	}
+	return m
 }
