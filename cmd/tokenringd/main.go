@@ -336,6 +336,7 @@ func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 // is what /readyz answers.
 func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
 	reg.MustRegister(n.Collectors()...)
+	reg.MustRegister(router.LimitsMismatchCollector(n))
 	counter := prompt.NewCounter()
 	if err := counter.Load(); err != nil {
 		return nil, fmt.Errorf("load tiktoken encodings: %w", err)
