@@ -26,8 +26,8 @@ const maxHeaderBytes = 64 << 10
 const maxAutoConns = 16384
 
 // streamingPaths are the LLM proxy's routes, whose answers may stream for
-// minutes: they get no write deadline, and no read deadline once their
-// request body is read.
+// minutes: they get no write deadline. (ReadTimeout bounds only the
+// request: net/http lifts the read deadline once the body is read.)
 var streamingPaths = map[string]bool{"/v1/chat/completions": true, "/v1/messages": true}
 
 // newHTTPServer returns the HTTP server of h bounded by hc: header, request
@@ -44,42 +44,16 @@ func newHTTPServer(h http.Handler, hc config.HTTP) *http.Server {
 	}
 }
 
-// withDeadlines gives every non-streaming answer a write deadline of
-// writeTimeout from now. A streaming route instead has its connection's
-// read deadline (http.Server.ReadTimeout, which bounds reading the body)
-// lifted once its body is read: net/http keeps reading the connection in
-// the background to notice a client that goes away, and a read deadline
-// that passed there would cancel the stream's context.
+// withDeadlines gives every answer but the streaming routes' a write
+// deadline of writeTimeout from now.
 func withDeadlines(h http.Handler, writeTimeout time.Duration, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rc := http.NewResponseController(w)
 		if !streamingPaths[req.URL.Path] {
-			_ = rc.SetWriteDeadline(now().Add(writeTimeout)) // fails only for a writer that cannot: nothing to bound
-			h.ServeHTTP(w, req)
-			return
-		}
-		if req.Body == nil || req.Body == http.NoBody {
-			_ = rc.SetReadDeadline(time.Time{})
-		} else {
-			req.Body = &liftOnEOF{ReadCloser: req.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			// Fails only for a writer that cannot: nothing to bound.
+			_ = http.NewResponseController(w).SetWriteDeadline(now().Add(writeTimeout))
 		}
 		h.ServeHTTP(w, req)
 	})
-}
-
-// liftOnEOF calls lift once, when the body it wraps has been read to its end.
-type liftOnEOF struct {
-	io.ReadCloser
-	once sync.Once
-	lift func()
-}
-
-func (b *liftOnEOF) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
-		b.once.Do(b.lift)
-	}
-	return n, err
 }
 
 // listenHTTP listens on addr with the connection cap of hc (automatic when
