@@ -307,6 +307,9 @@ func (d *decoder) collect(m *merger, n *yaml.Node, path string, depth int) {
 			d.structural(k, path, "keys must be strings, got "+kind(k))
 			continue
 		}
+		if d.unsetRef(k.Value, path) {
+			continue
+		}
 		if first, dup := m.seen[k.Value]; dup {
 			if depth == 0 { // a merged key that is also written here is fine
 				d.structural(k, join(path, k.Value), fmt.Sprintf("duplicate key (first at line %d)", first.Line))
@@ -430,9 +433,6 @@ func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 	}
 	var m map[string]string
 	for _, p := range d.entries(n, path) {
-		if d.unsetRef(p.key.Value, path) {
-			continue
-		}
 		var v string
 		d.string(p.val, join(path, p.key.Value), &v)
 		if m == nil {

@@ -156,9 +156,6 @@ func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
 	}
 	var m map[string]Client
 	for _, p := range d.entries(n, path) {
-		if d.unsetRef(p.key.Value, path) {
-			continue
-		}
 		// A client's path names no token: tokens are credentials.
 		at := join(path, "<token>")
 		var cl Client

@@ -80,6 +80,8 @@ func TestUnsetVariable(t *testing.T) {
 		{"keys: {${KEY}: acme}\n", "keys: ${KEY} is not set (write ${KEY:-} for a deliberate empty default)"},
 		{"upstream: ${UP}\n", "upstream: ${UP} is not set (write ${UP:-} for a deliberate empty default)"},
 		{"upstream: {base_url: 'http://h/${PATH_PART}'}\n", "upstream.base_url: ${PATH_PART} is not set (write ${PATH_PART:-} for a deliberate empty default)"},
+		{"limits:\n  tenants:\n    ${TENANT}: {rpm: 1}\n", "limits.tenants: ${TENANT} is not set (write ${TENANT:-} for a deliberate empty default)"},
+		{"clients: {${TOKEN}: {tenants: [a]}}\n", "clients: ${TOKEN} is not set (write ${TOKEN:-} for a deliberate empty default)"},
 		{"clients: {tok: {tenants: [${T}]}}\n", "clients.<token>.tenants: ${T} is not set (write ${T:-} for a deliberate empty default)"},
 	} {
 		_, err := Parse([]byte(tc.yaml), env(map[string]string{"EMPTY": ""}))
