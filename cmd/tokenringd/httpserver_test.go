@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -273,5 +274,17 @@ func TestStreamsExemptFromDeadlines(t *testing.T) {
 		if rerr == nil && n == 1<<20 {
 			t.Errorf("an answer slower than write_timeout went through whole")
 		}
+	}
+}
+
+// TestAutoMaxConns: ¾ of RLIMIT_NOFILE, within [64, 16384].
+func TestAutoMaxConns(t *testing.T) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Skip(err)
+	}
+	want := int(min(max(rl.Cur/4*3, 64), maxAutoConns))
+	if got := autoMaxConns(); got != want {
+		t.Errorf("autoMaxConns() = %d, want %d (RLIMIT_NOFILE %d)", got, want, rl.Cur)
 	}
 }

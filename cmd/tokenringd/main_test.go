@@ -258,6 +258,9 @@ func TestMetricsHaveNoEmptyLabels(t *testing.T) {
 	for _, want := range []string{
 		`tokenring_decisions_total{fallback="false",reason="none",result="allowed",side="none"} 10`,
 		`tokenring_decisions_total{fallback="false",reason="concurrency",result="refused",side="tenant"} 2`,
+		"\ntokenring_http_conns_refused_total 0\n",
+		"\ntokenring_http_conns_open ",
+		"\ntokenring_limits_mismatch_members 0\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics has no %s", want)
