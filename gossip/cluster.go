@@ -9,6 +9,11 @@
 // whole membership, and the Events channel holds only the newest one; a
 // slow consumer skips intermediate snapshots but always ends up with the
 // current membership.
+//
+// With Config.Secrets, all gossip is encrypted and authenticated
+// (memberlist's AES-GCM keyring): a process without one of the secrets
+// cannot join, read or inject. Every packet also carries Config.Label, so
+// another product's gossip on the port is refused.
 package gossip
 
 import (

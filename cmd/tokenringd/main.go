@@ -2,6 +2,12 @@
 // metrics on -http, the peer protocol on -peer, and gossip membership on
 // -gossip. Every flag can also be given as an environment variable
 // TOKENRING_<NAME> (e.g. TOKENRING_JOIN); a flag on the command line wins.
+//
+// The cluster secret is the config's cluster_secret or, when that is
+// empty, TOKENRING_CLUSTER_SECRET: not a flag, so it never shows in ps.
+// Protected mode: a node with a non-loopback -http, -peer or -gossip and
+// neither client tokens nor a cluster secret refuses to start (exit 2)
+// unless given -insecure.
 package main
 
 import (
