@@ -186,3 +186,23 @@ func TestNewBootID(t *testing.T) {
 		t.Fatalf("newBootID() = %q, %q", a, b)
 	}
 }
+
+// FuzzDecodeMeta: decodeMeta never panics, and what it decodes survives a
+// round trip through the complete encoding, trailing bytes and all.
+func FuzzDecodeMeta(f *testing.F) {
+	f.Add(Meta{HTTP: "h:1", Peer: "p:2", BootID: "b", Leaving: true, LimitsHash: "0123456789abcdef"}.encode())
+	f.Add(Meta{HTTP: "h:1"}.encode())
+	f.Add([]byte{1, 0, 0, 0, 1, 1, 5, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMeta(b)
+		if err != nil {
+			return
+		}
+		if got, err := decodeMeta(append(complete(m), 0xff)); err != nil || got != m {
+			t.Fatalf("decodeMeta(%v) = %+v; complete encoding decodes to %+v, %v", b, m, got, err)
+		}
+		if got, err := decodeMeta(m.encode()); err != nil || got != m {
+			t.Fatalf("decodeMeta(%v) = %+v; re-encoded %+v, %v", b, m, got, err)
+		}
+	})
+}
