@@ -61,6 +61,51 @@ type Upstream struct {
 	// APIKey, when not empty, replaces the client's credentials on forwarded
 	// requests.
 	APIKey string `yaml:"api_key,omitempty"`
+	// DialTimeout bounds the TCP connect to the upstream (default 5s).
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// TLSTimeout bounds the TLS handshake with the upstream (default 10s).
+	TLSTimeout time.Duration `yaml:"tls_timeout"`
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers once the request is sent (default 300s: a long completion
+	// without streaming answers only at its end).
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// StreamIdleTimeout is how long a streamed answer may stay silent
+	// between two reads before the proxy gives up on it (default 60s).
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
+}
+
+// Client is what one client token of the "clients:" section may do.
+type Client struct {
+	// Tenants are the tenants the token may act for; "*" is every tenant.
+	// Not empty; no name is empty.
+	Tenants []string `yaml:"tenants"`
+}
+
+// HTTP bounds the HTTP server (the "http:" section).
+type HTTP struct {
+	// MaxConns is the number of open client connections beyond which a new
+	// one is answered 503 and closed at once. 0 (the default) is automatic:
+	// tokenringd uses ¾ of the process's open-file limit, at most 16384.
+	MaxConns int `yaml:"max_conns"`
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included (default 30s).
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request (default 120s).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// WriteTimeout bounds writing a non-streaming answer (default 60s); the
+	// LLM proxy's routes, which may stream, are exempt.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+}
+
+// Peer bounds the peer protocol (the "peer:" section).
+type Peer struct {
+	// MaxFrameBytes is the largest frame a peer may send (default 1 MiB).
+	MaxFrameBytes int `yaml:"max_frame_bytes"`
+	// MaxConns is the number of peer connections accepted at once
+	// (default 256).
+	MaxConns int `yaml:"max_conns"`
 }
 
 // Replication configures how owners copy changed keys to their backups (README.md, "A cluster").
@@ -145,7 +190,32 @@ type Config struct {
 	// Anthropic's POST /v1/messages; otherwise those go to Upstream. See
 	// Config.Anthropic.
 	AnthropicUpstream Upstream `yaml:"anthropic_upstream,omitempty"`
+
+	// ClusterSecret, when not empty, is the secret every member of the
+	// cluster shares: gossip is encrypted and authenticated with a key
+	// derived from it. At least MinSecretLen bytes. Empty by default;
+	// tokenringd also reads it from TOKENRING_CLUSTER_SECRET.
+	ClusterSecret string `yaml:"cluster_secret,omitempty"`
+	// ClusterSecretSecondary, when not empty, is a second secret accepted
+	// from others but never used to send or sign: set the new secret as
+	// cluster_secret and the old one here on every node, then remove it.
+	// Only valid with ClusterSecret; at least MinSecretLen bytes.
+	ClusterSecretSecondary string `yaml:"cluster_secret_secondary,omitempty"`
+	// Clients maps client tokens to the tenants each may act for. Empty by
+	// default (no client tokens).
+	Clients map[string]Client `yaml:"clients,omitempty"`
+	// MaxKeys is the number of limiter keys a node holds at most
+	// (default 1000000, at least 1).
+	MaxKeys int `yaml:"max_keys"`
+	// HTTP bounds the HTTP server.
+	HTTP HTTP `yaml:"http"`
+	// Peer bounds the peer protocol.
+	Peer Peer `yaml:"peer"`
 }
+
+// MinSecretLen is the shortest cluster_secret and cluster_secret_secondary,
+// in bytes.
+const MinSecretLen = 32
 
 // Built-in defaults, used by Default.
 const (
@@ -165,6 +235,18 @@ const (
 	DefaultDefaultMaxTokens = 4096
 	DefaultMaxWaiters       = 1024
 	DefaultAging            = 5 * time.Second
+
+	DefaultMaxKeys               = 1_000_000
+	DefaultReadHeaderTimeout     = 5 * time.Second
+	DefaultReadTimeout           = 30 * time.Second
+	DefaultIdleTimeout           = 120 * time.Second
+	DefaultWriteTimeout          = 60 * time.Second
+	DefaultMaxFrameBytes         = 1 << 20
+	DefaultPeerMaxConns          = 256
+	DefaultDialTimeout           = 5 * time.Second
+	DefaultTLSTimeout            = 10 * time.Second
+	DefaultResponseHeaderTimeout = 300 * time.Second
+	DefaultStreamIdleTimeout     = 60 * time.Second
 )
 
 // Bounds on values; anything beyond is rejected as a mistake.
@@ -181,23 +263,45 @@ const (
 // silent for 1 s), a slow owner is waited for up to 2 s, changed keys are
 // replicated every 100 ms (async), a SIGTERM drains for 5 s, no pools, no API keys, the upstream is
 // http://127.0.0.1:9000/v1, default_max_tokens 4096, queues hold 1024 waiters
-// with 5 s aging, and there is no separate Anthropic upstream.
+// with 5 s aging, and there is no separate Anthropic upstream; no cluster
+// secret and no client tokens, at most 1000000 keys, HTTP timeouts of 5 s
+// (headers), 30 s (request), 120 s (idle) and 60 s (write), an automatic
+// connection cap, peer frames up to 1 MiB and 256 peer connections, and
+// upstream timeouts of 5 s (dial), 10 s (TLS), 300 s (response headers) and
+// 60 s (stream idle).
 func Default() Config {
+	up := Upstream{
+		DialTimeout:           DefaultDialTimeout,
+		TLSTimeout:            DefaultTLSTimeout,
+		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+		StreamIdleTimeout:     DefaultStreamIdleTimeout,
+	}
+	main := up
+	main.BaseURL = DefaultUpstreamURL
 	return Config{
 		Limits: LimitsSection{
 			Default:  Limits{RPM: DefaultRPM, TPM: DefaultTPM, Concurrency: DefaultConcurrency},
 			Window:   DefaultWindow,
 			LeaseTTL: DefaultLeaseTTL,
 		},
-		Fallback:         DefaultFallback,
-		ForwardTimeout:   DefaultForwardTimeout,
-		ForwardMaxWait:   DefaultForwardMaxWait,
-		PeerLiveness:     DefaultPeerLiveness,
-		Replication:      Replication{Interval: DefaultReplication, Mode: DefaultReplicationMode},
-		Drain:            DefaultDrain,
-		Upstream:         Upstream{BaseURL: DefaultUpstreamURL},
-		DefaultMaxTokens: DefaultDefaultMaxTokens,
-		Queue:            Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
+		Fallback:          DefaultFallback,
+		ForwardTimeout:    DefaultForwardTimeout,
+		ForwardMaxWait:    DefaultForwardMaxWait,
+		PeerLiveness:      DefaultPeerLiveness,
+		Replication:       Replication{Interval: DefaultReplication, Mode: DefaultReplicationMode},
+		Drain:             DefaultDrain,
+		Upstream:          main,
+		AnthropicUpstream: up,
+		DefaultMaxTokens:  DefaultDefaultMaxTokens,
+		Queue:             Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
+		MaxKeys:           DefaultMaxKeys,
+		HTTP: HTTP{
+			ReadHeaderTimeout: DefaultReadHeaderTimeout,
+			ReadTimeout:       DefaultReadTimeout,
+			IdleTimeout:       DefaultIdleTimeout,
+			WriteTimeout:      DefaultWriteTimeout,
+		},
+		Peer: Peer{MaxFrameBytes: DefaultMaxFrameBytes, MaxConns: DefaultPeerMaxConns},
 	}
 }
 
@@ -317,6 +421,9 @@ func (c Config) Validate() error {
 	} else if a.APIKey != "" {
 		errs.add("anthropic_upstream.base_url", "must be set when anthropic_upstream.api_key is")
 	}
+	errs.upstreamTimeouts("upstream", c.Upstream)
+	errs.upstreamTimeouts("anthropic_upstream", c.AnthropicUpstream)
+	c.validateSecurity(&errs)
 	return errs.err()
 }
 

@@ -58,15 +58,13 @@ func TestDesignExample(t *testing.T) {
 	if want := designConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
-	// Without the variables the secrets are empty and the rest is the same.
-	got, err = Parse([]byte(designYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := designConfig()
-	want.Upstream.APIKey, want.AdminToken = "", ""
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("no env: got  %+v\nwant %+v", got, want)
+	// Without the variables each unset reference is an error naming its
+	// field; the one in the comment after admin_token is not.
+	_, err = Parse([]byte(designYAML), nil)
+	want := "upstream.api_key: ${OPENAI_API_KEY} is not set (write ${OPENAI_API_KEY:-} for a deliberate empty default)\n" +
+		"admin_token: ${TOKENRING_ADMIN_TOKEN} is not set (write ${TOKENRING_ADMIN_TOKEN:-} for a deliberate empty default)"
+	if err == nil || err.Error() != want {
+		t.Errorf("no env: error %v\nwant %s", err, want)
 	}
 }
 
@@ -78,15 +76,22 @@ func TestDefault(t *testing.T) {
 			Window:   60 * time.Second,
 			LeaseTTL: 120 * time.Second,
 		},
-		Fallback:         FallbackDegraded,
-		ForwardTimeout:   15 * time.Millisecond,
-		ForwardMaxWait:   2 * time.Second,
-		PeerLiveness:     time.Second,
-		Replication:      Replication{Interval: 100 * time.Millisecond, Mode: ReplicationAsync},
-		Drain:            5 * time.Second,
-		Upstream:         Upstream{BaseURL: "http://127.0.0.1:9000/v1"},
+		Fallback:       FallbackDegraded,
+		ForwardTimeout: 15 * time.Millisecond,
+		ForwardMaxWait: 2 * time.Second,
+		PeerLiveness:   time.Second,
+		Replication:    Replication{Interval: 100 * time.Millisecond, Mode: ReplicationAsync},
+		Drain:          5 * time.Second,
+		Upstream: Upstream{BaseURL: "http://127.0.0.1:9000/v1", DialTimeout: 5 * time.Second, TLSTimeout: 10 * time.Second,
+			ResponseHeaderTimeout: 300 * time.Second, StreamIdleTimeout: 60 * time.Second},
+		AnthropicUpstream: Upstream{DialTimeout: 5 * time.Second, TLSTimeout: 10 * time.Second,
+			ResponseHeaderTimeout: 300 * time.Second, StreamIdleTimeout: 60 * time.Second},
 		DefaultMaxTokens: 4096,
 		Queue:            Queue{MaxWaiters: 1024, Aging: 5 * time.Second},
+		MaxKeys:          1_000_000,
+		HTTP: HTTP{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+			IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second},
+		Peer: Peer{MaxFrameBytes: 1 << 20, MaxConns: 256},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("Default() = %+v\nwant %+v", d, want)
@@ -147,7 +152,7 @@ func TestParse(t *testing.T) {
 		{"optional fields", "default_max_tokens: 512\nqueue: {max_waiters: 10}\nanthropic_upstream:\n  base_url: https://api.anthropic.com/v1\n  api_key: ak\n", func(c *Config) {
 			c.DefaultMaxTokens = 512
 			c.Queue.MaxWaiters = 10
-			c.AnthropicUpstream = Upstream{BaseURL: "https://api.anthropic.com/v1", APIKey: "ak"}
+			c.AnthropicUpstream.BaseURL, c.AnthropicUpstream.APIKey = "https://api.anthropic.com/v1", "ak"
 		}},
 		{"anchors, aliases and merge keys", `
 x-tiers:
@@ -231,8 +236,8 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream)"},
-		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, http, peer)"},
+		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},
 		{"limits: 5\n", `line 1: limits: must be a mapping, got "5"`},
@@ -281,7 +286,7 @@ func TestExpand(t *testing.T) {
 		{"no refs $HOME $ {X}", "no refs $HOME $ {X}"},
 		{"${TOKEN}", "s3cret"},
 		{"a${TOKEN}b${TOKEN}", "as3cretbs3cret"},
-		{"${MISSING}", ""},
+		{"${MISSING}", unsetOpen + "MISSING" + unsetClose},
 		{"${MISSING:-dflt}", "dflt"},
 		{"${EMPTY:-dflt}", "dflt"},
 		{"${TOKEN:-dflt}", "s3cret"},
@@ -300,26 +305,26 @@ func TestExpand(t *testing.T) {
 	c, err := Parse([]byte(`
 limits:
   tenants:
-    acme: {rpm: ${RPM}, tpm: ${TPM:-5000}, concurrency: ${CONC}}
+    acme: {rpm: ${RPM}, tpm: ${TPM:-5000}, concurrency: ${CONC:-}}
 upstream:
   base_url: ${URL}
-  api_key: ${MISSING}
-admin_token: "${TOKEN}"
+  api_key: ${MISSING:-}
+admin_token: "${TOKEN}"   # ${NOT_SET} in a comment is never read
 anthropic_upstream:
-  base_url: ${ANTHROPIC_URL}
+  base_url: ${ANTHROPIC_URL:-}
 `), getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An unset variable leaves a null: the field keeps its default.
+	// An empty ${VAR:-} leaves a null: the field keeps its default.
 	if got, want := c.Limits.Tenants["acme"], (Limits{RPM: 600, TPM: 5000, Concurrency: 10}); got != want {
 		t.Errorf("acme = %+v, want %+v", got, want)
 	}
-	if c.Upstream != (Upstream{BaseURL: "https://u.example/v1"}) || c.AdminToken != "s3cret" || c.AnthropicUpstream != (Upstream{}) {
+	if c.Upstream.BaseURL != "https://u.example/v1" || c.Upstream.APIKey != "" || c.AdminToken != "s3cret" || c.AnthropicUpstream != Default().AnthropicUpstream {
 		t.Errorf("upstream %+v, admin_token %q, anthropic %+v", c.Upstream, c.AdminToken, c.AnthropicUpstream)
 	}
 	// A variable set to nothing inside quotes is an empty string, not a null.
-	if _, err := Parse([]byte(`upstream: {base_url: "${EMPTY}"}`), getenv); err == nil ||
+	if _, err := Parse([]byte(`upstream: {base_url: "${EMPTY:-}"}`), getenv); err == nil ||
 		err.Error() != `upstream.base_url: must be an http(s) URL, got ""` {
 		t.Errorf("quoted empty base_url: %v", err)
 	}
@@ -368,7 +373,7 @@ func TestHelpers(t *testing.T) {
 	if got := c.Anthropic(); got != c.Upstream {
 		t.Errorf("Anthropic() = %+v, want upstream", got)
 	}
-	c.AnthropicUpstream = Upstream{BaseURL: "https://api.anthropic.com/v1", APIKey: "ak"}
+	c.AnthropicUpstream.BaseURL, c.AnthropicUpstream.APIKey = "https://api.anthropic.com/v1", "ak"
 	if got := c.Anthropic(); got != c.AnthropicUpstream {
 		t.Errorf("Anthropic() = %+v, want anthropic_upstream", got)
 	}
@@ -382,7 +387,14 @@ func TestRoundTrip(t *testing.T) {
 	c.Fallback = FallbackOpen
 	c.ForwardTimeout = 250 * time.Microsecond
 	c.ForwardMaxWait, c.PeerLiveness = 3*time.Second, 1500*time.Millisecond
-	c.AnthropicUpstream = Upstream{BaseURL: "https://api.anthropic.com/v1", APIKey: "ak"}
+	c.AnthropicUpstream.BaseURL, c.AnthropicUpstream.APIKey = "https://api.anthropic.com/v1", "ak"
+	c.ClusterSecret = strings.Repeat("s", 32)
+	c.ClusterSecretSecondary = strings.Repeat("o", 40)
+	c.Clients = map[string]Client{"tok-1": {Tenants: []string{"acme", "beta"}}, "tok-all": {Tenants: []string{"*"}}}
+	c.MaxKeys = 5000
+	c.HTTP = HTTP{MaxConns: 100, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second}
+	c.Peer = Peer{MaxFrameBytes: 65536, MaxConns: 8}
+	c.Upstream.DialTimeout, c.AnthropicUpstream.StreamIdleTimeout = time.Second, 2*time.Minute
 	for _, want := range []Config{Default(), c} {
 		data, err := yaml.Marshal(want)
 		if err != nil {

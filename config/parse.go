@@ -44,17 +44,20 @@ func Load(path string, getenv func(string) string) (Config, error) {
 // First, ${NAME} and ${NAME:-default} are replaced in the raw text by
 // getenv(NAME), or by default when that is empty (a nil getenv returns "" for
 // every name), and $${ stands for a literal ${. NAME is a letter or '_'
-// followed by letters, digits and '_'; the default runs to the first '}'. The
-// replacement is textual and happens everywhere, comments included, so a
-// value can carry YAML syntax: quote the reference ("${TOKEN}") when the
-// value may hold characters special to YAML, and keep untrusted data out of
-// the environment.
+// followed by letters, digits and '_'; the default runs to the first '}'.
+// ${NAME:-} is a deliberately empty default. A ${NAME} without a default
+// whose variable is unset or empty is an error naming the field that holds
+// it ("admin_token: ${TOKENRING_ADMIN_TOKEN} is not set ..."), except in a
+// comment, where it is ignored. The replacement is textual, so a value can
+// carry YAML syntax: quote the reference ("${TOKEN}") when the value may
+// hold characters special to YAML, and keep untrusted data out of the
+// environment.
 //
 // Then the text is decoded strictly: an unknown field is an error naming its
 // path and line, and so are duplicate keys and values of the wrong kind. A
 // field absent from the file keeps its value from Default, and so does a
-// field whose value is null ("key:" with nothing after it, or an unset
-// ${VAR}); but a null entry of keys is an empty tenant, which is invalid.
+// field whose value is null ("key:" with nothing after it, or an empty
+// ${VAR:-}); but a null entry of keys is an empty tenant, which is invalid.
 // A tenant's entry in limits.tenants starts from limits.default, a pool's
 // entry from zero (unlimited). Anchors, aliases and merge keys (<<) work as
 // in YAML, and top-level keys starting with "x-" are ignored, to give anchors
@@ -141,12 +144,39 @@ func expand(text string, getenv func(string) string) (string, error) {
 		if getenv != nil {
 			v = getenv(name)
 		}
-		if v == "" {
+		switch {
+		case v == "" && !hasDef:
+			v = unsetOpen + name + unsetClose
+		case v == "":
 			v = def
 		}
 		b.WriteString(v)
 		text = rest
 	}
+}
+
+// An unset ${NAME} without a default expands to unsetOpen+NAME+unsetClose:
+// private-use characters, valid in any YAML scalar, that no real
+// configuration holds. The decoder reports the reference when it reads a
+// scalar holding it, naming the field; one in a comment is never read.
+const (
+	unsetOpen  = "\uE000"
+	unsetClose = "\uE001"
+)
+
+// unsetRef records an error and returns true when v holds an unset ${NAME}.
+func (d *decoder) unsetRef(v, path string) bool {
+	_, rest, ok := strings.Cut(v, unsetOpen)
+	if !ok {
+		return false
+	}
+	name, _, _ := strings.Cut(rest, unsetClose)
+	ref := "${" + name + "}"
+	if path == "" {
+		path = "(top level)"
+	}
+	d.value(path, fmt.Sprintf("%s is not set (write ${%s:-} for a deliberate empty default)", ref, name))
+	return true
 }
 
 // validName reports whether s is [A-Za-z_][A-Za-z0-9_]*.
@@ -247,6 +277,9 @@ type merger struct {
 
 func (d *decoder) collect(m *merger, n *yaml.Node, path string, depth int) {
 	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && d.unsetRef(n.Value, path) {
+		return
+	}
 	if n.Kind != yaml.MappingNode {
 		d.structural(n, path, "must be a mapping, got "+kind(n))
 		return
@@ -272,6 +305,9 @@ func (d *decoder) collect(m *merger, n *yaml.Node, path string, depth int) {
 		}
 		if k.Kind != yaml.ScalarNode {
 			d.structural(k, path, "keys must be strings, got "+kind(k))
+			continue
+		}
+		if d.unsetRef(k.Value, path) {
 			continue
 		}
 		if first, dup := m.seen[k.Value]; dup {
@@ -325,7 +361,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		return
 	}
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
-		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream")
+		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
+		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "http", "peer")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -360,6 +397,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		d.duration(q["aging"], "queue.aging", &c.Queue.Aging)
 	}
 	d.upstream(f["anthropic_upstream"], "anthropic_upstream", &c.AnthropicUpstream)
+	d.security(f, c)
 }
 
 // limits decodes a limits mapping onto l: absent fields keep l's values.
@@ -406,9 +444,13 @@ func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 }
 
 func (d *decoder) upstream(n *yaml.Node, path string, u *Upstream) {
-	f := d.fields(n, path, "base_url", "api_key")
+	f := d.fields(n, path, "base_url", "api_key", "dial_timeout", "tls_timeout", "response_header_timeout", "stream_idle_timeout")
 	d.string(f["base_url"], path+".base_url", &u.BaseURL)
 	d.string(f["api_key"], path+".api_key", &u.APIKey)
+	d.duration(f["dial_timeout"], path+".dial_timeout", &u.DialTimeout)
+	d.duration(f["tls_timeout"], path+".tls_timeout", &u.TLSTimeout)
+	d.duration(f["response_header_timeout"], path+".response_header_timeout", &u.ResponseHeaderTimeout)
+	d.duration(f["stream_idle_timeout"], path+".stream_idle_timeout", &u.StreamIdleTimeout)
 }
 
 // scalar returns n's text, or false after recording an error when n is not a
@@ -420,6 +462,9 @@ func (d *decoder) scalar(n *yaml.Node, path, want string) (string, bool) {
 	n = resolve(n)
 	if n.Kind != yaml.ScalarNode {
 		d.structural(n, path, "must be "+want+", got "+kind(n))
+		return "", false
+	}
+	if d.unsetRef(n.Value, path) {
 		return "", false
 	}
 	return n.Value, true

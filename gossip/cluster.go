@@ -9,6 +9,11 @@
 // whole membership, and the Events channel holds only the newest one; a
 // slow consumer skips intermediate snapshots but always ends up with the
 // current membership.
+//
+// With Config.Secrets, all gossip is encrypted and authenticated
+// (memberlist's AES-GCM keyring): a process without one of the secrets
+// cannot join, read or inject. Every packet also carries Config.Label, so
+// another product's gossip on the port is refused.
 package gossip
 
 import (
@@ -113,7 +118,11 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	d := &delegate{c: c, meta: cfg.Meta.encode()}
 	c.delegate = d
-	ml, err := memberlist.Create(cfg.memberlistConfig(d))
+	mcfg, err := cfg.memberlistConfig(d)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: start %s: %w", cfg.Name, err)
+	}
+	ml, err := memberlist.Create(mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name,
 			net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)

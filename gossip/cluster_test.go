@@ -459,6 +459,8 @@ func TestValidate(t *testing.T) {
 		{"negative duration", func(c *Config) { c.ProbeInterval = -time.Second }, "probe interval"},
 		{"negative int", func(c *Config) { c.GossipNodes = -1 }, "gossip nodes"},
 		{"probe timeout", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, "probe timeout"},
+		{"long label", func(c *Config) { c.Label = strings.Repeat("l", MaxLabelSize+1) }, "label is 256 bytes"},
+		{"empty secret", func(c *Config) { c.Secrets = [][]byte{[]byte("k"), nil} }, "secret 1 is empty"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -499,6 +501,7 @@ func TestZeroConfigDefaults(t *testing.T) {
 	lan.Name, lan.Logger = "n1", c.Logger
 	lan.JoinRetries = 0 // zero JoinRetries means one attempt
 	lan.BindPort = 0    // zero BindPort means a port chosen by the system
+	lan.Label = DefaultLabel
 	if fmt.Sprint(c) != fmt.Sprint(lan) {
 		t.Fatalf("zero config with defaults:\n%+v\nwant\n%+v", c, lan)
 	}

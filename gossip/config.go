@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -186,6 +187,56 @@ type Config struct {
 	// forgotten. Too short, and a member wrongly declared dead (a network
 	// partition) can see its name taken by another process.
 	DeadNodeReclaimTime time.Duration
+
+	// Secrets, when not empty, encrypt and authenticate all gossip
+	// (memberlist's AES-GCM keyring, with GossipVerifyIncoming and
+	// GossipVerifyOutgoing): a member without one of them can neither join
+	// nor read nor inject messages. Secrets[0] is the primary, used to
+	// send; the others are only accepted, for rotation. Each is turned into
+	// a 32-byte key by SHA-256("tokenring gossip v1" || secret), so any
+	// length works, but a secret needs at least 32 random bytes to be one.
+	// Empty means no encryption.
+	Secrets [][]byte
+
+	// Label is put on every gossip packet and stream and checked on every
+	// one received: another product's (or another cluster's) gossip on the
+	// same port is refused. Every member of a cluster must use the same.
+	// Empty means DefaultLabel; at most MaxLabelSize bytes.
+	Label string
+}
+
+// DefaultLabel is the Label of a Config that leaves it empty.
+const DefaultLabel = "tokenring"
+
+// MaxLabelSize is memberlist's limit on a Label.
+const MaxLabelSize = 255
+
+// gossipKeyContext is prefixed to a secret before hashing it to a key.
+const gossipKeyContext = "tokenring gossip v1"
+
+// gossipKey derives the 32-byte AES key of a secret.
+func gossipKey(secret []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(gossipKeyContext))
+	h.Write(secret)
+	return h.Sum(nil)
+}
+
+// keyring returns the memberlist keyring of secrets, primary first; nil
+// when there are none.
+func keyring(secrets [][]byte) (*memberlist.Keyring, error) {
+	if len(secrets) == 0 {
+		return nil, nil
+	}
+	keys := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		keys[i] = gossipKey(s)
+	}
+	kr, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("gossip keyring: %w", err)
+	}
+	return kr, nil
 }
 
 // DefaultLANConfig returns the configuration for a cluster on a LAN: the
@@ -277,6 +328,9 @@ func (c Config) withDefaults() Config {
 	fillDuration(&c.PushPullInterval, d.PushPullInterval)
 	fillDuration(&c.TCPTimeout, d.TCPTimeout)
 	fillDuration(&c.GossipToTheDeadTime, d.GossipToTheDeadTime)
+	if c.Label == "" {
+		c.Label = DefaultLabel
+	}
 	return c
 }
 
@@ -324,6 +378,14 @@ func (c Config) Validate() error {
 	}
 	if n := len(meta.encode()); n > MaxMetaSize {
 		bad("meta is %d bytes encoded, more than %d", n, MaxMetaSize)
+	}
+	if len(c.Label) > MaxLabelSize {
+		bad("label is %d bytes, more than %d", len(c.Label), MaxLabelSize)
+	}
+	for i, s := range c.Secrets {
+		if len(s) == 0 {
+			bad("secret %d is empty", i)
+		}
 	}
 	for _, a := range c.Join {
 		if a == "" {
@@ -377,8 +439,16 @@ func signedField[T time.Duration | int](name string, v T) signed {
 
 // memberlistConfig translates c, with defaults filled, into memberlist's
 // configuration, with d as every delegate.
-func (c Config) memberlistConfig(d *delegate) *memberlist.Config {
+func (c Config) memberlistConfig(d *delegate) (*memberlist.Config, error) {
 	m := memberlist.DefaultLANConfig()
+	kr, err := keyring(c.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	m.Keyring = kr
+	m.GossipVerifyIncoming = kr != nil
+	m.GossipVerifyOutgoing = kr != nil
+	m.Label = c.Label
 	m.Name = c.Name
 	m.BindAddr = c.BindAddr
 	m.BindPort = c.BindPort
@@ -409,5 +479,5 @@ func (c Config) memberlistConfig(d *delegate) *memberlist.Config {
 	m.Events = d
 	m.Conflict = d
 	m.Alive = d
-	return m
+	return m, nil
 }

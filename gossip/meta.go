@@ -34,6 +34,14 @@ type Meta struct {
 	// (which it reads as that byte being exactly 1) still sees a leaving
 	// member, and ignores the byte after.
 	Departed bool
+
+	// LimitsHash identifies the limits the node admits with (see
+	// config.Config.LimitsHash), so that members with other limits can be
+	// told apart; empty when unknown (an older node). Encoded after the
+	// two flag bytes, which are then always written, as a uvarint length
+	// and its bytes: older decoders read the flags as before and ignore
+	// it.
+	LimitsHash string
 }
 
 // metaVersion is the first byte of an encoded Meta. A later version may
@@ -54,6 +62,10 @@ func (m Meta) encode() []byte {
 		b = append(b, s...)
 	}
 	switch {
+	case m.LimitsHash != "":
+		b = append(b, flagByte(m.Leaving), flagByte(m.Departed))
+		b = binary.AppendUvarint(b, uint64(len(m.LimitsHash)))
+		b = append(b, m.LimitsHash...)
 	case m.Departed:
 		b = append(b, flagByte(m.Leaving), 1)
 	case m.Leaving:
@@ -82,8 +94,17 @@ func decodeMeta(b []byte) (Meta, error) {
 		fields[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	return Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2],
-		Leaving: len(b) > 0 && b[0] == 1, Departed: len(b) > 1 && b[1] == 1}, nil
+	m := Meta{HTTP: fields[0], Peer: fields[1], BootID: fields[2],
+		Leaving: len(b) > 0 && b[0] == 1, Departed: len(b) > 1 && b[1] == 1}
+	if len(b) > 2 {
+		b = b[2:]
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return Meta{}, fmt.Errorf("gossip: decode meta: limits hash: %w", errShortMeta)
+		}
+		m.LimitsHash = string(b[k : k+int(n)])
+	}
+	return m, nil
 }
 
 // flagByte encodes a flag.

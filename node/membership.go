@@ -62,7 +62,7 @@ func (n *Node) followSnapshot(snap gossip.Snapshot) error {
 	members := make([]viewMember, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		members = append(members, viewMember{
-			Member:   ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr},
+			Member:   ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr, LimitsHash: m.Meta.LimitsHash},
 			Boot:     m.Meta.BootID,
 			Leaving:  m.Meta.Leaving || m.Meta.Departed, // Departed comes with Leaving; be safe
 			Departed: m.Meta.Departed,

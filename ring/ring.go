@@ -117,6 +117,9 @@ type Member struct {
 	HTTP   string // client API, LLM proxy and admin address
 	Peer   string // node-to-node protocol address
 	Gossip string // memberlist address
+	// LimitsHash identifies the limits the member admits with (the
+	// config's LimitsHash); empty when unknown (an older member).
+	LimitsHash string
 }
 
 // String returns the member's name. It makes Member a consistent.Member.

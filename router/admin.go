@@ -2,6 +2,8 @@ package router
 
 import (
 	"net/http"
+
+	"github.com/tokenring/tokenring/ring"
 )
 
 // memberJSON is one member in GET /admin/ring.
@@ -11,6 +13,29 @@ type memberJSON struct {
 	Peer       string `json:"peer"`
 	Gossip     string `json:"gossip"`
 	Partitions int    `json:"partitions"`
+	LimitsHash string `json:"limits_hash"` // "" for a member too old to publish it
+}
+
+// limitsMismatches counts the members of rg that publish a limits hash
+// other than self's. Members without one (older) do not count, nor does
+// anything when self publishes none or is not in rg.
+func limitsMismatches(rg *ring.Ring, self string) int {
+	var own string
+	for _, m := range rg.Members() {
+		if m.Name == self {
+			own = m.LimitsHash
+		}
+	}
+	if own == "" {
+		return 0
+	}
+	n := 0
+	for _, m := range rg.Members() {
+		if m.LimitsHash != "" && m.LimitsHash != own {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *Router) adminRing(w http.ResponseWriter, _ *http.Request) {
@@ -22,13 +47,15 @@ func (r *Router) adminRing(w http.ResponseWriter, _ *http.Request) {
 	counts := rg.Partitions()
 	members := []memberJSON{}
 	for _, m := range rg.Members() {
-		members = append(members, memberJSON{Name: m.Name, HTTP: m.HTTP, Peer: m.Peer, Gossip: m.Gossip, Partitions: counts[m.Name]})
+		members = append(members, memberJSON{Name: m.Name, HTTP: m.HTTP, Peer: m.Peer, Gossip: m.Gossip,
+			Partitions: counts[m.Name], LimitsHash: m.LimitsHash})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"self":            r.cluster.Name(),
 		"partition_count": rg.PartitionCount(),
 		"version":         rg.Version(),
 		"members":         members,
+		"limits_mismatch": limitsMismatches(rg, r.cluster.Name()) > 0,
 	})
 }
 

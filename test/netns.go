@@ -178,6 +178,18 @@ func (l *netLab) AddHost(name string, octet int) *labNode {
 	})
 }
 
+// labClusterSecret is the cluster secret of the lab's nodes: they bind
+// non-loopback addresses, which tokenringd refuses without one (protected
+// mode). A test constant, 32+ bytes.
+const labClusterSecret = "tokenring-netns-lab-cluster-secret-0123456789"
+
+// nsExec is the Proc.Prefix that starts a binary in namespace ns with the
+// lab's cluster secret in its environment (env execs the binary, so the
+// process keeps its pid).
+func nsExec(ns string) []string {
+	return []string{"ip", "netns", "exec", ns, "env", "TOKENRING_CLUSTER_SECRET=" + labClusterSecret}
+}
+
 // PlaceAllInterfaces is a ClusterOptions.Place for "many hosts": every node
 // listens on all interfaces of its namespace (0.0.0.0) on the same ports
 // as the others (HTTP 8095, peer 7996, gossip 7946) and advertises its
@@ -189,7 +201,7 @@ func (l *netLab) PlaceAllInterfaces(p *Proc) {
 	p.Peer = n.IP + ":7996"
 	p.Gossip = n.IP + ":7946"
 	p.Client = n.Client
-	p.Prefix = []string{"ip", "netns", "exec", n.NS}
+	p.Prefix = nsExec(n.NS)
 	p.Args = []string{"-http", "0.0.0.0:8095", "-peer", "0.0.0.0:7996", "-gossip", "0.0.0.0:7946", "-advertise", n.IP}
 }
 
@@ -214,7 +226,7 @@ func (l *netLab) Place(p *Proc) {
 	p.Peer = n.IP + ":7000"
 	p.Gossip = n.IP + ":7946"
 	p.Client = n.Client
-	p.Prefix = []string{"ip", "netns", "exec", n.NS}
+	p.Prefix = nsExec(n.NS)
 }
 
 // Cut takes name's bridge port down: from then on every packet between

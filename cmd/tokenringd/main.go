@@ -2,6 +2,12 @@
 // metrics on -http, the peer protocol on -peer, and gossip membership on
 // -gossip. Every flag can also be given as an environment variable
 // TOKENRING_<NAME> (e.g. TOKENRING_JOIN); a flag on the command line wins.
+//
+// The cluster secret is the config's cluster_secret or, when that is
+// empty, TOKENRING_CLUSTER_SECRET: not a flag, so it never shows in ps.
+// Protected mode: a node with a non-loopback -http, -peer or -gossip and
+// neither client tokens nor a cluster secret refuses to start (exit 2)
+// unless given -insecure.
 package main
 
 import (
@@ -87,6 +93,7 @@ type flags struct {
 	gossipProfile, logLevel                       string
 	batchWait                                     time.Duration
 	batchMax                                      int
+	insecure                                      bool
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (flags, error) {
@@ -105,6 +112,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
 	fs.IntVar(&f.batchMax, "peer-batch-max", 1000, "most calls per peer frame (1 disables batching)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback bind with no client tokens and no cluster secret")
 	if err := fs.Parse(args); err != nil {
 		return f, fmt.Errorf("%w: %w", errUsage, err) // -h: flag.ErrHelp, usage printed (exitCode: 0)
 	}
@@ -140,7 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	cfg, base, err := setup(f, getenv, stderr)
+	cfg, base, err := setup(ctx, f, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -151,9 +159,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if rc != nil {
 		defer rc.Close()
 	}
-	httpLn, err := net.Listen("tcp", f.http)
+	httpLn, err := listenHTTP(f.http, cfg.HTTP, base)
 	if err != nil {
-		return fmt.Errorf("listen -http %s: %w", f.http, err)
+		return err
 	}
 	defer httpLn.Close()
 	if f.name == "" {
@@ -179,7 +187,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// takes a second of CPU, and a member that owns partitions must not
 	// spend it instead of answering its peers.
 	var draining atomic.Bool // SIGTERM came: /readyz fails
-	r, err := newRouter(n, cfg, limits, func() bool { return n.Ready() && !draining.Load() }, log)
+	reg := newRegistry(httpLn.collectors()...)
+	r, err := newRouter(n, cfg, limits, func() bool { return n.Ready() && !draining.Load() }, reg, log)
 	if err != nil {
 		return err
 	}
@@ -188,12 +197,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// A fence (this node on the minority side of a split) hands what it
 	// admitted since its last replication to the router's debts.
 	n.OnFence(r.Owe)
-	members, err := joinCluster(ctx, f, n, httpLn.Addr().String(), rc, base, log)
+	members, err := joinCluster(ctx, f, cfg, n, httpLn.Addr().String(), rc, base, log)
 	if err != nil {
 		return err
 	}
 	defer members.Shutdown()
-	srv := &http.Server{Handler: closeWhileDraining(r, &draining), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(closeWhileDraining(r, &draining), cfg.HTTP)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
@@ -214,8 +223,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 // setup reads the log level and the config file (built-in defaults
-// without one) and makes the logger.
-func setup(f flags, getenv func(string) string, stderr io.Writer) (config.Config, *slog.Logger, error) {
+// without one, and TOKENRING_CLUSTER_SECRET), checks protected mode, and
+// makes the logger.
+func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.Writer) (config.Config, *slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return config.Config{}, nil, fmt.Errorf("%w: -log-level: %v", errUsage, err)
@@ -227,6 +237,10 @@ func setup(f flags, getenv func(string) string, stderr io.Writer) (config.Config
 		if cfg, err = config.Load(f.config, getenv); err != nil {
 			return config.Config{}, nil, err // names the file, the line and the field
 		}
+	}
+	cfg, err := protect(ctx, f, cfg, getenv)
+	if err != nil {
+		return config.Config{}, nil, err
 	}
 	return cfg, log, nil
 }
@@ -277,7 +291,7 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 // joinCluster starts gossip for n and joins the members at -join, after
 // preloading the checkpoint from rc when there is one. The meta's BootID is
 // left empty: gossip.Start makes a new one at every start.
-func joinCluster(ctx context.Context, f flags, n *node.Node, httpAddr string, rc *redis.Client, base, log *slog.Logger) (*gossip.Cluster, error) {
+func joinCluster(ctx context.Context, f flags, cfg config.Config, n *node.Node, httpAddr string, rc *redis.Client, base, log *slog.Logger) (*gossip.Cluster, error) {
 	gcfg := gossip.DefaultLANConfig()
 	if f.gossipProfile == "local" {
 		gcfg = gossip.DefaultLocalConfig()
@@ -301,7 +315,8 @@ func joinCluster(ctx context.Context, f flags, n *node.Node, httpAddr string, rc
 	if err != nil {
 		return nil, fmt.Errorf("-peer %s: %w", n.PeerAddr(), err)
 	}
-	gcfg.Meta = gossip.Meta{HTTP: advHTTP, Peer: advPeer}
+	gcfg.Meta = gossip.Meta{HTTP: advHTTP, Peer: advPeer, LimitsHash: cfg.LimitsHash()}
+	gcfg.Secrets = clusterSecrets(cfg)
 	log.Info("advertising", "http", advHTTP, "peer", advPeer, "gossip", gcfg.AdvertiseAddr)
 	if f.join != "" {
 		gcfg.Join = strings.Split(f.join, ",")
@@ -313,13 +328,21 @@ func joinCluster(ctx context.Context, f flags, n *node.Node, httpAddr string, rc
 	return n.Join(ctx, gcfg)
 }
 
-// newRouter makes the HTTP side: the decision API, the LLM proxy (with the
-// prompt counter and the upstream client), admin and metrics. ready is
-// what /readyz answers.
-func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, log *slog.Logger) (*router.Router, error) {
+// newRegistry is the metrics registry /metrics serves: Go's and the
+// process's collectors, and extra.
+func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
+	return reg
+}
+
+// newRouter makes the HTTP side: the decision API, the LLM proxy (with the
+// prompt counter and the upstream client), admin and metrics on reg. ready
+// is what /readyz answers.
+func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
 	reg.MustRegister(n.Collectors()...)
+	reg.MustRegister(router.LimitsMismatchCollector(n))
 	counter := prompt.NewCounter()
 	if err := counter.Load(); err != nil {
 		return nil, fmt.Errorf("load tiktoken encodings: %w", err)

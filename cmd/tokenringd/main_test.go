@@ -187,10 +187,16 @@ func TestHelpExitsZero(t *testing.T) {
 // it stopped cleanly.
 func startDaemon(t *testing.T, args ...string) (string, *syncWriter, func() error) {
 	t.Helper()
+	return startDaemonEnv(t, nil, args...)
+}
+
+// startDaemonEnv is startDaemon with environ as the environment.
+func startDaemonEnv(t *testing.T, environ map[string]string, args ...string) (string, *syncWriter, func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncWriter{w: &bytes.Buffer{}}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, env(nil), logs) }()
+	go func() { done <- run(ctx, args, env(environ), logs) }()
 	var once sync.Once
 	var runErr error
 	stop := func() error {
@@ -252,6 +258,9 @@ func TestMetricsHaveNoEmptyLabels(t *testing.T) {
 	for _, want := range []string{
 		`tokenring_decisions_total{fallback="false",reason="none",result="allowed",side="none"} 10`,
 		`tokenring_decisions_total{fallback="false",reason="concurrency",result="refused",side="tenant"} 2`,
+		"\ntokenring_http_conns_refused_total 0\n",
+		"\ntokenring_http_conns_open ",
+		"\ntokenring_limits_mismatch_members 0\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics has no %s", want)

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tokenring/tokenring/config"
+)
+
+// maxHeaderBytes bounds a request's line and headers. Beyond it net/http
+// answers a plain-text 431 by itself, before any handler runs (the server
+// writes it straight to the connection and offers no hook), so that answer
+// cannot be JSON.
+const maxHeaderBytes = 64 << 10
+
+// maxAutoConns caps the automatic http.max_conns.
+const maxAutoConns = 16384
+
+// streamingPaths are the LLM proxy's routes, whose answers may stream for
+// minutes: they get no write deadline. (ReadTimeout bounds only the
+// request: net/http lifts the read deadline once the body is read.)
+var streamingPaths = map[string]bool{"/v1/chat/completions": true, "/v1/messages": true}
+
+// newHTTPServer returns the HTTP server of h bounded by hc: header, request
+// and idle timeouts, header size, and a write deadline for every answer but
+// the LLM proxy's (WriteTimeout is not set server-wide: it would cut
+// streams).
+func newHTTPServer(h http.Handler, hc config.HTTP) *http.Server {
+	return &http.Server{
+		Handler:           withDeadlines(h, hc.WriteTimeout, time.Now),
+		ReadHeaderTimeout: hc.ReadHeaderTimeout,
+		ReadTimeout:       hc.ReadTimeout,
+		IdleTimeout:       hc.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
+// withDeadlines gives every answer but the streaming routes' a write
+// deadline of writeTimeout from now.
+func withDeadlines(h http.Handler, writeTimeout time.Duration, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !streamingPaths[req.URL.Path] {
+			// Fails only for a writer that cannot: nothing to bound.
+			_ = http.NewResponseController(w).SetWriteDeadline(now().Add(writeTimeout))
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// listenHTTP listens on addr with the connection cap of hc (automatic when
+// 0, see autoMaxConns).
+func listenHTTP(addr string, hc config.HTTP, log *slog.Logger) (*cappedListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen -http %s: %w", addr, err)
+	}
+	max := hc.MaxConns
+	if max == 0 {
+		max = autoMaxConns()
+	}
+	return newCappedListener(ln, max, log.With("component", "http")), nil
+}
+
+// autoMaxConns is http.max_conns when the config leaves it 0: ¾ of the
+// process's open-file limit, at most maxAutoConns, at least 64.
+func autoMaxConns() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
+	}
+	n := rl.Cur / 4 * 3
+	switch {
+	case n > maxAutoConns:
+		return maxAutoConns
+	case n < 64:
+		return 64
+	}
+	return int(n)
+}
+
+// refusalBody is the JSON error a connection beyond the cap gets.
+const refusalBody = `{"error":"too many connections: the node is at its http.max_conns; retry later"}` + "\n"
+
+// refusal is the whole canned answer to a connection beyond the cap.
+var refusal = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: " +
+	strconv.Itoa(len(refusalBody)) + "\r\n\r\n" + refusalBody)
+
+// maxRefusing bounds the connections being refused at once; beyond it a
+// connection over the cap is closed without an answer.
+const maxRefusing = 64
+
+// refuseLinger is how long a refused connection's request is read and
+// discarded after the answer, so that closing it does not reset the
+// connection before the client has read the 503.
+const refuseLinger = 200 * time.Millisecond
+
+// cappedListener accepts at most max open connections; one beyond gets a
+// canned 503 with Connection: close and is closed at once, rather than
+// waiting in the backlog. Open and refused connections are metrics.
+type cappedListener struct {
+	net.Listener
+	max      int64 // > 0
+	open     atomic.Int64
+	refused  atomic.Uint64
+	refusing chan struct{} // a slot per connection being refused
+	log      *slog.Logger
+}
+
+func newCappedListener(l net.Listener, max int, log *slog.Logger) *cappedListener {
+	return &cappedListener{Listener: l, max: int64(max), refusing: make(chan struct{}, maxRefusing), log: log}
+}
+
+// Accept returns the next connection within the cap, refusing those beyond.
+func (l *cappedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) <= l.max {
+			return &countedConn{Conn: c, open: &l.open}, nil
+		}
+		l.open.Add(-1)
+		if n := l.refused.Add(1); n&(n-1) == 0 { // a log line at 1, 2, 4, 8... refusals
+			l.log.Warn("http connection refused: at max_conns", "max_conns", l.max, "refused_total", n)
+		}
+		select {
+		case l.refusing <- struct{}{}:
+			go l.refuse(c)
+		default:
+			_ = c.Close()
+		}
+	}
+}
+
+// refuse answers c with the canned 503 and closes it.
+func (l *cappedListener) refuse(c net.Conn) {
+	defer func() { <-l.refusing }()
+	_ = c.SetDeadline(time.Now().Add(refuseLinger))
+	if _, err := c.Write(refusal); err == nil {
+		if tc, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = tc.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, maxHeaderBytes))
+	}
+	_ = c.Close()
+}
+
+// collectors are tokenring_http_conns_open and
+// tokenring_http_conns_refused_total.
+func (l *cappedListener) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokenring_http_conns_open",
+			Help: "HTTP client connections open now (at most http.max_conns)."},
+			func() float64 { return float64(l.open.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokenring_http_conns_refused_total",
+			Help: "HTTP client connections refused with a 503 (or closed) because http.max_conns were open."},
+			func() float64 { return float64(l.refused.Load()) }),
+	}
+}
+
+// countedConn gives its slot back when closed.
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	open *atomic.Int64
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}

@@ -1,0 +1,181 @@
+package config
+
+import (
+	"crypto/sha256"
+	"math"
+
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"go.yaml.in/yaml/v3"
+	"time"
+)
+
+// MaxConnsLimit bounds http.max_conns and peer.max_conns.
+const MaxConnsLimit = 1 << 20
+
+// MaxFrameLimit bounds peer.max_frame_bytes (64 MiB); the smallest is 4 KiB.
+const (
+	MaxFrameLimit = 64 << 20
+	MinFrameLimit = 4 << 10
+)
+
+// upstreamTimeouts checks the timeouts of an upstream section.
+func (e *errorList) upstreamTimeouts(path string, u Upstream) {
+	e.duration(path+".dial_timeout", u.DialTimeout, 1, MaxDuration)
+	e.duration(path+".tls_timeout", u.TLSTimeout, 1, MaxDuration)
+	e.duration(path+".response_header_timeout", u.ResponseHeaderTimeout, 1, MaxDuration)
+	e.duration(path+".stream_idle_timeout", u.StreamIdleTimeout, 1, MaxDuration)
+}
+
+// validateSecurity checks the cluster secrets, clients, max_keys and the
+// http and peer bounds. A secret is never echoed, only its length.
+func (c Config) validateSecurity(errs *errorList) {
+	secret := func(path, s string) {
+		if s != "" && len(s) < MinSecretLen {
+			errs.add(path, fmt.Sprintf("must be at least %d bytes, got %d", MinSecretLen, len(s)))
+		}
+	}
+	secret("cluster_secret", c.ClusterSecret)
+	secret("cluster_secret_secondary", c.ClusterSecretSecondary)
+	if c.ClusterSecretSecondary != "" && c.ClusterSecret == "" {
+		errs.add("cluster_secret_secondary", "only valid when cluster_secret is set")
+	}
+	for _, tok := range sortedKeys(c.Clients) {
+		if tok == "" {
+			errs.add("clients", "client token must not be empty")
+			continue
+		}
+		// The token is a credential: name it by position, never by value.
+		tenants := c.Clients[tok].Tenants
+		if len(tenants) == 0 {
+			errs.add("clients.<token>.tenants", "must be a non-empty list")
+		}
+		for _, t := range tenants {
+			if t == "" {
+				errs.add("clients.<token>.tenants", "tenant name must not be empty")
+			}
+		}
+	}
+	errs.count("max_keys", int64(c.MaxKeys), 1)
+	if c.HTTP.MaxConns < 0 || c.HTTP.MaxConns > MaxConnsLimit {
+		errs.add("http.max_conns", fmt.Sprintf("must be between 0 (automatic) and %d, got %d", MaxConnsLimit, c.HTTP.MaxConns))
+	}
+	errs.duration("http.read_header_timeout", c.HTTP.ReadHeaderTimeout, 1, MaxDuration)
+	errs.duration("http.read_timeout", c.HTTP.ReadTimeout, 1, MaxDuration)
+	errs.duration("http.idle_timeout", c.HTTP.IdleTimeout, 1, MaxDuration)
+	errs.duration("http.write_timeout", c.HTTP.WriteTimeout, 1, MaxDuration)
+	if f := c.Peer.MaxFrameBytes; f < MinFrameLimit || f > MaxFrameLimit {
+		errs.add("peer.max_frame_bytes", fmt.Sprintf("must be between %d and %d, got %d", MinFrameLimit, MaxFrameLimit, f))
+	}
+	if m := c.Peer.MaxConns; m < 1 || m > MaxConnsLimit {
+		errs.add("peer.max_conns", fmt.Sprintf("must be between 1 and %d, got %d", MaxConnsLimit, m))
+	}
+}
+
+// LimitsHash returns the first 16 hex digits of a SHA-256 over a canonical
+// encoding of everything that decides admissions: limits.default,
+// limits.tenants, limits.window, limits.lease_ttl, pools and
+// default_max_tokens. Configs equal in those have equal hashes whatever the
+// order of their maps; members of a cluster publish it so that a member
+// with other limits shows up.
+func (c Config) LimitsHash() string {
+	h := sha256.New()
+	var buf [8]byte
+	num := func(v int64) {
+		binary.BigEndian.PutUint64(buf[:], uint64(v))
+		h.Write(buf[:])
+	}
+	str := func(s string) { // length-prefixed, so no two lists collide
+		num(int64(len(s)))
+		h.Write([]byte(s))
+	}
+	limits := func(l Limits) { num(l.RPM); num(l.TPM); num(l.Concurrency) }
+	limitsMap := func(m map[string]Limits) {
+		num(int64(len(m)))
+		for _, k := range sortedKeys(m) {
+			str(k)
+			limits(m[k])
+		}
+	}
+	str("tokenring limits v1")
+	limits(c.Limits.Default)
+	limitsMap(c.Limits.Tenants)
+	num(int64(c.Limits.Window / time.Nanosecond))
+	num(int64(c.Limits.LeaseTTL / time.Nanosecond))
+	limitsMap(c.Pools)
+	num(c.DefaultMaxTokens)
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// security decodes cluster_secret, cluster_secret_secondary, clients,
+// max_keys, http and peer.
+func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
+	d.string(f["cluster_secret"], "cluster_secret", &c.ClusterSecret)
+	d.string(f["cluster_secret_secondary"], "cluster_secret_secondary", &c.ClusterSecretSecondary)
+	c.Clients = d.clients(f["clients"], "clients")
+	var n int64
+	if d.int(f["max_keys"], "max_keys", &n) {
+		c.MaxKeys = clampInt(n)
+	}
+	if h := d.fields(f["http"], "http", "max_conns", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
+		if d.int(h["max_conns"], "http.max_conns", &n) {
+			c.HTTP.MaxConns = clampInt(n)
+		}
+		d.duration(h["read_header_timeout"], "http.read_header_timeout", &c.HTTP.ReadHeaderTimeout)
+		d.duration(h["read_timeout"], "http.read_timeout", &c.HTTP.ReadTimeout)
+		d.duration(h["idle_timeout"], "http.idle_timeout", &c.HTTP.IdleTimeout)
+		d.duration(h["write_timeout"], "http.write_timeout", &c.HTTP.WriteTimeout)
+	}
+	if p := d.fields(f["peer"], "peer", "max_frame_bytes", "max_conns"); p != nil {
+		if d.int(p["max_frame_bytes"], "peer.max_frame_bytes", &n) {
+			c.Peer.MaxFrameBytes = clampInt(n)
+		}
+		if d.int(p["max_conns"], "peer.max_conns", &n) {
+			c.Peer.MaxConns = clampInt(n)
+		}
+	}
+}
+
+// clampInt converts a decoded count to int, saturating so that Validate
+// reports a value beyond int's range as out of range rather than wrapped.
+func clampInt(n int64) int {
+	switch {
+	case n > math.MaxInt32:
+		return math.MaxInt32
+	case n < math.MinInt32:
+		return math.MinInt32
+	}
+	return int(n)
+}
+
+// clients decodes the "clients:" mapping of token -> {tenants: [...]}.
+func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
+	if isNull(n) {
+		return nil
+	}
+	var m map[string]Client
+	for _, p := range d.entries(n, path) {
+		// A client's path names no token: tokens are credentials.
+		at := join(path, "<token>")
+		var cl Client
+		if f := d.fields(p.val, at, "tenants"); f != nil && !isNull(f["tenants"]) {
+			t := resolve(f["tenants"])
+			if t.Kind != yaml.SequenceNode {
+				d.structural(t, at+".tenants", "must be a list, got "+kind(t))
+			} else {
+				for _, e := range t.Content {
+					var name string
+					if isNull(e) || d.string(e, at+".tenants", &name) {
+						cl.Tenants = append(cl.Tenants, name)
+					}
+				}
+			}
+		}
+		if m == nil {
+			m = make(map[string]Client)
+		}
+		m[p.key.Value] = cl
+	}
+	return m
+}
