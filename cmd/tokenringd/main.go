@@ -285,6 +285,10 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 		HandoffHorizon:  cfg.Limits.Window + cfg.Limits.LeaseTTL,
 		ReplicationSync: cfg.Replication.Mode == config.ReplicationSync,
 		Logger:          log,
+		Secrets:         clusterSecrets(cfg),
+		MaxKeys:         cfg.MaxKeys,
+		MaxFrame:        cfg.Peer.MaxFrameBytes,
+		MaxPeerConns:    cfg.Peer.MaxConns,
 	})
 }
 
@@ -347,10 +351,6 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 	if err := counter.Load(); err != nil {
 		return nil, fmt.Errorf("load tiktoken encodings: %w", err)
 	}
-	// The LLM proxy's upstream connections: no overall timeout (streams run
-	// long), and more idle connections per host than the default 2.
-	upstream := http.DefaultTransport.(*http.Transport).Clone()
-	upstream.MaxIdleConnsPerHost = 256
 	anth := cfg.Anthropic()
 	return router.New(n, router.Config{
 		Limits: limits,
@@ -358,22 +358,42 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 			name, _, ok := cfg.Pool(model)
 			return name, ok
 		},
-		Counter:        counter,
-		Fallback:       router.FallbackPolicy(cfg.Fallback),
-		ForwardTimeout: cfg.ForwardTimeout,
-		ForwardMaxWait: cfg.ForwardMaxWait,
-		AdminToken:     cfg.AdminToken,
-		Ready:          ready,
-		Registry:       reg,
-		Gatherer:       reg,
-		Logger:         log,
+		Counter:         counter,
+		Fallback:        router.FallbackPolicy(cfg.Fallback),
+		ForwardTimeout:  cfg.ForwardTimeout,
+		ForwardMaxWait:  cfg.ForwardMaxWait,
+		AdminToken:      cfg.AdminToken,
+		Ready:           ready,
+		Registry:        reg,
+		Gatherer:        reg,
+		Logger:          log,
+		ClusterSecrets:  clusterSecrets(cfg),
+		Clients:         clientTokens(cfg),
+		MaxFallbackKeys: cfg.MaxKeys,
 		Proxy: router.ProxyConfig{
 			Tenant:    cfg.Tenant,
-			OpenAI:    router.Upstream{BaseURL: cfg.Upstream.BaseURL, APIKey: cfg.Upstream.APIKey},
-			Anthropic: router.Upstream{BaseURL: anth.BaseURL, APIKey: anth.APIKey},
-			Client:    &http.Client{Transport: upstream},
+			OpenAI:    proxyUpstream(cfg.Upstream),
+			Anthropic: proxyUpstream(anth),
+			// Client nil: each upstream gets router.NewUpstreamClient
+			// with its timeouts (no overall timeout: streams run long).
 		},
 	})
+}
+
+// proxyUpstream is u as the LLM proxy takes it.
+func proxyUpstream(u config.Upstream) router.Upstream {
+	return router.Upstream{BaseURL: u.BaseURL, APIKey: u.APIKey, Timeouts: router.UpstreamTimeouts{
+		Dial: u.DialTimeout, TLS: u.TLSTimeout, ResponseHeader: u.ResponseHeaderTimeout, StreamIdle: u.StreamIdleTimeout,
+	}}
+}
+
+// clientTokens are the config's clients as the router takes them.
+func clientTokens(cfg config.Config) map[string][]string {
+	m := make(map[string][]string, len(cfg.Clients))
+	for tok, c := range cfg.Clients {
+		m[tok] = c.Tenants
+	}
+	return m
 }
 
 // preloadCheckpoint reads the Redis checkpoint into n before it joins, so
