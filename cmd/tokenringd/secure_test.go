@@ -60,9 +60,13 @@ func TestProtectedModeRefuses(t *testing.T) {
 			t.Errorf("%v: err %v, want a usage error naming %q and the fixes", tc.args, err, tc.exposed)
 		}
 	}
-	// The whole daemon: exit status 2, before listening on anything.
+	// The whole daemon: exit status 2, before listening on anything. (The
+	// context is already done, so that a daemon that wrongly starts stops
+	// at once.)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	var stderr bytes.Buffer
-	err := run(context.Background(), []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, env(nil), &stderr)
+	err := run(ctx, []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, env(nil), &stderr)
 	if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "protected mode") {
 		t.Errorf("run on 0.0.0.0: exit %d, %q", code, stderr.String())
 	}
