@@ -205,9 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := newHTTPServer(closeWhileDraining(r, &draining), cfg.HTTP)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
-	mctx, stopMemory := context.WithCancel(ctx)
-	defer stopMemory()
-	go returnMemory(mctx, log, n.Keys)
+	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {

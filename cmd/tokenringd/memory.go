@@ -84,3 +84,18 @@ func returnMemory(ctx context.Context, log *slog.Logger, keys func() int) {
 		}
 	}
 }
+
+// background runs fn in a goroutine with a context derived from ctx, and
+// returns the function that cancels it and waits until fn has returned.
+func background(ctx context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
