@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,9 +19,9 @@ import (
 )
 
 // maxHeaderBytes bounds a request's line and headers. Beyond it net/http
-// answers a plain-text 431 by itself, before any handler runs (the server
-// writes it straight to the connection and offers no hook), so that answer
-// cannot be JSON.
+// answers a 431 by itself, before any handler runs, written straight to
+// the connection; countedConn turns that plain-text answer (and net/http's
+// other canned 4xx, for a malformed request) into JSON.
 const maxHeaderBytes = 64 << 10
 
 // maxAutoConns caps the automatic http.max_conns.
@@ -173,6 +175,44 @@ type countedConn struct {
 	net.Conn
 	once sync.Once
 	open *atomic.Int64
+}
+
+// netHTTPErrorHeaders follow the status line of the answers net/http
+// writes by itself to a request it could not parse (server.go: a 431 for
+// headers over MaxHeaderBytes, a 400 for a malformed request). A handler's
+// answers never carry them: tokenringd's are JSON.
+const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// Write passes p on, except net/http's own plain-text 4xx answers, which it
+// rewrites as the same status with a JSON error body, like every other
+// error of tokenringd.
+func (c *countedConn) Write(p []byte) (int, error) {
+	if json, ok := jsonCanned(p); ok {
+		if _, err := c.Conn.Write(json); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// jsonCanned returns the JSON form of one of net/http's canned answers p
+// ("HTTP/1.1 431 Request Header Fields Too Large" + netHTTPErrorHeaders +
+// the status text again), or false when p is not one.
+func jsonCanned(p []byte) ([]byte, bool) {
+	const proto = "HTTP/1.1 4"
+	if len(p) > 512 || !bytes.HasPrefix(p, []byte(proto)) {
+		return nil, false
+	}
+	status, body, ok := bytes.Cut(p[len("HTTP/1.1 "):], []byte(netHTTPErrorHeaders))
+	if !ok || !bytes.HasPrefix(body, status) {
+		return nil, false
+	}
+	msg, _ := json.Marshal(map[string]string{"error": string(body)})
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(msg)+1, msg)
+	b.WriteByte('\n')
+	return b.Bytes(), true
 }
 
 func (c *countedConn) Close() error {

@@ -288,3 +288,48 @@ func TestAutoMaxConns(t *testing.T) {
 		t.Errorf("autoMaxConns() = %d, want %d (RLIMIT_NOFILE %d)", got, want, rl.Cur)
 	}
 }
+
+// TestCannedErrorsAreJSON: what net/http answers by itself (a URL past
+// maxHeaderBytes: 431; a malformed request line: 400) comes back as JSON
+// like every other error, with the same status, and the node serves on.
+func TestCannedErrorsAreJSON(t *testing.T) {
+	ts := startTestServer(t, testHTTP(), 0, 0)
+	for _, c := range []struct {
+		name, req string
+		code      int
+	}{
+		{"1 MB URL", "GET /v1/tenants/" + strings.Repeat("a", 1<<20) + " HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"malformed request line", "GET\r\nHost: x\r\n\r\n", http.StatusBadRequest},
+	} {
+		conn, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		go func() { _, _ = io.WriteString(conn, c.req) }() // the node may answer before reading it all
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var body struct{ Error string }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		conn.Close()
+		if resp.StatusCode != c.code || resp.Header.Get("Content-Type") != "application/json" || err != nil || body.Error == "" {
+			t.Errorf("%s: %d %q %+v %v, want %d with a JSON error", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), body, err, c.code)
+		}
+	}
+	resp, err := http.Get("http://" + ts.addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz after the canned errors: %d", resp.StatusCode)
+	}
+	// net/http lingers 500 ms before it closes a connection it refused.
+	http.DefaultClient.CloseIdleConnections()
+	for deadline := time.Now().Add(5 * time.Second); ts.ln.open.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
