@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzPeerHandshake -fuzztime 10s ./node/   # the peer handshake and sealed frame reader
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 10s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
 
 ## cluster: three nodes on loopback; Ctrl-C stops them all.
