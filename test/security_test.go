@@ -71,17 +71,8 @@ func TestRogueNodeCannotJoin(t *testing.T) {
 		}
 	}
 	for _, p := range c.Nodes() {
-		admitted := 0
-		for range 8 {
-			code, _, err := Post(context.Background(), http.DefaultClient, p.URL()+"/v1/acquire", `{"tenant":"victim","prompt_tokens":1}`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if code == http.StatusOK {
-				admitted++
-			}
-		}
-		if want := map[string]int{"n1": 5, "n2": 0}[p.Name]; admitted != want {
+		want := map[string]int{"n1": 5, "n2": 0}[p.Name]
+		if admitted := acquireVictim(t, p, 8); admitted != want {
 			t.Fatalf("through %s: %d admitted, want %d (5 a window in all)", p.Name, admitted, want)
 		}
 	}
@@ -95,10 +86,8 @@ func TestRawPeerClientChangesNothing(t *testing.T) {
 	needFull(t)
 	c := NewCluster(t, daemon, 1, securedConfig)
 	n1 := c.Nodes()[0]
-	for range 3 {
-		if code, _, err := Post(context.Background(), http.DefaultClient, n1.URL()+"/v1/acquire", `{"tenant":"victim","prompt_tokens":1}`); err != nil || code != 200 {
-			t.Fatalf("acquire: %d %v", code, err)
-		}
+	if admitted := acquireVictim(t, n1, 3); admitted != 3 {
+		t.Fatalf("%d of the first 3 acquires admitted", admitted)
 	}
 	conn, err := net.DialTimeout("tcp", n1.Peer, 2*time.Second)
 	if err != nil {
@@ -120,9 +109,18 @@ func TestRawPeerClientChangesNothing(t *testing.T) {
 	if err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the node kept the connection of a client without the secret: %v (read %d bytes)", err, len(got))
 	}
+	if admitted := acquireVictim(t, n1, 5); admitted != 2 {
+		t.Fatalf("after the raw peer client: %d more admitted, want exactly 2 (5 a window, 3 used)", admitted)
+	}
+}
+
+// acquireVictim sends n acquires for tenant "victim" through p and returns
+// how many were admitted.
+func acquireVictim(t *testing.T, p *Proc, n int) int {
+	t.Helper()
 	admitted := 0
-	for range 5 {
-		code, _, err := Post(context.Background(), http.DefaultClient, n1.URL()+"/v1/acquire", `{"tenant":"victim","prompt_tokens":1}`)
+	for range n {
+		code, _, err := Post(context.Background(), http.DefaultClient, p.URL()+"/v1/acquire", `{"tenant":"victim","prompt_tokens":1}`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +128,5 @@ func TestRawPeerClientChangesNothing(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 2 {
-		t.Fatalf("after the raw peer client: %d more admitted, want exactly 2 (5 a window, 3 used)", admitted)
-	}
+	return admitted
 }

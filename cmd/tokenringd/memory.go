@@ -43,6 +43,14 @@ type memoryWatch struct {
 	keysHigh int    // the keys' high-water mark since the last return
 }
 
+func newMemoryWatch() *memoryWatch {
+	m := &memoryWatch{samples: make([]metrics.Sample, len(heapSamples))}
+	for i, name := range heapSamples {
+		m.samples[i].Name = name
+	}
+	return m
+}
+
 // due reports whether memory should be returned now, keys being the keys
 // held.
 func (m *memoryWatch) due(keys int) (bool, string) {
@@ -65,10 +73,7 @@ func (m *memoryWatch) due(keys int) (bool, string) {
 // returnMemory runs until ctx ends; see above. keys is the number of keys
 // the node holds.
 func returnMemory(ctx context.Context, log *slog.Logger, keys func() int) {
-	m := &memoryWatch{samples: make([]metrics.Sample, len(heapSamples))}
-	for i, name := range heapSamples {
-		m.samples[i].Name = name
-	}
+	m := newMemoryWatch()
 	t := time.NewTicker(memoryCheckInterval)
 	defer t.Stop()
 	for {

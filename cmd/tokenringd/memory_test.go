@@ -1,18 +1,12 @@
 package main
 
-import (
-	"runtime/metrics"
-	"testing"
-)
+import "testing"
 
 // TestMemoryWatchKeysDrop: memory is returned once the keys fall to half
 // their high-water mark (by at least memoryKeysDrop), and not for a small
 // or shallow drop; the mark then restarts from the keys left.
 func TestMemoryWatchKeysDrop(t *testing.T) {
-	m := &memoryWatch{samples: make([]metrics.Sample, len(heapSamples))}
-	for i, name := range heapSamples {
-		m.samples[i].Name = name
-	}
+	m := newMemoryWatch()
 	m.cycles = ^uint64(0) // never quiet: only the keys rule can fire
 	steps := []struct {
 		keys int
