@@ -33,6 +33,7 @@ func (r *Router) routes() {
 	mux.HandleFunc("/v1/acquire", r.authenticated(r.post(r.acquire)))
 	mux.HandleFunc("/v1/complete", r.authenticated(r.post(r.complete)))
 	mux.HandleFunc("/v1/renew", r.authenticated(r.post(r.renew)))
+	mux.HandleFunc("/v1/batch", r.authenticated(r.post(r.batch)))
 	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
 	r.proxyRoutes(mux)                                // the LLM proxy: /v1/chat/completions, /v1/messages
 	mux.HandleFunc("/admin/ring", r.get(r.adminRing)) // /admin/*: behind adminGuard (auth.go)
@@ -262,35 +263,6 @@ type poolJSON struct {
 	Limits limitsJSON `json:"limits"`
 }
 
-func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
-	var in acquireRequest
-	if !decodeBody(w, req, &in) {
-		return
-	}
-	adm, err := r.parseAcquire(&in)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if !r.authorize(w, req, adm.tenant) {
-		return
-	}
-	res, err := r.admit(req.Context(), adm)
-	if err != nil {
-		if writeOwnerTimeout(w, err) { // the owner is alive but slow: nothing admitted
-			return
-		}
-		writeError(w, 499, "request cancelled: "+err.Error())
-		return
-	}
-	if !res.Allowed {
-		setRetryAfter(w, res.RetryAfterMS)
-		writeJSON(w, http.StatusTooManyRequests, res)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
-}
-
 // setRetryAfter sets the Retry-After header in whole seconds, rounded up.
 func setRetryAfter(w http.ResponseWriter, ms int64) {
 	w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ms+999)/1000), 10))
@@ -390,16 +362,6 @@ func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
 	return l, nil
 }
 
-// writeLeaseError answers a lease that parseLeaseRequest refused: 403 for
-// one whose signature does not verify, 400 for any other problem.
-func writeLeaseError(w http.ResponseWriter, err error) {
-	code := http.StatusBadRequest
-	if errors.Is(err, errLeaseSignature) {
-		code = http.StatusForbidden
-	}
-	writeError(w, code, err.Error())
-}
-
 // leaseSide is one key of a lease: the tenant's or the pool's.
 type leaseSide struct {
 	key      string
@@ -441,67 +403,6 @@ func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limit
 		}
 	}
 	return ok, status, expires
-}
-
-func (r *Router) complete(w http.ResponseWriter, req *http.Request) {
-	var in completeRequest
-	if !decodeBody(w, req, &in) {
-		return
-	}
-	if !r.authorize(w, req, in.Tenant) {
-		return
-	}
-	l, err := r.parseLeaseRequest(&in)
-	if err != nil {
-		writeLeaseError(w, err)
-		return
-	}
-	op := node.OpRelease
-	var usage limiter.Usage
-	if in.Usage != nil {
-		u := in.Usage
-		for _, f := range []struct {
-			name string
-			v    int64
-		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
-			if err := checkCount(f.name, f.v); err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-	}
-	ok, status, _ := r.leaseCall(req.Context(), l, op, usage)
-	writeJSON(w, http.StatusOK, map[string]any{"settled": ok, "limits": limitsOf(status)})
-}
-
-func (r *Router) renew(w http.ResponseWriter, req *http.Request) {
-	var in completeRequest
-	if !decodeBody(w, req, &in) {
-		return
-	}
-	if in.Usage != nil {
-		writeError(w, http.StatusBadRequest, "renew takes no usage")
-		return
-	}
-	if !r.authorize(w, req, in.Tenant) {
-		return
-	}
-	l, err := r.parseLeaseRequest(&in)
-	if err != nil {
-		writeLeaseError(w, err)
-		return
-	}
-	ok, status, expires := r.leaseCall(req.Context(), l, node.OpRenew, limiter.Usage{})
-	if !ok {
-		writeError(w, http.StatusNotFound, "lease not found: completed, expired or unknown")
-		return
-	}
-	out := map[string]any{"renewed": true, "limits": limitsOf(status)}
-	if !expires.IsZero() {
-		out["expires_in_ms"] = ceilMS(expires.Sub(r.cfg.Now()))
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {

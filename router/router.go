@@ -259,17 +259,11 @@ func (e *ownerTimeoutError) Error() string {
 // writeOwnerTimeout writes the decision API's 503 for err if it is an owner
 // timeout or a full table (*tableFullError), and reports whether it did.
 func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
-	if writeTableFull(w, err) {
-		return true
+	a, ok := ownerTimeoutAnswer(err)
+	if ok {
+		a.write(w)
 	}
-	var ot *ownerTimeoutError
-	if !errors.As(err, &ot) {
-		return false
-	}
-	ms := ownerTimeoutRetry.Milliseconds()
-	setRetryAfter(w, ms)
-	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": ot.Error(), "retry_after_ms": ms})
-	return true
+	return ok
 }
 
 // decide executes c at its owner. It waits for a live owner up to the hard

@@ -1,0 +1,129 @@
+package router
+
+// POST /v1/batch: many decision-API calls in one HTTP request. Each call is
+// answered exactly as its single endpoint would answer it, in its own slot.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+// Batch bounds.
+const (
+	// maxBatchCalls is the most calls one /v1/batch may carry; more is a
+	// 400 for the whole batch.
+	maxBatchCalls = 1000
+	// batchParallel is how many calls of one batch run at the same time.
+	batchParallel = 32
+)
+
+// batchRequest is the body of POST /v1/batch. Each call is a JSON object
+// with "op" ("acquire", "complete" or "renew") and the fields of that op's
+// single-endpoint body.
+type batchRequest struct {
+	Calls []json.RawMessage `json:"calls"`
+}
+
+// batchResult is one slot of the answer: the status and body the single
+// endpoint would have answered, and its retry-after (a 429's or a 503's).
+type batchResult struct {
+	Status       int   `json:"status"`
+	Body         any   `json:"body"`
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+}
+
+// batchResponse is the 200 answer of POST /v1/batch: one result per call,
+// in the calls' order.
+type batchResponse struct {
+	Results []batchResult `json:"results"`
+}
+
+// batchAcquire and batchLease are a call's body: the op beside its single
+// endpoint's fields, decoded as strictly as the single endpoint decodes.
+type batchAcquire struct {
+	Op string `json:"op"`
+	acquireRequest
+}
+
+type batchLease struct {
+	Op string `json:"op"`
+	completeRequest
+}
+
+func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
+	var in batchRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	if len(in.Calls) > maxBatchCalls {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
+		return
+	}
+	set, deny := r.callerTenants(req)
+	if deny != nil {
+		deny.write(w)
+		return
+	}
+	out := batchResponse{Results: make([]batchResult, len(in.Calls))}
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for i, raw := range in.Calls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a := r.batchCall(req.Context(), set, raw)
+			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
+		})
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// batchCall decodes and runs one call of a batch.
+func (r *Router) batchCall(ctx context.Context, set tenantSet, raw json.RawMessage) apiAnswer {
+	var head struct {
+		Op string `json:"op"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return errorAnswer(http.StatusBadRequest, "invalid call: "+err.Error())
+	}
+	switch head.Op {
+	case "acquire":
+		var c batchAcquire
+		if err := decodeStrict(raw, &c); err != nil {
+			return errorAnswer(http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		}
+		return r.acquireCall(ctx, set, &c.acquireRequest)
+	case "complete", "renew":
+		var c batchLease
+		if err := decodeStrict(raw, &c); err != nil {
+			return errorAnswer(http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		}
+		if head.Op == "complete" {
+			return r.completeCall(ctx, set, &c.completeRequest)
+		}
+		return r.renewCall(ctx, set, &c.completeRequest)
+	case "":
+		return errorAnswer(http.StatusBadRequest, `op is required: acquire, complete or renew`)
+	default:
+		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("unknown op %q: want acquire, complete or renew", head.Op))
+	}
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields.
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}

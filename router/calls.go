@@ -1,0 +1,209 @@
+package router
+
+// The decision API's three calls (acquire, complete, renew) as functions of
+// a decoded request: the single endpoints (POST /v1/acquire, /v1/complete,
+// /v1/renew) and POST /v1/batch answer through the same code.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+)
+
+// apiAnswer is one decision-API answer before it is written: the HTTP
+// status, the JSON body, and the retry-after in milliseconds (0: none) that
+// the single endpoints send as a Retry-After header (whole seconds, rounded
+// up) and /v1/batch as the slot's "retry_after_ms". wwwAuth marks a 401,
+// which carries a WWW-Authenticate header.
+type apiAnswer struct {
+	status       int
+	body         any
+	retryAfterMS int64
+	wwwAuth      bool
+}
+
+// write writes a to w as the single endpoints do.
+func (a apiAnswer) write(w http.ResponseWriter) {
+	if a.retryAfterMS > 0 {
+		setRetryAfter(w, a.retryAfterMS)
+	}
+	if a.wwwAuth {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tokenring"`)
+	}
+	writeJSON(w, a.status, a.body)
+}
+
+// errorAnswer is the {"error": msg} answer with status code.
+func errorAnswer(code int, msg string) apiAnswer {
+	return apiAnswer{status: code, body: map[string]string{"error": msg}}
+}
+
+// ownerTimeoutAnswer is the decision API's 503 for err if it is an owner
+// timeout (*ownerTimeoutError) or a full table (*tableFullError); ok is
+// false for any other error.
+func ownerTimeoutAnswer(err error) (a apiAnswer, ok bool) {
+	var full *tableFullError
+	if errors.As(err, &full) {
+		ms := full.retryMS()
+		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": full.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
+	}
+	var ot *ownerTimeoutError
+	if errors.As(err, &ot) {
+		ms := ownerTimeoutRetry.Milliseconds()
+		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": ot.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
+	}
+	return apiAnswer{}, false
+}
+
+// decideErrorAnswer answers an error of decide: a 503 for an owner timeout
+// or a full table, else 499 (the client went away).
+func decideErrorAnswer(err error) apiAnswer {
+	if a, ok := ownerTimeoutAnswer(err); ok {
+		return a
+	}
+	return errorAnswer(499, "request cancelled: "+err.Error())
+}
+
+// forbidden returns the 403 for a tenant outside set, or ok false when set
+// allows tenant.
+func forbidden(set tenantSet, tenant string) (a apiAnswer, refused bool) {
+	if set.allows(tenant) {
+		return apiAnswer{}, false
+	}
+	return errorAnswer(http.StatusForbidden, "this client token may not act for tenant "+quote(tenant)), true
+}
+
+// leaseErrorAnswer answers a lease that parseLeaseRequest refused: 403 for
+// one whose signature does not verify, 400 for any other problem.
+func leaseErrorAnswer(err error) apiAnswer {
+	code := http.StatusBadRequest
+	if errors.Is(err, errLeaseSignature) {
+		code = http.StatusForbidden
+	}
+	return errorAnswer(code, err.Error())
+}
+
+// callerTenants returns the tenants req's client token may act for, or the
+// 401 to answer.
+func (r *Router) callerTenants(req *http.Request) (tenantSet, *apiAnswer) {
+	set, err := r.clients.client(req)
+	if err != nil {
+		a := errorAnswer(err.code, err.msg)
+		a.wwwAuth = err.code == http.StatusUnauthorized
+		return set, &a
+	}
+	return set, nil
+}
+
+// acquireCall runs one decoded acquire for a caller allowed set: 400 for a
+// bad request, 403 for a tenant outside set, 200 admitted, 429 refused
+// (with its retry-after), 503 or 499 when no decision was made.
+func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
+	adm, err := r.parseAcquire(in)
+	if err != nil {
+		return errorAnswer(http.StatusBadRequest, err.Error())
+	}
+	if a, refused := forbidden(set, adm.tenant); refused {
+		return a
+	}
+	res, err := r.admit(ctx, adm)
+	if err != nil {
+		return decideErrorAnswer(err) // an owner alive but slow: nothing admitted
+	}
+	if !res.Allowed {
+		return apiAnswer{status: http.StatusTooManyRequests, body: res, retryAfterMS: res.RetryAfterMS}
+	}
+	return apiAnswer{status: http.StatusOK, body: res}
+}
+
+// completeCall settles (with usage) or releases (without) one lease.
+func (r *Router) completeCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
+	if a, refused := forbidden(set, in.Tenant); refused {
+		return a
+	}
+	l, err := r.parseLeaseRequest(in)
+	if err != nil {
+		return leaseErrorAnswer(err)
+	}
+	op := node.OpRelease
+	var usage limiter.Usage
+	if in.Usage != nil {
+		u := in.Usage
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
+			if err := checkCount(f.name, f.v); err != nil {
+				return errorAnswer(http.StatusBadRequest, err.Error())
+			}
+		}
+		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	}
+	ok, status, _ := r.leaseCall(ctx, l, op, usage)
+	return apiAnswer{status: http.StatusOK, body: map[string]any{"settled": ok, "limits": limitsOf(status)}}
+}
+
+// renewCall extends one lease's expiry: 404 when it is no longer held.
+func (r *Router) renewCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
+	if in.Usage != nil {
+		return errorAnswer(http.StatusBadRequest, "renew takes no usage")
+	}
+	if a, refused := forbidden(set, in.Tenant); refused {
+		return a
+	}
+	l, err := r.parseLeaseRequest(in)
+	if err != nil {
+		return leaseErrorAnswer(err)
+	}
+	ok, status, expires := r.leaseCall(ctx, l, node.OpRenew, limiter.Usage{})
+	if !ok {
+		return errorAnswer(http.StatusNotFound, "lease not found: completed, expired or unknown")
+	}
+	out := map[string]any{"renewed": true, "limits": limitsOf(status)}
+	if !expires.IsZero() {
+		out["expires_in_ms"] = ceilMS(expires.Sub(r.cfg.Now()))
+	}
+	return apiAnswer{status: http.StatusOK, body: out}
+}
+
+func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
+	var in acquireRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	set, deny := r.callerTenants(req)
+	if deny != nil {
+		deny.write(w)
+		return
+	}
+	r.acquireCall(req.Context(), set, &in).write(w)
+}
+
+func (r *Router) complete(w http.ResponseWriter, req *http.Request) {
+	var in completeRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	set, deny := r.callerTenants(req)
+	if deny != nil {
+		deny.write(w)
+		return
+	}
+	r.completeCall(req.Context(), set, &in).write(w)
+}
+
+func (r *Router) renew(w http.ResponseWriter, req *http.Request) {
+	var in completeRequest
+	if !decodeBody(w, req, &in) {
+		return
+	}
+	set, deny := r.callerTenants(req)
+	if deny != nil {
+		deny.write(w)
+		return
+	}
+	r.renewCall(req.Context(), set, &in).write(w)
+}
