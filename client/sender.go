@@ -262,4 +262,3 @@ func retryAfter(h http.Header, body []byte) time.Duration {
 }
 
 func pathEscape(s string) string { return url.PathEscape(s) }
-
