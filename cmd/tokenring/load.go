@@ -33,6 +33,7 @@ type loadConfig struct {
 	tenants      int
 	prefix       string
 	route        string // rr, owner, other
+	clientMode   string // http (one request per call) or batch (through one client.Client per target)
 	complete     bool
 	promptTokens int
 	maxTokens    int
@@ -74,7 +75,9 @@ const loadAbout = `Drives the decision API (/v1/acquire, then /v1/complete for e
 lease) with -c workers until -n requests or -d have passed, and prints the
 throughput and latency. By default it sends to the three nodes of
 make cluster (127.0.0.1:8081-8083), round-robin; against make run's single
-node give -targets http://127.0.0.1:8080.`
+node give -targets http://127.0.0.1:8080. With -client batch the workers call
+through one batching client per node (package client): calls made while
+others are in flight share POST /v1/batch requests.`
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseLoad(args, stderr)
@@ -107,6 +110,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.IntVar(&c.tenants, "tenants", 1000, "distinct `tenants`, chosen at random per request")
 	fs.StringVar(&c.prefix, "prefix", "load-", "tenant name `prefix`")
 	fs.StringVar(&c.route, "route", "rr", "where to send each request: rr (round-robin over -targets), owner (the tenant's owner: local decisions), other (a node that is not the owner: forwarded decisions)")
+	fs.StringVar(&c.clientMode, "client", "http", "how workers call: http (one HTTP request per call) or batch (through one batching client per target: calls made at once share POST /v1/batch requests)")
 	fs.BoolVar(&c.complete, "complete", true, "complete each admitted lease (frees its slot)")
 	fs.IntVar(&c.promptTokens, "prompt-tokens", 100, "prompt_tokens per request")
 	fs.IntVar(&c.maxTokens, "max-tokens", 100, "max_tokens per request")
@@ -151,6 +155,8 @@ func (c loadConfig) check() error {
 		return fmt.Errorf("-c must be at most %d", maxWorkers)
 	case c.route != "rr" && c.route != "owner" && c.route != "other":
 		return errors.New("-route must be rr, owner or other")
+	case c.clientMode != "http" && c.clientMode != "batch":
+		return errors.New("-client must be http or batch")
 	case c.route != "rr" && c.tenants > maxRoutedTenants:
 		return fmt.Errorf("-tenants must be at most %d with -route %s", maxRoutedTenants, c.route)
 	case c.promptTokens < 0 || c.maxTokens < 1:
@@ -224,6 +230,11 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	if err != nil {
 		return loadResult{}, fmt.Errorf("routes: %w", err)
 	}
+	batched, err := newBatchClients(c, routeOf)
+	if err != nil {
+		return loadResult{}, err
+	}
+	defer batched.close()
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
 	quota := &quota{left: c.requests}
@@ -231,7 +242,7 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := &worker{id: i, c: c, client: client, routeOf: routeOf, quota: quota,
+		w := &worker{id: i, c: c, client: client, batched: batched, routeOf: routeOf, quota: quota,
 			rng: rand.New(rand.NewPCG(c.seed, uint64(i))), codes: map[string]int{}}
 		workers[i] = w
 		wg.Add(1)
@@ -267,7 +278,8 @@ type worker struct {
 	id      int
 	c       loadConfig
 	client  *http.Client
-	routeOf []string // per tenant index, the node to send to; nil: round robin
+	batched batchClients // by base URL; nil: one HTTP request per call
+	routeOf []string     // per tenant index, the node to send to; nil: round robin
 	quota   *quota
 	rng     *rand.Rand
 
@@ -292,6 +304,10 @@ func (w *worker) run(ctx context.Context) {
 // completes the lease if it was admitted and -complete is set. A request
 // cut by the end of the run counts as nothing.
 func (w *worker) acquire(ctx context.Context, base, tenant string) {
+	if w.batched != nil {
+		w.acquireBatched(ctx, base, tenant)
+		return
+	}
 	body := fmt.Sprintf(`{"tenant":%q,"model":%q,"prompt_tokens":%d,"max_tokens":%d}`, tenant, w.c.model, w.c.promptTokens, w.c.maxTokens)
 	t0 := time.Now()
 	code, out, err := post(ctx, w.client, base+"/v1/acquire", body)

@@ -378,6 +378,7 @@ func TestLoadFlagValidation(t *testing.T) {
 		{"negative duration", []string{"-d", "-1s"}},
 		{"bad duration", []string{"-d", "soon"}},
 		{"unknown route", []string{"-route", "nearest"}},
+		{"unknown client", []string{"-client", "grpc"}},
 		{"too many routed tenants", []string{"-route", "owner", "-tenants", "2000000000"}},
 		{"no targets", []string{"-targets", ""}},
 		{"blank targets", []string{"-targets", " , "}},

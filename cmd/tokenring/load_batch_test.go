@@ -1,0 +1,50 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
+)
+
+// TestLoadBatchClient: -client batch against a real node counts exactly
+// (2 tenants allowed 30 requests each: 60 admitted and completed, 140
+// refused, whoever answered them) in fewer HTTP requests than calls.
+func TestLoadBatchClient(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30} }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	r, err := router.New(n, router.Config{Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, batches atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		requests.Add(1)
+		if req.URL.Path == "/v1/batch" {
+			batches.Add(1)
+		}
+		r.ServeHTTP(w, req)
+	}))
+	defer hs.Close()
+	res, err := runLoadCLI(t, "-targets", hs.URL, "-client", "batch", "-n", "200", "-c", "32", "-tenants", "2", "-d", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loadResult{Requests: 200, Allowed: 60, Refused: 140, Completions: 60,
+		Codes: map[string]int{"200": 60, "429": 140}, Route: "rr", Workers: 32}
+	if got := countsOf(res); !equalCounts(got, want) {
+		t.Fatalf("reported %+v\nwant       %+v", got, want)
+	}
+	if got := requests.Load(); got >= 260 || batches.Load() == 0 {
+		t.Fatalf("%d HTTP requests (%d batches) for 260 calls: want fewer, some batched", got, batches.Load())
+	}
+	t.Logf("260 calls in %d HTTP requests, %d of them batches", requests.Load(), batches.Load())
+}
