@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -211,7 +212,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // Status returns a tenant's limits and what is left of them (GET
 // /v1/tenants/{tenant}); it is not batched.
 func (c *Client) Status(ctx context.Context, tenant string) (Limits, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/tenants/"+pathEscape(tenant), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/tenants/"+url.PathEscape(tenant), nil)
 	if err != nil {
 		return Limits{}, fmt.Errorf("tokenring status %s: %w", tenant, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -260,5 +259,3 @@ func retryAfter(h http.Header, body []byte) time.Duration {
 	}
 	return 0
 }
-
-func pathEscape(s string) string { return url.PathEscape(s) }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
 )
 
 // slot is one decoded result of POST /v1/batch.
@@ -263,4 +265,55 @@ func TestBatchClientTokens(t *testing.T) {
 	if st := gw.status(t, "eve"); st.Limits.Requests.Remaining != 9 {
 		t.Fatalf("eve has %d requests left, want 9", st.Limits.Requests.Remaining)
 	}
+}
+
+// FuzzBatchBody: any body posted to /v1/batch is answered 200 with one
+// result per call, each a status between 200 and 599, or refused whole with
+// a 400 or 413; nothing panics.
+func FuzzBatchBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"calls":[{"op":"acquire","tenant":"acme","prompt_tokens":1}]}`,
+		`{"calls":[{"op":"complete","tenant":"acme","lease":"AgA"},{"op":"renew","tenant":"acme","lease":"x"}]}`,
+		`{"calls":[{"op":7},null,[],"acquire",{"op":"acquire","tenant":"a","wait_ms":-1}]}`,
+		`{"calls":{}}`, `{"calls":[]}`, `[]`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000, Tokens: 1_000_000} }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { n.Close() })
+	rt, err := New(n, Config{Limits: limits})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, _ := http.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		rt.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			return
+		case http.StatusOK:
+		default:
+			t.Fatalf("%q: answered %d %s", body, rec.Code, rec.Body)
+		}
+		var in struct{ Calls []json.RawMessage }
+		var out struct{ Results []slot }
+		// The first JSON value, as decodeBody reads it (which lets a
+		// trailing "]" pass, on every endpoint).
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&in); err != nil {
+			t.Fatalf("%q accepted but not JSON: %v", body, err)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Results) != len(in.Calls) {
+			t.Fatalf("%q: %d results for %d calls (%v)", body, len(out.Results), len(in.Calls), err)
+		}
+		for i, r := range out.Results {
+			if r.Status < 200 || r.Status > 599 || len(r.Body) == 0 {
+				t.Fatalf("%q: slot %d is %d %s", body, i, r.Status, r.Body)
+			}
+		}
+	})
 }
