@@ -9,10 +9,11 @@ import (
 
 // clientTokens are the decision API's client tokens (the config's
 // "clients:"): what each token may act for. With none configured the API is
-// open, as on a loopback-only node; with any, POST /v1/acquire, /v1/complete, /v1/batch,
-// /v1/renew and GET /v1/tenants/{tenant} need "Authorization: Bearer
-// <token>": a missing or unknown token is a 401, a tenant outside the
-// token's list a 403, and neither changes anything.
+// open, as on a loopback-only node; with any, POST /v1/acquire, /v1/complete,
+// /v1/renew, /v1/batch and GET /v1/tenants/{tenant} need "Authorization:
+// Bearer <token>": a missing or unknown token is a 401, a tenant outside the
+// token's list a 403 (in a batch: in that call's slot), and neither changes
+// anything.
 //
 // Tokens are looked up by their SHA-256, so the time a lookup takes tells an
 // attacker nothing about how close a guess came to a real token.
