@@ -81,15 +81,29 @@ func (r *Router) get(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// decodeOne decodes exactly one JSON value from dec into v: anything after
+// it but white space is an error. (dec.More would miss a stray ']' or '}'.)
+func decodeOne(dec *json.Decoder, v any) error {
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	_, err := dec.Token()
+	var syntax *json.SyntaxError
+	switch {
+	case err == io.EOF:
+		return nil
+	case err != nil && !errors.As(err, &syntax):
+		return err // reading failed (a body over its cap)
+	}
+	return errors.New("trailing data after the JSON object")
+}
+
 // decodeBody decodes a JSON body strictly into v, or writes the 4xx and
 // returns false.
 func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
 	dec := json.NewDecoder(req.Body)
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
-	}
+	err := decodeOne(dec, v)
 	if err == nil {
 		if _, rest := io.Copy(io.Discard, req.Body); rest != nil {
 			err = rest

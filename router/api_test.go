@@ -508,6 +508,8 @@ func TestBadInput(t *testing.T) {
 		{"absurd wait", "POST", "/v1/acquire", `{"tenant":"acme","wait_ms":86400000}`, 400},
 		{"unknown priority", "POST", "/v1/acquire", `{"tenant":"acme","priority":"urgent"}`, 400},
 		{"unknown field", "POST", "/v1/acquire", `{"tenant":"acme","rpm":5}`, 400},
+		{"stray bracket after the object", "POST", "/v1/acquire", `{"tenant":"acme"}]0`, 400},
+		{"second object", "POST", "/v1/acquire", `{"tenant":"acme"} {}`, 400},
 		{"tenant of invalid UTF-8", "POST", "/v1/acquire", "{\"tenant\":\"ac\xffme\"}", 400},
 		{"tenant with a lone surrogate", "POST", "/v1/acquire", `{"tenant":"ac\ud800me"}`, 400},
 		{"tenant with U+FFFD", "POST", "/v1/acquire", `{"tenant":"ac\ufffdme"}`, 400},
