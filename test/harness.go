@@ -169,11 +169,20 @@ func NewClusterWith(t testing.TB, bin string, n int, configYAML string, opts Clu
 	return c
 }
 
+// handedOut are the ports FreePort returned in this test process: a port
+// is free when FreePort checks it, but the kernel may offer it again to the
+// next caller before the first one binds it (n3's HTTP and gossip got the
+// same port once), so none is handed out twice.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // FreePort returns a loopback port free for both TCP and UDP (memberlist
-// needs both on its port).
+// needs both on its port), never one it returned before.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 50 {
+	for range 200 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -181,8 +190,15 @@ func FreePort(t testing.TB) int {
 		port := ln.Addr().(*net.TCPAddr).Port
 		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		ln.Close()
-		if err == nil {
-			pc.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		handedOut.Lock()
+		fresh := !handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if fresh {
 			return port
 		}
 	}
