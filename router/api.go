@@ -30,9 +30,9 @@ const (
 
 func (r *Router) routes() {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/acquire", r.authenticated(r.post(r.acquire)))
-	mux.HandleFunc("/v1/complete", r.authenticated(r.post(r.complete)))
-	mux.HandleFunc("/v1/renew", r.authenticated(r.post(r.renew)))
+	mux.HandleFunc("/v1/acquire", r.authenticated(r.post(endpoint(r, r.acquireCall))))
+	mux.HandleFunc("/v1/complete", r.authenticated(r.post(endpoint(r, r.completeCall))))
+	mux.HandleFunc("/v1/renew", r.authenticated(r.post(endpoint(r, r.renewCall))))
 	mux.HandleFunc("/v1/batch", r.authenticated(r.post(r.batch)))
 	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
 	r.proxyRoutes(mux)                                // the LLM proxy: /v1/chat/completions, /v1/messages

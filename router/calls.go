@@ -169,41 +169,19 @@ func (r *Router) renewCall(ctx context.Context, set tenantSet, in *completeReque
 	return apiAnswer{status: http.StatusOK, body: out}
 }
 
-func (r *Router) acquire(w http.ResponseWriter, req *http.Request) {
-	var in acquireRequest
-	if !decodeBody(w, req, &in) {
-		return
+// endpoint serves one decision call on its own endpoint: decode the body
+// into a fresh In, check the caller's token, run call, write its answer.
+func endpoint[In any](r *Router, call func(context.Context, tenantSet, *In) apiAnswer) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		var in In
+		if !decodeBody(w, req, &in) {
+			return
+		}
+		set, deny := r.callerTenants(req)
+		if deny != nil {
+			deny.write(w)
+			return
+		}
+		call(req.Context(), set, &in).write(w)
 	}
-	set, deny := r.callerTenants(req)
-	if deny != nil {
-		deny.write(w)
-		return
-	}
-	r.acquireCall(req.Context(), set, &in).write(w)
-}
-
-func (r *Router) complete(w http.ResponseWriter, req *http.Request) {
-	var in completeRequest
-	if !decodeBody(w, req, &in) {
-		return
-	}
-	set, deny := r.callerTenants(req)
-	if deny != nil {
-		deny.write(w)
-		return
-	}
-	r.completeCall(req.Context(), set, &in).write(w)
-}
-
-func (r *Router) renew(w http.ResponseWriter, req *http.Request) {
-	var in completeRequest
-	if !decodeBody(w, req, &in) {
-		return
-	}
-	set, deny := r.callerTenants(req)
-	if deny != nil {
-		deny.write(w)
-		return
-	}
-	r.renewCall(req.Context(), set, &in).write(w)
 }
