@@ -117,7 +117,9 @@ type reply struct {
 	Error          string     `json:"error"`
 }
 
-func (s *server) do(t testing.TB, method, path, body string) reply {
+// send makes one request, with s.token as the bearer token when set, and
+// returns the answer: its status and headers in a reply, and its body.
+func (s *server) send(t testing.TB, method, path, body string) (reply, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -132,9 +134,14 @@ func (s *server) do(t testing.TB, method, path, body string) reply {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	r := reply{Code: resp.StatusCode, Header: resp.Header}
+	return reply{Code: resp.StatusCode, Header: resp.Header}, raw
+}
+
+func (s *server) do(t testing.TB, method, path, body string) reply {
+	t.Helper()
+	r, raw := s.send(t, method, path, body)
 	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatalf("%s %s: %d %q is not JSON: %v", method, path, resp.StatusCode, raw, err)
+		t.Fatalf("%s %s: %d %q is not JSON: %v", method, path, r.Code, raw, err)
 	}
 	return r
 }

@@ -35,24 +35,10 @@ func (s slot) reply(t testing.TB) reply {
 // batch posts calls as one /v1/batch; the slots are nil unless it answered 200.
 func (s *server) batch(t testing.TB, calls ...string) (reply, []slot) {
 	t.Helper()
-	body := `{"calls":[` + strings.Join(calls, ",") + `]}`
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/batch", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
-	resp, err := s.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{Code: resp.StatusCode, Header: resp.Header}
-	if resp.StatusCode != http.StatusOK {
+	r, raw := s.send(t, http.MethodPost, "/v1/batch", `{"calls":[`+strings.Join(calls, ",")+`]}`)
+	if r.Code != http.StatusOK {
 		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatalf("batch: %d %q is not JSON", resp.StatusCode, raw)
+			t.Fatalf("batch: %d %q is not JSON", r.Code, raw)
 		}
 		return r, nil
 	}
