@@ -78,3 +78,41 @@ func TestForwardedCallWaitsForFirstRing(t *testing.T) {
 		t.Fatalf("%d of 12 admitted once both have the ring, want exactly 10", got)
 	}
 }
+
+// The call that waits for the joiner's first ring must wait off the
+// connection's reader: the frames behind it (a liveness ping, the transfer
+// it waits for) must still be read. Run on the reader, it held them for a
+// whole TransferWait; the forwarder, hearing nothing after its probe,
+// declared the joiner down and fell back (the join test's fallbacks).
+func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
+	nodes := newNodes(t, 2, limits, func(c *Config) { c.TransferWait = time.Minute })
+	n1, n2 := nodes[0], nodes[1]
+	both := ringOf(t, n1, n2)
+	key := keysMoving(both, both, "n2", "n2", 1)[0]
+	n1.SetRing(both) // n1 knows n2; n2 has no membership yet
+	decided := make(chan error, 1)
+	go func() {
+		_, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: key})
+		decided <- err
+	}()
+	p := n1.peer(n2.PeerAddr())
+	eventually(t, "the forwarded acquire reaches n2", func() bool { return p.stats.calls.Load() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.call(ctx, &Call{Op: OpPing}); err != nil {
+		t.Fatalf("a ping behind the call awaiting n2's first ring: %v; want its answer at once", err)
+	}
+	select {
+	case err := <-decided:
+		t.Fatalf("the acquire was decided (err %v) before n2 had a ring", err)
+	default:
+	}
+	n2.SetRing(both)
+	if err := <-decided; err != nil {
+		t.Fatalf("the acquire once n2 has its ring: %v", err)
+	}
+	if got := remaining(t, n2, key); got != 9 {
+		t.Fatalf("%d requests admitted at n2 after the forwarded one, want exactly 9", got)
+	}
+}

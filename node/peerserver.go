@@ -333,7 +333,9 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 
 // inline reports whether a forwarded call is cheap enough to run on the
 // connection's reader goroutine: decided here at once, without waiting or
-// forwarding.
+// forwarding. A call that may wait must not: the frames behind it on the
+// connection (the ping that shows this node alive, the transfer the call
+// waits for) would wait with it.
 func (n *Node) inline(c *Call) bool {
 	switch {
 	case c.Op == OpReplicate || c.Op == OpReplica:
@@ -343,7 +345,9 @@ func (n *Node) inline(c *Call) bool {
 	}
 	t := n.tr.Load()
 	if t == nil {
-		return true
+		// Before our first ring a forwarded call waits for it (Do,
+		// awaitFirstRing); only a call nobody forwarded is decided here.
+		return c.Hops == 0
 	}
 	g := &t.gates[n.ring.Load().Partition(c.Key)]
 	return g.hop.Load().mode == routeLocal && g.restore.Load() == nil
