@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenLease -fuzztime 10s ./router/   # the lease decoder, with its MAC
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./router/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./router/   # the fast JSON decoder against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/

@@ -191,6 +191,11 @@ func (n *Node) replicateOnce() {
 		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != routeLocal {
 			continue // handed on meanwhile: the new custodian replicates it
 		}
+		backup, ok := r.Backup(key)
+		toBackup := ok && backup.Name != n.cfg.Name
+		if !toBackup && states == nil {
+			continue // no backup (a node alone) and no checkpoint: no snapshot to take
+		}
 		var state []byte
 		if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {
 			continue // evicted: nothing worth keeping
@@ -198,8 +203,7 @@ func (n *Node) replicateOnce() {
 		if states != nil {
 			states[key] = state
 		}
-		backup, ok := r.Backup(key)
-		if !ok || backup.Name == n.cfg.Name {
+		if !toBackup {
 			continue
 		}
 		wg.Add(1)

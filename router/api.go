@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -39,6 +41,7 @@ func (r *Router) routes() {
 	mux.HandleFunc("/admin/ring", r.get(r.adminRing)) // /admin/*: behind adminGuard (auth.go)
 	mux.HandleFunc("/admin/owner", r.get(r.adminOwner))
 	r.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
+	pprofRoutes(mux)
 	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
@@ -99,18 +102,23 @@ func decodeOne(dec *json.Decoder, v any) error {
 }
 
 // decodeBody decodes a JSON body strictly into v, or writes the 4xx and
-// returns false.
+// returns false. The body is read whole into a pooled buffer; the bodies
+// gateways send decode without reflection (decodeFast), any other through
+// encoding/json, whose refusals are the ones answered.
 func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
-	dec := json.NewDecoder(req.Body)
-	dec.DisallowUnknownFields()
-	err := decodeOne(dec, v)
+	bp := bodyBuffers.Get().(*[]byte)
+	defer putBody(bp)
+	body, err := readBody((*bp)[:0], req.Body)
+	*bp = body
 	if err == nil {
-		if _, rest := io.Copy(io.Discard, req.Body); rest != nil {
-			err = rest
+		if decodeFast(body, v) {
+			return true
 		}
-	}
-	if err == nil {
-		return true
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err = decodeOne(dec, v); err == nil {
+			return true
+		}
 	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -119,6 +127,34 @@ func decodeBody(w http.ResponseWriter, req *http.Request, v any) bool {
 	}
 	writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 	return false
+}
+
+// bodyBuffers holds the buffers request bodies are read into and answers
+// written from; putBody keeps only small ones.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+func putBody(bp *[]byte) {
+	if cap(*bp) <= 64<<10 {
+		*bp = (*bp)[:0]
+		bodyBuffers.Put(bp)
+	}
+}
+
+// readBody appends everything r yields to dst.
+func readBody(dst []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
 }
 
 func checkName(field, s string, required bool) error {
@@ -343,17 +379,20 @@ func (r *Router) undo(key string, o outcome, op node.Op) {
 
 // completeRequest is the body of POST /v1/complete and /v1/renew.
 type completeRequest struct {
-	Tenant string `json:"tenant"`
-	Lease  string `json:"lease"`
-	Usage  *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-		// TotalTokens is accepted, so that a client can pass an OpenAI
-		// usage object as it came (the decoder refuses unknown fields),
-		// and range-checked like the other two; it is not used: the
-		// settle counts prompt + completion.
-		TotalTokens int64 `json:"total_tokens"`
-	} `json:"usage"`
+	Tenant string     `json:"tenant"`
+	Lease  string     `json:"lease"`
+	Usage  *usageJSON `json:"usage"`
+}
+
+// usageJSON is the "usage" of a complete.
+type usageJSON struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	// TotalTokens is accepted, so that a client can pass an OpenAI usage
+	// object as it came (the decoder refuses unknown fields), and
+	// range-checked like the other two; it is not used: the settle counts
+	// prompt + completion.
+	TotalTokens int64 `json:"total_tokens"`
 }
 
 func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
@@ -444,12 +483,27 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": o.answer.Owner, "limits": limitsOf(o.answer.Decision.Status)})
 }
 
+// jsonContentType is the Content-Type of every JSON answer (shared: a
+// header value is never modified in place).
+var jsonContentType = []string{"application/json"}
+
+// writeJSON writes v as the code answer: v's own appendJSON when it has
+// one, else encoding/json; the same bytes either way.
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
+	a, ok := v.(jsonAppender)
+	if !ok {
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+		return
+	}
+	bp := bodyBuffers.Get().(*[]byte)
+	*bp = append(a.appendJSON((*bp)[:0]), '\n')
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(*bp)
+	putBody(bp)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	writeJSON(w, code, &errorBody{Error: msg})
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +74,8 @@ func TestAdminTokenGuardsAllOfAdmin(t *testing.T) {
 	s := start(t, setup{admin: "s3cret-admin"})
 	admin := *s
 	admin.token = "s3cret-admin"
-	for _, p := range []string{"/admin/ring", "/admin/owner?tenant=a", "/admin/stats", "/admin/cluster", "/admin/ui", "/admin/nothing", "/admin"} {
+	for _, p := range []string{"/admin/ring", "/admin/owner?tenant=a", "/admin/stats", "/admin/cluster", "/admin/ui", "/admin/nothing", "/admin",
+		"/admin/debug/pprof/", "/admin/debug/pprof/heap", "/admin/debug/pprof/cmdline"} {
 		resp, err := http.Get(s.URL + p)
 		if err != nil {
 			t.Fatal(err)
@@ -94,6 +96,9 @@ func TestAdminTokenGuardsAllOfAdmin(t *testing.T) {
 	}
 	if r := admin.do(t, "GET", "/admin/stats", ""); r.Code != http.StatusOK {
 		t.Errorf("GET /admin/stats with the token: %d %s", r.Code, r.Error)
+	}
+	if r, body := admin.send(t, "GET", "/admin/debug/pprof/goroutine?debug=1", ""); r.Code != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Errorf("GET /admin/debug/pprof/goroutine with the token: %d %.80q, want the profile", r.Code, body)
 	}
 	if r := admin.do(t, "GET", "/admin/nothing", ""); r.Code != http.StatusNotFound {
 		t.Errorf("GET /admin/nothing with the token: %d, want 404", r.Code)

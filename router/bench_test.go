@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -127,6 +129,55 @@ func BenchmarkLeaseCodec(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := s.open(s.sign(l)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodeAcquire decodes a gateway's acquire body: the fast path
+// against encoding/json (what decodeBody did before), same body, same run.
+func BenchmarkDecodeAcquire(b *testing.B) {
+	body := []byte(`{"tenant":"acme-prod","model":"gpt-4o","prompt_tokens":1200,"max_tokens":400}`)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var in acquireRequest
+			if !decodeFast(body, &in) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var in acquireRequest
+			if err := jsonDecode(body, &in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkEncodeAcquireAnswer writes an admitted acquire's answer: its own
+// appendJSON into a reused buffer against json.Encoder.
+func BenchmarkEncodeAcquireAnswer(b *testing.B) {
+	d := dimJSON{Limit: 100_000_000, Remaining: 99_999_000, ResetMS: 60_000}
+	a := &acquireResponse{Allowed: true, Lease: strings.Repeat("x", 120), ReservedTokens: 1600,
+		Limits: limitsJSON{Requests: d, Tokens: d, Concurrency: d}, Owner: "n1"}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = a.appendJSON(buf[:0])
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf bytes.Buffer
+		for b.Loop() {
+			buf.Reset()
+			if err := json.NewEncoder(&buf).Encode(a); err != nil {
 				b.Fatal(err)
 			}
 		}

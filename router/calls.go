@@ -38,7 +38,7 @@ func (a apiAnswer) write(w http.ResponseWriter) {
 
 // errorAnswer is the {"error": msg} answer with status code.
 func errorAnswer(code int, msg string) apiAnswer {
-	return apiAnswer{status: code, body: map[string]string{"error": msg}}
+	return apiAnswer{status: code, body: &errorBody{Error: msg}}
 }
 
 // ownerTimeoutAnswer is the decision API's 503 for err if it is an owner
@@ -114,9 +114,9 @@ func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequ
 		return decideErrorAnswer(err) // an owner alive but slow: nothing admitted
 	}
 	if !res.Allowed {
-		return apiAnswer{status: http.StatusTooManyRequests, body: res, retryAfterMS: res.RetryAfterMS}
+		return apiAnswer{status: http.StatusTooManyRequests, body: &res, retryAfterMS: res.RetryAfterMS}
 	}
-	return apiAnswer{status: http.StatusOK, body: res}
+	return apiAnswer{status: http.StatusOK, body: &res}
 }
 
 // completeCall settles (with usage) or releases (without) one lease.
@@ -143,7 +143,7 @@ func (r *Router) completeCall(ctx context.Context, set tenantSet, in *completeRe
 		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	}
 	ok, status, _ := r.leaseCall(ctx, l, op, usage)
-	return apiAnswer{status: http.StatusOK, body: map[string]any{"settled": ok, "limits": limitsOf(status)}}
+	return apiAnswer{status: http.StatusOK, body: &settleAnswer{Settled: ok, Limits: limitsOf(status)}}
 }
 
 // renewCall extends one lease's expiry: 404 when it is no longer held.

@@ -1,0 +1,175 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// jsonDecode is the reference: what decodeBody did before the fast path.
+func jsonDecode(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	return decodeOne(dec, v)
+}
+
+func i64(v int64) *int64 { return &v }
+
+// The bodies gateways send take the fast path, and decode to exactly what
+// encoding/json makes of them.
+func TestDecodeFastTakesGatewayBodies(t *testing.T) {
+	acquires := map[string]acquireRequest{
+		`{"tenant":"acme","prompt_tokens":100,"max_tokens":100}`: {Tenant: "acme", PromptTokens: i64(100), MaxTokens: i64(100)},
+		` { "tenant" : "t-1" , "model":"gpt-4o", "prompt_tokens": 0, "max_tokens": 1, "priority": "batch", "wait_ms": 250 } `: {
+			Tenant: "t-1", Model: "gpt-4o", PromptTokens: i64(0), MaxTokens: i64(1), Priority: "batch", WaitMS: 250},
+		`{}`:                                {},
+		`{"tenant":"a","wait_ms":-0}`:       {Tenant: "a"},
+		`{"tenant":"a","prompt_tokens":-5}`: {Tenant: "a", PromptTokens: i64(-5)}, // decoded; refused later by checkCount
+	}
+	for body, want := range acquires {
+		var got, ref acquireRequest
+		if !decodeFast([]byte(body), &got) {
+			t.Errorf("%s: not decoded by the fast path", body)
+			continue
+		}
+		if err := jsonDecode([]byte(body), &ref); err != nil || !reflect.DeepEqual(ref, want) {
+			t.Fatalf("%s: the test's expectation is wrong: encoding/json gives %+v, %v", body, ref, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: fast path decoded %+v, want %+v", body, got, want)
+		}
+	}
+	leases := map[string]completeRequest{
+		`{"tenant":"acme","lease":"v2.abc_-.def"}`: {Tenant: "acme", Lease: "v2.abc_-.def"},
+		`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":100,"completion_tokens":40,"total_tokens":140}}`: {
+			Tenant: "acme", Lease: "x", Usage: &usageJSON{PromptTokens: 100, CompletionTokens: 40, TotalTokens: 140}},
+		`{"usage":{}}`: {Usage: &usageJSON{}},
+	}
+	for body, want := range leases {
+		var got completeRequest
+		if !decodeFast([]byte(body), &got) {
+			t.Errorf("%s: not decoded by the fast path", body)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: fast path decoded %+v, want %+v", body, got, want)
+		}
+	}
+}
+
+// Anything outside the fast path's subset is left, untouched, to
+// encoding/json: each of these once decoded differently from it, or would.
+func TestDecodeFastLeavesTheRestToEncodingJSON(t *testing.T) {
+	for _, body := range []string{
+		`{"tenant":"a\u0062"}`,                          // an escape
+		`{"tenant":"é"}`,                                // non-ASCII
+		`{"Tenant":"a"}`,                                // encoding/json matches keys in any case
+		`{"tenant":"a","tenant":"b"}`,                   // a repeated key
+		`{"tenant":null}`,                               // null leaves the field as it was
+		`{"prompt_tokens":1.0}`,                         // a float
+		`{"prompt_tokens":1e2}`,                         // an exponent
+		`{"prompt_tokens":012}`,                         // a leading zero: a syntax error
+		`{"prompt_tokens":1234567890123456789}`,         // 19 digits
+		`{"prompt_tokens":"5"}`,                         // a string for a number
+		`{"messages":[{"role":"user","content":"hi"}]}`, // messages: encoding/json's
+		`{"prompt":"hello"}`,                            // so is prompt
+		`{"tenant":"a"} {}`,                             // trailing data
+		`{"tenant":"a",}`,                               // a trailing comma
+		`{"nope":1}`,                                    // an unknown field
+		`null`, `[]`, ``,
+	} {
+		var in acquireRequest
+		if decodeFast([]byte(body), &in) {
+			t.Errorf("%s: decoded by the fast path as %+v; want it left to encoding/json", body, in)
+		}
+		if !reflect.DeepEqual(in, acquireRequest{}) {
+			t.Errorf("%s: the fast path left %+v behind; want the zero value for encoding/json", body, in)
+		}
+	}
+	for _, body := range []string{
+		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, // encoding/json merges the two: {1,2}
+		`{"usage":null}`,
+		`{"usage":{"prompt_tokens":1,"extra":2}}`,
+	} {
+		var in completeRequest
+		if decodeFast([]byte(body), &in) {
+			t.Errorf("%s: decoded by the fast path as %+v; want it left to encoding/json", body, in)
+		}
+	}
+}
+
+// checkDecodeEquivalence fails t if the fast path decodes body to anything
+// but what encoding/json makes of it.
+func checkDecodeEquivalence(t *testing.T, body []byte) {
+	var fa, ra acquireRequest
+	if decodeFast(body, &fa) {
+		if err := jsonDecode(body, &ra); err != nil || !reflect.DeepEqual(fa, ra) {
+			t.Fatalf("acquire %q: fast %+v, encoding/json %+v (err %v)", body, fa, ra, err)
+		}
+	}
+	var fc, rc completeRequest
+	if decodeFast(body, &fc) {
+		if err := jsonDecode(body, &rc); err != nil || !reflect.DeepEqual(fc, rc) {
+			t.Fatalf("complete %q: fast %+v, encoding/json %+v (err %v)", body, fc, rc, err)
+		}
+	}
+}
+
+// FuzzDecodeEquivalence: whatever the fast path accepts, encoding/json
+// accepts too, and decodes to the same value.
+func FuzzDecodeEquivalence(f *testing.F) {
+	for _, s := range []string{
+		`{"tenant":"acme","prompt_tokens":100,"max_tokens":100}`,
+		`{"tenant":"a","model":"m","priority":"batch","wait_ms":5}`,
+		`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
+		`{"tenant":"a","tenant":"b"}`, `{"prompt_tokens":-0}`, `{"wait_ms":00}`, ` {} `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkDecodeEquivalence)
+}
+
+// The answers' own JSON is byte for byte encoding/json's, for any values.
+func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
+	str := rapid.OneOf(rapid.StringMatching(`[a-z0-9._-]{0,12}`), rapid.String())
+	num := rapid.OneOf(rapid.Int64Range(-3, 3), rapid.Int64())
+	dim := rapid.Custom(func(t *rapid.T) dimJSON {
+		return dimJSON{Limit: num.Draw(t, "limit"), Remaining: num.Draw(t, "remaining"), ResetMS: num.Draw(t, "reset")}
+	})
+	limits := rapid.Custom(func(t *rapid.T) limitsJSON {
+		return limitsJSON{Requests: dim.Draw(t, "r"), Tokens: dim.Draw(t, "t"), Concurrency: dim.Draw(t, "c")}
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		a := acquireResponse{
+			Allowed: rapid.Bool().Draw(t, "allowed"), Lease: str.Draw(t, "lease"),
+			ReservedTokens: num.Draw(t, "reserved"), Reason: str.Draw(t, "reason"),
+			RetryAfterMS: num.Draw(t, "retry"), Limits: limits.Draw(t, "limits"),
+			Fallback: rapid.Bool().Draw(t, "fallback"), Owner: str.Draw(t, "owner"),
+		}
+		if rapid.Bool().Draw(t, "pool") {
+			a.Pool = &poolJSON{Name: str.Draw(t, "pool name"), Limits: limits.Draw(t, "pool limits")}
+		}
+		s := settleAnswer{Settled: rapid.Bool().Draw(t, "settled"), Limits: a.Limits}
+		e := errorBody{Error: str.Draw(t, "error")}
+		for _, c := range []struct {
+			fast jsonAppender
+			ref  any // what encoding/json was given before: the same bytes
+		}{
+			{&a, a},
+			{&s, map[string]any{"settled": s.Settled, "limits": s.Limits}},
+			{&e, map[string]string{"error": e.Error}},
+		} {
+			want, err := json.Marshal(c.ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.fast.appendJSON(nil); !bytes.Equal(got, want) {
+				t.Fatalf("appendJSON wrote\n%s\nencoding/json writes\n%s", got, want)
+			}
+		}
+	})
+}
