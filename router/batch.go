@@ -77,6 +77,10 @@ func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i, raw := range in.Calls {
+		if a, ok := r.acquireHere(req.Context(), set, raw); ok {
+			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -85,11 +89,43 @@ func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
 		})
 	}
 	wg.Wait()
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, &out)
+}
+
+// acquireHere runs raw on the batch's own goroutine if it is an acquire
+// decided here without waiting: no wait_ms, its tenant's key (and its
+// pool's, if any) owned by this node. Any other call runs on a goroutine of
+// its own, so that a call forwarded to its owner, or waiting, holds up no
+// other. (A goroutine per call grows a fresh stack per call: the most
+// costly part of a batch of local decisions.) ok is false when raw was not
+// run.
+func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte) (a apiAnswer, ok bool) {
+	var c batchAcquire
+	if !decodeFast(raw, &c) || c.Op != "acquire" || c.WaitMS != 0 || !r.ownedHere(TenantKey(c.Tenant)) {
+		return apiAnswer{}, false
+	}
+	if pool, ok := r.cfg.PoolFor(c.Model); ok && !r.ownedHere(PoolKey(pool)) {
+		return apiAnswer{}, false
+	}
+	return r.acquireCall(ctx, set, &c.acquireRequest), true
+}
+
+// ownedHere reports whether this node owns key by its current ring (a node
+// without a ring owns every key).
+func (r *Router) ownedHere(key string) bool {
+	rg := r.cluster.Ring()
+	if rg == nil {
+		return true
+	}
+	m, ok := rg.Owner(key)
+	return ok && m.Name == r.cluster.Name()
 }
 
 // batchCall decodes and runs one call of a batch.
 func (r *Router) batchCall(ctx context.Context, set tenantSet, raw json.RawMessage) apiAnswer {
+	if a, ok := r.batchCallFast(ctx, set, raw); ok {
+		return a
+	}
 	var head struct {
 		Op string `json:"op"`
 	}
@@ -124,4 +160,25 @@ func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	return decodeOne(dec, v)
+}
+
+// batchCallFast runs a call that decodes on the fast path (decodeFast) as
+// an acquire, complete or renew; ok is false for any other, which batchCall
+// decodes with encoding/json (and answers its errors).
+func (r *Router) batchCallFast(ctx context.Context, set tenantSet, raw []byte) (a apiAnswer, ok bool) {
+	var acq batchAcquire
+	if decodeFast(raw, &acq) && acq.Op == "acquire" {
+		return r.acquireCall(ctx, set, &acq.acquireRequest), true
+	}
+	var l batchLease
+	if !decodeFast(raw, &l) {
+		return apiAnswer{}, false
+	}
+	switch l.Op {
+	case "complete":
+		return r.completeCall(ctx, set, &l.completeRequest), true
+	case "renew":
+		return r.renewCall(ctx, set, &l.completeRequest), true
+	}
+	return apiAnswer{}, false
 }

@@ -14,6 +14,7 @@ package router
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 )
 
@@ -161,65 +162,141 @@ func (s *jsonScanner) strField(dst *string) bool {
 	return ok
 }
 
-// decodeFast decodes body into v (*acquireRequest or *completeRequest) and
-// reports whether it could; false leaves v zero, for encoding/json.
+// decodeFast decodes body into v (*acquireRequest, *completeRequest,
+// *batchAcquire, *batchLease or *batchRequest) and reports whether it
+// could; false leaves v zero, for encoding/json.
 func decodeFast(body []byte, v any) (ok bool) {
 	s := &jsonScanner{b: body}
 	switch in := v.(type) {
 	case *acquireRequest:
-		ok = s.object(func(key []byte) bool {
-			switch string(key) {
-			case "tenant":
-				return s.strField(&in.Tenant)
-			case "model":
-				return s.strField(&in.Model)
-			case "prompt_tokens":
-				return s.ptrField(&in.PromptTokens)
-			case "max_tokens":
-				return s.ptrField(&in.MaxTokens)
-			case "priority":
-				return s.strField(&in.Priority)
-			case "wait_ms":
-				return s.int64Field(&in.WaitMS)
-			}
-			return false // prompt and messages (escapes, non-ASCII) are encoding/json's
-		})
+		ok = s.object(func(key []byte) bool { return s.acquireField(key, in) })
 	case *completeRequest:
+		ok = s.object(func(key []byte) bool { return s.leaseField(key, in) })
+	case *batchAcquire:
 		ok = s.object(func(key []byte) bool {
+			if string(key) == "op" {
+				return s.strField(&in.Op)
+			}
+			return s.acquireField(key, &in.acquireRequest)
+		})
+	case *batchLease:
+		ok = s.object(func(key []byte) bool {
+			if string(key) == "op" {
+				return s.strField(&in.Op)
+			}
+			return s.leaseField(key, &in.completeRequest)
+		})
+	case *batchRequest:
+		ok = s.batch(in)
+	}
+	if ok = ok && s.end(); !ok {
+		reflect.ValueOf(v).Elem().SetZero()
+	}
+	return ok
+}
+
+// acquireField reads the value of an acquire's field key into in.
+func (s *jsonScanner) acquireField(key []byte, in *acquireRequest) bool {
+	switch string(key) {
+	case "tenant":
+		return s.strField(&in.Tenant)
+	case "model":
+		return s.strField(&in.Model)
+	case "prompt_tokens":
+		return s.ptrField(&in.PromptTokens)
+	case "max_tokens":
+		return s.ptrField(&in.MaxTokens)
+	case "priority":
+		return s.strField(&in.Priority)
+	case "wait_ms":
+		return s.int64Field(&in.WaitMS)
+	}
+	return false // prompt and messages (escapes, non-ASCII) are encoding/json's
+}
+
+// leaseField reads the value of a complete's or renew's field key into in.
+func (s *jsonScanner) leaseField(key []byte, in *completeRequest) bool {
+	switch string(key) {
+	case "tenant":
+		return s.strField(&in.Tenant)
+	case "lease":
+		return s.strField(&in.Lease)
+	case "usage":
+		if s.peek() != '{' {
+			return false
+		}
+		in.Usage = new(usageJSON)
+		return s.object(func(key []byte) bool {
 			switch string(key) {
-			case "tenant":
-				return s.strField(&in.Tenant)
-			case "lease":
-				return s.strField(&in.Lease)
-			case "usage":
-				if s.peek() != '{' {
-					return false
-				}
-				in.Usage = new(usageJSON)
-				return s.object(func(key []byte) bool {
-					switch string(key) {
-					case "prompt_tokens":
-						return s.int64Field(&in.Usage.PromptTokens)
-					case "completion_tokens":
-						return s.int64Field(&in.Usage.CompletionTokens)
-					case "total_tokens":
-						return s.int64Field(&in.Usage.TotalTokens)
-					}
-					return false
-				})
+			case "prompt_tokens":
+				return s.int64Field(&in.Usage.PromptTokens)
+			case "completion_tokens":
+				return s.int64Field(&in.Usage.CompletionTokens)
+			case "total_tokens":
+				return s.int64Field(&in.Usage.TotalTokens)
 			}
 			return false
 		})
 	}
-	if ok = ok && s.end(); !ok {
-		switch in := v.(type) {
-		case *acquireRequest:
-			*in = acquireRequest{}
-		case *completeRequest:
-			*in = completeRequest{}
+	return false
+}
+
+// batch reads {"calls": [call, ...]}, each call an object of the fast
+// path's subset (at most one nested object deep), kept raw for batchCall.
+// The raw calls are copied out of the scanned buffer, which is reused.
+func (s *jsonScanner) batch(in *batchRequest) bool {
+	var calls [][2]int // each call's bounds in s.b
+	ok := s.object(func(key []byte) bool {
+		if string(key) != "calls" || !s.byte('[') {
+			return false
 		}
+		if s.byte(']') {
+			calls = [][2]int{} // an empty array, not null
+			return true
+		}
+		for {
+			s.space()
+			start := s.i
+			if !s.skipObject(2) {
+				return false
+			}
+			calls = append(calls, [2]int{start, s.i})
+			if s.byte(']') {
+				return true
+			}
+			if !s.byte(',') {
+				return false
+			}
+		}
+	})
+	if !ok || calls == nil {
+		return false // no "calls" (null) is encoding/json's to decode
 	}
-	return ok
+	var own []byte
+	if len(calls) > 0 {
+		own = append([]byte(nil), s.b[calls[0][0]:calls[len(calls)-1][1]]...)
+	}
+	in.Calls = make([]json.RawMessage, len(calls))
+	for i, c := range calls {
+		off := calls[0][0]
+		in.Calls[i] = own[c[0]-off : c[1]-off : c[1]-off]
+	}
+	return true
+}
+
+// skipObject reads an object of strings, integers and (depth > 1) objects.
+func (s *jsonScanner) skipObject(depth int) bool {
+	return s.object(func([]byte) bool {
+		switch c := s.peek(); {
+		case c == '"':
+			_, ok := s.raw()
+			return ok
+		case c == '{' && depth > 1:
+			return s.skipObject(depth - 1)
+		}
+		_, ok := s.int()
+		return ok
+	})
 }
 
 // jsonAppender is an answer that writes its own JSON: exactly what
@@ -314,4 +391,29 @@ type errorBody struct {
 func (e *errorBody) appendJSON(dst []byte) []byte {
 	dst = appendString(append(dst, `{"error":`...), e.Error)
 	return append(dst, '}')
+}
+
+func (b *batchResponse) appendJSON(dst []byte) []byte {
+	if b.Results == nil {
+		return append(dst, `{"results":null}`...)
+	}
+	dst = append(dst, `{"results":[`...)
+	for i, res := range b.Results {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(append(dst, `{"status":`...), int64(res.Status), 10)
+		dst = append(dst, `,"body":`...)
+		if a, ok := res.Body.(jsonAppender); ok {
+			dst = a.appendJSON(dst)
+		} else {
+			body, _ := json.Marshal(res.Body) // the other bodies are maps of strings and numbers: they always marshal
+			dst = append(dst, body...)
+		}
+		if res.RetryAfterMS != 0 {
+			dst = strconv.AppendInt(append(dst, `,"retry_after_ms":`...), res.RetryAfterMS, 10)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}"...)
 }

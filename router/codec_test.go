@@ -116,6 +116,24 @@ func checkDecodeEquivalence(t *testing.T, body []byte) {
 			t.Fatalf("complete %q: fast %+v, encoding/json %+v (err %v)", body, fc, rc, err)
 		}
 	}
+	var fba, rba batchAcquire
+	if decodeFast(body, &fba) {
+		if err := jsonDecode(body, &rba); err != nil || !reflect.DeepEqual(fba, rba) {
+			t.Fatalf("batch acquire %q: fast %+v, encoding/json %+v (err %v)", body, fba, rba, err)
+		}
+	}
+	var fbl, rbl batchLease
+	if decodeFast(body, &fbl) {
+		if err := jsonDecode(body, &rbl); err != nil || !reflect.DeepEqual(fbl, rbl) {
+			t.Fatalf("batch lease %q: fast %+v, encoding/json %+v (err %v)", body, fbl, rbl, err)
+		}
+	}
+	var fb, rb batchRequest
+	if decodeFast(body, &fb) {
+		if err := jsonDecode(body, &rb); err != nil || !reflect.DeepEqual(fb, rb) {
+			t.Fatalf("batch %q: fast %q, encoding/json %q (err %v)", body, fb.Calls, rb.Calls, err)
+		}
+	}
 }
 
 // FuzzDecodeEquivalence: whatever the fast path accepts, encoding/json
@@ -127,6 +145,9 @@ func FuzzDecodeEquivalence(f *testing.F) {
 		`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
 		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
 		`{"tenant":"a","tenant":"b"}`, `{"prompt_tokens":-0}`, `{"wait_ms":00}`, ` {} `,
+		`{"op":"acquire","tenant":"a","prompt_tokens":1}`, `{"op":"complete","lease":"x","usage":{"prompt_tokens":1}}`,
+		`{"calls":[{"op":"acquire","tenant":"a"}, {"op":"renew","lease":"l","usage":{"total_tokens":2}} ]}`,
+		`{"calls":[]}`, `{"calls":null}`, `{"calls":[{},{"a":{"b":{}}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -155,6 +176,16 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		s := settleAnswer{Settled: rapid.Bool().Draw(t, "settled"), Limits: a.Limits}
 		e := errorBody{Error: str.Draw(t, "error")}
+		renew := map[string]any{"renewed": true, "limits": a.Limits, "expires_in_ms": num.Draw(t, "expires")}
+		bodies := []any{&a, &s, &e, renew, nil}
+		var batch batchResponse
+		if n := rapid.IntRange(-1, 4).Draw(t, "results"); n >= 0 {
+			batch.Results = make([]batchResult, n)
+			for i := range batch.Results {
+				batch.Results[i] = batchResult{Status: rapid.IntRange(200, 599).Draw(t, "status"),
+					Body: bodies[rapid.IntRange(0, len(bodies)-1).Draw(t, "body")], RetryAfterMS: num.Draw(t, "retry_after")}
+			}
+		}
 		for _, c := range []struct {
 			fast jsonAppender
 			ref  any // what encoding/json was given before: the same bytes
@@ -162,6 +193,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			{&a, a},
 			{&s, map[string]any{"settled": s.Settled, "limits": s.Limits}},
 			{&e, map[string]string{"error": e.Error}},
+			{&batch, batch},
 		} {
 			want, err := json.Marshal(c.ref)
 			if err != nil {
