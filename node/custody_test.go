@@ -116,3 +116,36 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 		t.Fatalf("%d requests admitted at n2 after the forwarded one, want exactly 9", got)
 	}
 }
+
+// A forwarded call is decided on the connection's reader only when it needs
+// no waiting and no network: at this partition's custodian, and, while the
+// partition's restore hint lasts (after its custodian died, or the cluster
+// started), only for a key already here. (Every call was sent to a goroutine
+// of its own for the hint's three minutes, a fresh stack each.)
+func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
+	nodes := newNodes(t, 2, tenRequests)
+	n1, n2 := nodes[0], nodes[1]
+	both := ringOf(t, n1, n2)
+	n1.SetRing(both)
+	n2.SetRing(both)
+	here := keysMoving(both, both, "n1", "n1", 1)[0]
+	there := keysMoving(both, both, "n2", "n2", 1)[0]
+	call := func(key string) *Call { return &Call{Op: OpAcquire, Key: key, Hops: 1} }
+	g := &n1.tr.Load().gates[both.Partition(here)]
+	g.restore.Store(&restoreHint{until: n1.cfg.Now().Add(time.Hour)})
+	if n1.inline(call(here)) {
+		t.Fatal("a key not yet here, under a restore hint, inline: its network lookup would hold the reader")
+	}
+	if a, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
+		t.Fatalf("first acquire: %+v %v", a, err)
+	}
+	if !n1.inline(call(here)) {
+		t.Fatal("a key already here, under a restore hint, not inline")
+	}
+	if n1.inline(call(there)) {
+		t.Fatal("a key of another custodian inline: it is forwarded, which waits")
+	}
+	if n1.inline(&Call{Op: OpAcquire, Key: here, Hops: 1, Req: limiter.Request{Wait: time.Second}}) {
+		t.Fatal("an acquire that may wait inline")
+	}
+}

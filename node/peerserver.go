@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tokenring/tokenring/limiter"
 	"golang.org/x/time/rate"
 )
 
@@ -350,5 +351,11 @@ func (n *Node) inline(c *Call) bool {
 		return c.Hops == 0
 	}
 	g := &t.gates[n.ring.Load().Partition(c.Key)]
-	return g.hop.Load().mode == routeLocal && g.restore.Load() == nil
+	if g.hop.Load().mode != routeLocal {
+		return false
+	}
+	// While the partition's restore hint lasts (minutes after its last
+	// custodian died, or after the cluster started), a key not yet here is
+	// looked up over the network (restoreKey); a key here already is not.
+	return g.restore.Load() == nil || n.table.Peek(c.Key, func(*limiter.Budget) {})
 }
