@@ -101,38 +101,23 @@ func TestDecodeFastLeavesTheRestToEncodingJSON(t *testing.T) {
 	}
 }
 
-// checkDecodeEquivalence fails t if the fast path decodes body to anything
-// but what encoding/json makes of it.
+// checkDecodeEquivalence fails t if the fast path decodes body, as any of
+// the decision API's bodies, to anything but what encoding/json makes of it.
 func checkDecodeEquivalence(t *testing.T, body []byte) {
-	var fa, ra acquireRequest
-	if decodeFast(body, &fa) {
-		if err := jsonDecode(body, &ra); err != nil || !reflect.DeepEqual(fa, ra) {
-			t.Fatalf("acquire %q: fast %+v, encoding/json %+v (err %v)", body, fa, ra, err)
-		}
+	sameAsEncodingJSON[acquireRequest](t, body)
+	sameAsEncodingJSON[completeRequest](t, body)
+	sameAsEncodingJSON[batchAcquire](t, body)
+	sameAsEncodingJSON[batchLease](t, body)
+	sameAsEncodingJSON[batchRequest](t, body)
+}
+
+func sameAsEncodingJSON[T any](t *testing.T, body []byte) {
+	var fast, ref T
+	if !decodeFast(body, &fast) {
+		return
 	}
-	var fc, rc completeRequest
-	if decodeFast(body, &fc) {
-		if err := jsonDecode(body, &rc); err != nil || !reflect.DeepEqual(fc, rc) {
-			t.Fatalf("complete %q: fast %+v, encoding/json %+v (err %v)", body, fc, rc, err)
-		}
-	}
-	var fba, rba batchAcquire
-	if decodeFast(body, &fba) {
-		if err := jsonDecode(body, &rba); err != nil || !reflect.DeepEqual(fba, rba) {
-			t.Fatalf("batch acquire %q: fast %+v, encoding/json %+v (err %v)", body, fba, rba, err)
-		}
-	}
-	var fbl, rbl batchLease
-	if decodeFast(body, &fbl) {
-		if err := jsonDecode(body, &rbl); err != nil || !reflect.DeepEqual(fbl, rbl) {
-			t.Fatalf("batch lease %q: fast %+v, encoding/json %+v (err %v)", body, fbl, rbl, err)
-		}
-	}
-	var fb, rb batchRequest
-	if decodeFast(body, &fb) {
-		if err := jsonDecode(body, &rb); err != nil || !reflect.DeepEqual(fb, rb) {
-			t.Fatalf("batch %q: fast %q, encoding/json %q (err %v)", body, fb.Calls, rb.Calls, err)
-		}
+	if err := jsonDecode(body, &ref); err != nil || !reflect.DeepEqual(fast, ref) {
+		t.Fatalf("%T %q: fast %+v, encoding/json %+v (err %v)", fast, body, fast, ref, err)
 	}
 }
 
