@@ -148,6 +148,13 @@ func NewBudget(l Limits, p *Policy, now time.Time) *Budget {
 	return b
 }
 
+// BucketEnd returns the end of the bucket admissions are charged to now:
+// the one the latest time seen falls in. Every admission until then is
+// charged to it, and leaves the window with it.
+func (b *Budget) BucketEnd() time.Time {
+	return time.Unix(0, (b.head+1)*b.width)
+}
+
 // Limits returns the key's limits, with the defaults filled in.
 func (b *Budget) Limits() Limits { return b.lim }
 

@@ -27,10 +27,11 @@ const (
 	OpPing                    // liveness probe, answered at once by the connection's reader
 	OpTransfer                // ownership transfer: State carries one encoded transfer message (transfer.go)
 	OpCharge                  // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
+	OpAllot                   // admit Count requests at once for a forwarder to hand out (allot.go): a hot key's slice
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot"}
 
 func (o Op) String() string {
 	if o < opMax {
@@ -55,6 +56,9 @@ type Call struct {
 	From   string // OpTransfer, OpReplicate, OpReplica: the sender's peer address
 	State  []byte // OpReplicate: a limiter snapshot; OpTransfer: encoded custody messages
 	Charge Charge // OpCharge
+	// Count is how many admissions an OpAllot asks for, each reserving
+	// Req.Reserve tokens.
+	Count uint32
 }
 
 // Charge is a debt: units another node admitted for the key by its
@@ -118,6 +122,9 @@ func AppendCall(b []byte, c *Call) []byte {
 			at = c.Charge.At.UnixNano()
 		}
 		b = binary.AppendVarint(b, at)
+	}
+	if c.Op == OpAllot {
+		b = binary.AppendUvarint(b, uint64(c.Count))
 	}
 	return b
 }
@@ -240,6 +247,13 @@ func (r *reader) call(c *Call) error {
 		c.Charge.Tokens = r.varint()
 		if at := r.varint(); at != 0 {
 			c.Charge.At = time.Unix(0, at)
+		}
+	}
+	if c.Op == OpAllot {
+		if n := r.uvarint(); n <= maxAllot {
+			c.Count = uint32(n)
+		} else if r.err == nil {
+			r.err = fmt.Errorf("allot of %d admissions: at most %d", n, maxAllot)
 		}
 	}
 	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {

@@ -72,6 +72,11 @@ type Config struct {
 	Ring ring.Config
 	// Logger receives the node's logs. Nil discards them.
 	Logger *slog.Logger
+	// HotKeyRate is how many acquires a second this node must forward for
+	// one key before it asks the key's owner for a slice of its budget and
+	// decides the key's requests itself (allot.go). Zero means
+	// DefaultHotKeyRate; negative turns slices off.
+	HotKeyRate int
 	// MaxKeys caps the keys the table creates for calls (limiter
 	// Table.SetMaxKeys): a new key at a full table takes an idle key's
 	// place or is refused with limiter.TableFull. State arriving by
@@ -116,6 +121,10 @@ type Config struct {
 	Listen func(network, addr string) (net.Listener, error)
 }
 
+// DefaultHotKeyRate is Config.HotKeyRate's default: forwarded acquires a
+// second for one key.
+const DefaultHotKeyRate = 500
+
 // Defaults of Config fields.
 const (
 	DefaultMaxKeys      = 1_000_000
@@ -142,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TransferWait <= 0 {
 		c.TransferWait = 2 * time.Second
+	}
+	if c.HotKeyRate == 0 {
+		c.HotKeyRate = DefaultHotKeyRate
 	}
 	if c.HandoffHorizon <= 0 {
 		c.HandoffHorizon = 3 * time.Minute

@@ -133,6 +133,12 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 			a.Decision.Status = b.Status(now)
 		})
 		return a, nil, nil
+	case OpAllot:
+		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
+			a.Decision = l.tableFull()
+		}
+		a.Owner = l.name
+		return a, nil, nil
 	case OpStatus:
 		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) }); err != nil {
 			a.Decision = l.tableFull()

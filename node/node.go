@@ -70,6 +70,8 @@ type Node struct {
 	stats peerStats
 
 	stop      chan struct{}
+	bgMu      sync.Mutex   // orders background's start against Close
+	allot     *allotments  // this node's slices of hot keys; nil when HotKeyRate is negative
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -147,6 +149,10 @@ func New(cfg Config) (*Node, error) {
 		}
 	})
 	n.every(heartbeatInterval, n.heartbeat)
+	if cfg.HotKeyRate > 0 {
+		n.allot = newAllotments(cfg.HotKeyRate)
+		n.every(allotSweepInterval, n.sweepAllotments)
+	}
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
 			n.replicateOnce()
@@ -314,7 +320,7 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 			fwd := *c
 			fwd.Hops++
 			fwd.Handed = h.handed
-			return n.peer(h.addr).call(ctx, &fwd)
+			return n.allotted(c, func() (Answer, error) { return n.peer(h.addr).call(ctx, &fwd) })
 		}
 	}
 }
@@ -424,6 +430,8 @@ func (n *Node) Close() error {
 	if !first {
 		return nil
 	}
+	n.bgMu.Lock() // no background goroutine starts after this (background)
+	n.bgMu.Unlock()
 	n.server.close()
 	n.mu.Lock()
 	peers := n.peers

@@ -151,6 +151,9 @@ type peerStats struct {
 	checkpointed         atomic.Int64 // key snapshots written to the checkpoint store
 	fromCheckpoint       atomic.Int64 // keys recovered from the checkpoint store
 	authFailures         atomic.Int64 // connections to our server that failed the handshake
+	// allotted counts acquires served from a slice of a hot key;
+	// allotReturned, admissions of expired slices given back.
+	allotted, allotReturned atomic.Int64
 }
 
 func (s *peerStats) frame(items int) {

@@ -1,0 +1,421 @@
+package node
+
+// Allotments: hot keys decided where their requests arrive.
+//
+// A key's owner alone admits against it, so one busy tenant or pool is
+// capped by what its owner can decide, and every other node pays a forward
+// per request. When a node forwards more than HotKeyRate acquires a second
+// for one key, it asks the owner for a slice: OpAllot admits, at the owner,
+// as many ordinary requests as this node is expected to need before the
+// owner's current bucket ends (each reserving the largest token bound seen
+// here, each holding a concurrency slot), at most a quarter of what the
+// window has left. This node then hands those admissions out to its own
+// callers without asking the owner, and asks for the next slice when a
+// fifth of the last one is left.
+//
+// Exactness. Every admission handed out is one the owner made, in its own
+// Budget: the window and the slots count it from the moment it is allotted,
+// so the sum of live slices never exceeds what the window has left. An
+// admission is handed out only before the owner's bucket it was charged to
+// ends (deadline: the holder's clock when it asked, plus the time the owner
+// said its bucket had left, so it never passes the owner's bucket end
+// whatever the clocks read), so it is counted in the bucket its request
+// arrived in, as if the owner had decided it then. At the deadline the
+// admissions not handed out are cancelled at the owner (OpCancel: request,
+// tokens and slot given back): nothing stays reserved longer than a bucket.
+// A handed-out admission is an ordinary lease of the owner's: settle,
+// release, renew and cancel go to the owner as for any other lease, and a
+// handoff moves it with the key.
+//
+// What it costs: a request served from a slice reserves the slice's token
+// bound, not its own estimate, until it is settled; a node that crashes
+// holding a slice leaves its unused admissions charged until their bucket
+// leaves the window and their slots until the lease TTL.
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// maxAllot bounds the admissions of one OpAllot.
+const maxAllot = 1000
+
+// slice is admissions an owner made in advance for this node to hand out.
+type slice struct {
+	ids      []uint64 // admissions not handed out, handed out from the end
+	reserve  int64    // tokens each reserves
+	granted  int      // how many the owner made
+	owner    string
+	status   limiter.Status // the key's status at the owner once it made them
+	deadline time.Time      // this node's clock; nothing is handed out at or after it
+}
+
+// take hands out one admission for a request of at most tokens tokens at
+// now; ok is false when the slice cannot serve it.
+func (s *slice) take(now time.Time, tokens int64) (id uint64, ok bool) {
+	if len(s.ids) == 0 || !now.Before(s.deadline) || tokens > s.reserve {
+		return 0, false
+	}
+	id = s.ids[len(s.ids)-1]
+	s.ids = s.ids[:len(s.ids)-1]
+	return id, true
+}
+
+// low reports whether less than a fifth of the slice is left.
+func (s *slice) low() bool { return len(s.ids)*5 < s.granted }
+
+// decision is the answer for one admission handed out: the owner's
+// status when the slice was made, with what is left of the slice counted
+// as still available (it is, to this node's callers).
+func (s *slice) decision(id uint64) limiter.Decision {
+	st := s.status
+	left := int64(len(s.ids))
+	st.Requests.Remaining += left
+	if st.Tokens.Limit > 0 {
+		st.Tokens.Remaining += left * s.reserve
+	}
+	if st.Concurrency.Limit > 0 {
+		st.Concurrency.Remaining += left
+	}
+	return limiter.Decision{Allowed: true, Lease: id, Reserved: s.reserve, Status: st}
+}
+
+// hotKey is what this node knows of one key it forwards for.
+type hotKey struct {
+	slices     []*slice // by deadline; at most two (the current bucket's, the next's)
+	asking     bool     // an OpAllot is under way
+	maxTokens  int64    // the largest token bound of a request since the last ask
+	uses       int      // acquires for the key since the last ask
+	since      time.Time
+	forwarded  int       // forwarded acquires since counting
+	counting   time.Time // start of the period forwarded counts (at most a second)
+	lastActive time.Time
+}
+
+// allotments is a node's slices, by key. Its methods take the time.
+type allotments struct {
+	rate int // forwarded acquires a second that make a key hot
+	mu   sync.Mutex
+	keys map[string]*hotKey
+}
+
+// maxHotKeys bounds the keys watched for heat; a key beyond it is
+// forwarded as usual until the watch is swept.
+const maxHotKeys = 4096
+
+func newAllotments(rate int) *allotments {
+	return &allotments{rate: rate, keys: make(map[string]*hotKey)}
+}
+
+// requestBound is an upper bound of the tokens the owner would reserve for
+// r, or false when there is none (no max_tokens: the owner's estimate
+// depends on the key's history).
+func requestBound(r limiter.Request) (int64, bool) {
+	switch {
+	case r.Reserve > 0:
+		return r.Reserve, true
+	case r.MaxTokens > 0:
+		return max(0, r.PromptTokens) + r.MaxTokens, true
+	}
+	return 0, false
+}
+
+// take serves acquire c from a slice of its key, at now. expired returns
+// the admissions of slices past their deadline, to cancel; ask is true
+// when a new slice should be asked for.
+func (al *allotments) take(c *Call, now time.Time) (a Answer, ok bool, expired []uint64, ask bool) {
+	tokens, bounded := requestBound(c.Req)
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	k := al.keys[c.Key]
+	if k == nil {
+		return Answer{}, false, nil, false
+	}
+	k.lastActive = now
+	expired = k.dropExpired(now)
+	if bounded {
+		k.maxTokens = max(k.maxTokens, tokens)
+		for _, s := range k.slices {
+			if id, ok := s.take(now, tokens); ok {
+				k.uses++
+				a = Answer{Decision: s.decision(id), Owner: s.owner}
+				return a, true, expired, k.wantsMore()
+			}
+		}
+	}
+	return Answer{}, false, expired, false
+}
+
+// forwarded counts acquire c, which was forwarded, at now and reports
+// whether a slice should be asked for.
+func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	k := al.keys[c.Key]
+	if k == nil {
+		if len(al.keys) >= maxHotKeys {
+			return false
+		}
+		k = &hotKey{since: now, counting: now}
+		al.keys[c.Key] = k
+	}
+	k.lastActive = now
+	elapsed := now.Sub(k.counting)
+	if elapsed > time.Second || elapsed < 0 {
+		k.counting, k.forwarded, elapsed = now, 0, 0
+	}
+	k.forwarded++
+	k.uses++
+	if tokens, ok := requestBound(c.Req); ok {
+		k.maxTokens = max(k.maxTokens, tokens)
+	}
+	// The rate over the counting period, once it is a tenth of a second
+	// long: a key is hot within 100 ms.
+	hot := float64(k.forwarded) >= float64(al.rate)*max(elapsed, 100*time.Millisecond).Seconds()
+	return hot && elapsed >= 100*time.Millisecond && k.wantsMore()
+}
+
+// wantsMore reports whether a slice should be asked for now: none is
+// under way, and the slices held are low.
+func (k *hotKey) wantsMore() bool {
+	if k.asking || k.maxTokens == 0 {
+		return false
+	}
+	left, granted := 0, 0
+	for _, s := range k.slices {
+		left, granted = left+len(s.ids), granted+s.granted
+	}
+	if left*5 >= granted && granted > 0 {
+		return false
+	}
+	k.asking = true
+	return true
+}
+
+// dropExpired removes the slices past their deadline at now and returns
+// their admissions not handed out.
+func (k *hotKey) dropExpired(now time.Time) (ids []uint64) {
+	kept := k.slices[:0]
+	for _, s := range k.slices {
+		if now.Before(s.deadline) {
+			kept = append(kept, s)
+			continue
+		}
+		ids = append(ids, s.ids...)
+	}
+	clear(k.slices[len(kept):])
+	k.slices = kept
+	return ids
+}
+
+// ask returns the OpAllot to send for key at now: the rate of acquires
+// seen since the last ask, per second, and the token bound; it resets
+// those counts.
+func (al *allotments) ask(key string, now time.Time) Call {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	k := al.keys[key]
+	elapsed := max(now.Sub(k.since), 100*time.Millisecond)
+	perSecond := float64(k.uses) / elapsed.Seconds()
+	c := Call{Op: OpAllot, Key: key, Count: uint32(min(maxAllot, max(1, perSecond))), Req: limiter.Request{Reserve: max(1, k.maxTokens)}}
+	k.uses, k.since, k.maxTokens = 0, now, 0
+	return c
+}
+
+// granted installs the owner's answer to an ask sent at sent (this node's
+// clock); a failed ask (err) just ends the ask.
+func (al *allotments) granted(key string, sent time.Time, reserve int64, a Answer, err error) {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	k := al.keys[key]
+	k.asking = false
+	if err != nil || !a.OK {
+		return
+	}
+	validFor, ids, derr := decodeGrant(a.State)
+	if derr != nil || len(ids) == 0 {
+		return
+	}
+	s := &slice{ids: ids, reserve: reserve, granted: len(ids), owner: a.Owner, status: a.Decision.Status, deadline: sent.Add(validFor)}
+	k.slices = append(k.slices, s)
+}
+
+// sweep drops the keys not used since before idle, returning the
+// admissions their slices still held, by key.
+func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint64 {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	out := map[string][]uint64{}
+	for key, k := range al.keys {
+		if ids := k.dropExpired(now); len(ids) > 0 {
+			out[key] = ids
+		}
+		if len(k.slices) == 0 && !k.asking && now.Sub(k.lastActive) > idle {
+			delete(al.keys, key)
+		}
+	}
+	return out
+}
+
+// appendGrant encodes an OpAllot's answer State: how long the owner's
+// bucket had left (ns), then the admissions' lease ids.
+func appendGrant(b []byte, validFor time.Duration, ids []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(max(0, validFor)))
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, id)
+	}
+	return b
+}
+
+// decodeGrant decodes appendGrant's encoding.
+func decodeGrant(b []byte) (time.Duration, []uint64, error) {
+	r := reader{b: b}
+	validFor := time.Duration(min(r.uvarint(), uint64(time.Hour)))
+	n := r.uvarint()
+	if r.err == nil && n > maxAllot {
+		return 0, nil, errShort
+	}
+	ids := make([]uint64, 0, n)
+	for range n {
+		ids = append(ids, r.uvarint())
+	}
+	if r.err == nil && len(r.b) != 0 {
+		return 0, nil, errShort
+	}
+	return validFor, ids, r.err
+}
+
+// allot is the owner's side of OpAllot: c.Count is the asker's acquires a
+// second; it admits what the asker needs until the bucket ends (a quarter
+// more), at most maxAllot and a quarter of the requests the window has
+// left, each reserving c.Req.Reserve tokens. Any refusal stops it. Callers
+// hold the key's budget (Table.Do).
+func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
+	validFor := b.BucketEnd().Sub(now)
+	want := int(float64(c.Count)*validFor.Seconds()*1.25) + 1
+	st := b.Status(now)
+	reserve := max(1, c.Req.Reserve)
+	if st.Requests.Limit > 0 {
+		want = min(want, int(max(1, st.Requests.Remaining/4)))
+	}
+	if st.Tokens.Limit > 0 {
+		want = min(want, int(max(1, st.Tokens.Remaining/4/reserve)))
+	}
+	if st.Concurrency.Limit > 0 {
+		want = min(want, int(max(1, st.Concurrency.Remaining/4)))
+	}
+	want = min(want, maxAllot)
+	ids := make([]uint64, 0, want)
+	var a Answer
+	for range want {
+		d := b.Acquire(now, limiter.Request{Reserve: reserve, Priority: c.Req.Priority})
+		if !d.Allowed {
+			break
+		}
+		ids = append(ids, d.Lease)
+	}
+	a.Decision.Status = b.Status(now)
+	a.OK = len(ids) > 0
+	a.State = appendGrant(nil, validFor, ids)
+	return a
+}
+
+// allotted serves acquire c from a slice of its key, when it can, and
+// otherwise forwards it with forward; either way it keeps the key's
+// slices: asks the owner for one when the key is hot, cancels the
+// admissions of expired ones.
+func (n *Node) allotted(c *Call, forward func() (Answer, error)) (Answer, error) {
+	al := n.allot
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 {
+		return forward()
+	}
+	now := n.cfg.Now()
+	a, ok, expired, ask := al.take(c, now)
+	if len(expired) > 0 {
+		n.background(func() { n.cancelAdmissions(c.Key, expired) })
+	}
+	if ok {
+		n.stats.allotted.Add(1)
+	} else {
+		a, err := forward()
+		if err != nil {
+			return a, err
+		}
+		ask = al.forwarded(c, now)
+		if !ask {
+			return a, nil
+		}
+		n.background(func() { n.askSlice(c.Key) })
+		return a, nil
+	}
+	if ask {
+		n.background(func() { n.askSlice(c.Key) })
+	}
+	return a, nil
+}
+
+// background runs fn on a goroutine Close waits for, unless the node is
+// closing.
+func (n *Node) background(fn func()) {
+	n.bgMu.Lock()
+	defer n.bgMu.Unlock()
+	select {
+	case <-n.stop:
+		return
+	default:
+	}
+	n.wg.Go(fn)
+}
+
+// askSlice asks key's owner for a slice and installs it.
+func (n *Node) askSlice(key string) {
+	sent := n.cfg.Now()
+	c := n.allot.ask(key, sent)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
+	defer cancel()
+	a, err := n.Do(ctx, &c)
+	if err == nil && a.Owner == n.cfg.Name {
+		// This node became the owner meanwhile: it decides for the key
+		// itself. Give the admissions back.
+		if _, ids, derr := decodeGrant(a.State); derr == nil {
+			n.cancelAdmissions(key, ids)
+		}
+		err = ErrClosed
+	}
+	n.allot.granted(key, sent, c.Req.Reserve, a, err)
+}
+
+// cancelAdmissions gives admissions of key that were allotted but not
+// handed out back to its owner.
+func (n *Node) cancelAdmissions(key string, ids []uint64) {
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
+		a, err := n.Do(ctx, &Call{Op: OpCancel, Key: key, Lease: id})
+		cancel()
+		if err == nil && a.OK {
+			n.stats.allotReturned.Add(1)
+		}
+	}
+}
+
+// allotSweepInterval is how often expired slices are looked for; their
+// admissions not handed out are cancelled at the owner by the next sweep
+// at the latest.
+const allotSweepInterval = 100 * time.Millisecond
+
+// allotIdle is how long a key this node forwards for is watched after its
+// last acquire.
+const allotIdle = 10 * time.Second
+
+// sweepAllotments cancels the admissions of expired slices and forgets the
+// keys no longer used.
+func (n *Node) sweepAllotments() {
+	for key, ids := range n.allot.sweep(n.cfg.Now(), allotIdle) {
+		n.cancelAdmissions(key, ids)
+	}
+}

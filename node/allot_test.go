@@ -1,0 +1,222 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"pgregory.net/rapid"
+)
+
+func hotAt(rate int) func(*Config) { return func(c *Config) { c.HotKeyRate = rate } }
+
+// hammer sends acquires for key through every node of c at once, workers
+// per node, until each has sent perNode; it returns how many were
+// admitted.
+func hammer(t *testing.T, c *cluster, key string, workers, perNode int) (allowed int64) {
+	t.Helper()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes {
+		for range workers {
+			wg.Go(func() {
+				for range perNode / workers {
+					a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if a.Decision.Allowed {
+						n.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return n.Load()
+}
+
+// warm sends key's acquires through every node at about 150 a second
+// each for 400 ms, over the hot-key rate: the key is hot everywhere when
+// the hammer starts. It returns how many were admitted.
+func warm(t *testing.T, c *cluster, key string) (allowed int64) {
+	t.Helper()
+	for range 60 {
+		for _, nd := range c.nodes {
+			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Decision.Allowed {
+				allowed++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return allowed
+}
+
+// drain admits key through each node in turn until all three refuse; it
+// returns how many it admitted.
+func drain(t *testing.T, c *cluster, key string) (allowed int64) {
+	t.Helper()
+	for refusedBy := 0; refusedBy < len(c.nodes); {
+		refusedBy = 0
+		for _, nd := range c.nodes {
+			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Decision.Allowed {
+				allowed++
+			} else {
+				refusedBy++
+			}
+		}
+	}
+	return allowed
+}
+
+// allotted counts the acquires the nodes of c served from slices.
+func (c *cluster) allotted() (n int64) {
+	for _, nd := range c.nodes {
+		n += nd.stats.allotted.Load()
+	}
+	return n
+}
+
+// A hot key sent through every node is decided where its requests arrive,
+// from slices its owner allotted, and its limit is admitted exactly: every
+// admission handed out was the owner's, and what was allotted but not
+// handed out goes back to the owner when its bucket ends.
+func TestHotKeyThroughEveryNodeIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits limiter.Limits
+		want   int64 // admissions the limit allows
+		left   func(limiter.Status) int64
+	}{
+		{"requests", limiter.Limits{Requests: 3000, Tokens: 1 << 40, Concurrency: 1 << 20}, 3000,
+			func(s limiter.Status) int64 { return s.Requests.Remaining }},
+		{"tokens", limiter.Limits{Requests: 1 << 40, Tokens: 20 * 2000, Concurrency: 1 << 20}, 2000, // 20 tokens a request
+			func(s limiter.Status) int64 { return s.Tokens.Remaining / 20 }},
+		{"concurrency", limiter.Limits{Requests: 1 << 40, Tokens: 1 << 40, Concurrency: 700}, 700, // leases never completed
+			func(s limiter.Status) int64 { return s.Concurrency.Remaining }},
+		{"not reached", limiter.Limits{Requests: 100_000, Tokens: 1 << 40, Concurrency: 1 << 20}, 100_000,
+			func(s limiter.Status) int64 { return s.Requests.Remaining }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, func(string) limiter.Limits { return tc.limits }, BatchConfig{}, hotAt(50), noReplication)
+			key := c.keyOwnedBy(t, 0)
+			during := warm(t, c, key) + hammer(t, c, key, 8, 2400)
+			if during > tc.want {
+				t.Fatalf("%d admitted while hammering, over the limit of %d", during, tc.want)
+			}
+			if c.allotted() == 0 {
+				t.Fatal("no acquire was served from a slice: the key never became hot")
+			}
+			// Slices end with their bucket (1 s): what they held and did
+			// not hand out goes back to the owner.
+			time.Sleep(1500 * time.Millisecond)
+			st, err := c.nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := tc.left(st.Decision.Status); left != tc.want-during {
+				t.Fatalf("the owner has %d left after %d admitted of %d, want exactly %d: allotted admissions not handed out were not given back (%d returned)",
+					left, during, tc.want, tc.want-during, c.nodes[1].stats.allotReturned.Load()+c.nodes[2].stats.allotReturned.Load())
+			}
+			if tc.want-during > 10_000 {
+				return
+			}
+			after := drain(t, c, key)
+			if got := during + after; got != tc.want {
+				t.Fatalf("%d admitted in all (%d hammering, %d after), want exactly %d", got, during, after, tc.want)
+			}
+			t.Logf("%d admitted, %d of them from slices", tc.want, c.allotted())
+		})
+	}
+}
+
+// The holder's rule, as a state machine against a model: every admission
+// allotted is handed out at most once and only before its slice's
+// deadline, or returned once the deadline passed; none is lost.
+func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		al := newAllotments(1)
+		key := "k"
+		now := time.Unix(1000, 0)
+		next := uint64(1)
+		outstanding := map[uint64]time.Time{} // allotted, not handed out nor returned → its deadline
+		handed := map[uint64]bool{}
+		call := func(tokens int64) *Call {
+			return &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: tokens, MaxTokens: 1}}
+		}
+		returned := func(ids []uint64) {
+			for _, id := range ids {
+				dl, ok := outstanding[id]
+				if !ok {
+					t.Fatalf("admission %d returned but not outstanding", id)
+				}
+				if now.Before(dl) {
+					t.Fatalf("admission %d returned before its deadline", id)
+				}
+				delete(outstanding, id)
+			}
+		}
+		al.forwarded(call(5), now)
+		for step := range 60 {
+			switch rapid.IntRange(0, 3).Draw(t, "action") {
+			case 0: // a grant arrives
+				if al.keys[key] == nil {
+					al.keys[key] = &hotKey{since: now}
+				}
+				al.keys[key].asking = true // granted answers an ask
+				n := rapid.IntRange(0, 5).Draw(t, "granted")
+				valid := time.Duration(rapid.IntRange(1, 1000).Draw(t, "valid ms")) * time.Millisecond
+				ids := make([]uint64, n)
+				for i := range ids {
+					ids[i], next = next, next+1
+					outstanding[ids[i]] = now.Add(valid)
+				}
+				a := Answer{OK: n > 0, Owner: "owner", State: appendGrant(nil, valid, ids)}
+				al.granted(key, now, 8, a, nil)
+			case 1: // a request
+				tokens := int64(rapid.IntRange(1, 10).Draw(t, "tokens"))
+				a, ok, expired, _ := al.take(call(tokens), now)
+				returned(expired)
+				if ok {
+					id := a.Decision.Lease
+					dl, out := outstanding[id]
+					switch {
+					case handed[id] || !out:
+						t.Fatalf("step %d: admission %d handed out twice or never allotted", step, id)
+					case !now.Before(dl):
+						t.Fatalf("step %d: admission %d handed out at its deadline or after", step, id)
+					case tokens+1 > 8:
+						t.Fatalf("step %d: a request of %d tokens served from a slice reserving 8", step, tokens+1)
+					}
+					handed[id] = true
+					delete(outstanding, id)
+				}
+			case 2: // time passes
+				now = now.Add(time.Duration(rapid.IntRange(1, 600).Draw(t, "ms")) * time.Millisecond)
+			case 3: // the sweep
+				for _, ids := range al.sweep(now, time.Hour) {
+					returned(ids)
+				}
+			}
+		}
+		now = now.Add(2 * time.Second) // past every deadline
+		for _, ids := range al.sweep(now, time.Hour) {
+			returned(ids)
+		}
+		if len(outstanding) != 0 {
+			t.Fatalf("%d admissions neither handed out nor returned: %v", len(outstanding), outstanding)
+		}
+	})
+}
