@@ -70,8 +70,8 @@ type Node struct {
 	stats peerStats
 
 	stop      chan struct{}
-	bgMu      sync.Mutex   // orders background's start against Close
-	allot     *allotments  // this node's slices of hot keys; nil when HotKeyRate is negative
+	bgMu      sync.Mutex  // orders background's start against Close
+	allot     *allotments // this node's slices of hot keys; nil when HotKeyRate is negative
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
