@@ -207,6 +207,11 @@ type Config struct {
 	// MaxKeys is the number of limiter keys a node holds at most
 	// (default 1000000, at least 1).
 	MaxKeys int `yaml:"max_keys"`
+	// HotKeyRate is how many acquires a second a node must forward for one
+	// key before it asks the key's owner for a slice of its budget and
+	// decides that key's requests itself (README "Hot keys"). Default 500;
+	// 0 turns slices off.
+	HotKeyRate int `yaml:"hot_key_rate"`
 	// HTTP bounds the HTTP server.
 	HTTP HTTP `yaml:"http"`
 	// Peer bounds the peer protocol.
@@ -237,6 +242,7 @@ const (
 	DefaultAging            = 5 * time.Second
 
 	DefaultMaxKeys               = 1_000_000
+	DefaultHotKeyRate            = 500
 	DefaultReadHeaderTimeout     = 5 * time.Second
 	DefaultReadTimeout           = 30 * time.Second
 	DefaultIdleTimeout           = 120 * time.Second
@@ -295,6 +301,7 @@ func Default() Config {
 		DefaultMaxTokens:  DefaultDefaultMaxTokens,
 		Queue:             Queue{MaxWaiters: DefaultMaxWaiters, Aging: DefaultAging},
 		MaxKeys:           DefaultMaxKeys,
+		HotKeyRate:        DefaultHotKeyRate,
 		HTTP: HTTP{
 			ReadHeaderTimeout: DefaultReadHeaderTimeout,
 			ReadTimeout:       DefaultReadTimeout,

@@ -362,7 +362,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	}
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
-		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "http", "peer")
+		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "http", "peer")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)

@@ -58,6 +58,7 @@ func (c Config) validateSecurity(errs *errorList) {
 		}
 	}
 	errs.count("max_keys", int64(c.MaxKeys), 1)
+	errs.count("hot_key_rate", int64(c.HotKeyRate), 0)
 	if c.HTTP.MaxConns < 0 || c.HTTP.MaxConns > MaxConnsLimit {
 		errs.add("http.max_conns", fmt.Sprintf("must be between 0 (automatic) and %d, got %d", MaxConnsLimit, c.HTTP.MaxConns))
 	}
@@ -109,7 +110,7 @@ func (c Config) LimitsHash() string {
 }
 
 // security decodes cluster_secret, cluster_secret_secondary, clients,
-// max_keys, http and peer.
+// max_keys, hot_key_rate, http and peer.
 func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 	d.string(f["cluster_secret"], "cluster_secret", &c.ClusterSecret)
 	d.string(f["cluster_secret_secondary"], "cluster_secret_secondary", &c.ClusterSecretSecondary)
@@ -117,6 +118,9 @@ func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 	var n int64
 	if d.int(f["max_keys"], "max_keys", &n) {
 		c.MaxKeys = clampInt(n)
+	}
+	if d.int(f["hot_key_rate"], "hot_key_rate", &n) {
+		c.HotKeyRate = clampInt(n)
 	}
 	if h := d.fields(f["http"], "http", "max_conns", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
 		if d.int(h["max_conns"], "http.max_conns", &n) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,6 +218,28 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 		}
 		if len(outstanding) != 0 {
 			t.Fatalf("%d admissions neither handed out nor returned: %v", len(outstanding), outstanding)
+		}
+	})
+}
+
+// FuzzDecodeGrant: an OpAllot answer from a peer decodes or is refused,
+// never panics, holds at most maxAllot admissions, and what decodes
+// encodes back to the same bytes.
+func FuzzDecodeGrant(f *testing.F) {
+	f.Add(appendGrant(nil, 750*time.Millisecond, []uint64{1, 1 << 63, 42}))
+	f.Add(appendGrant(nil, 0, nil))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x05})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		validFor, ids, err := decodeGrant(b)
+		if err != nil {
+			return
+		}
+		if len(ids) > maxAllot || validFor < 0 || validFor > time.Hour {
+			t.Fatalf("decoded %d admissions valid for %v", len(ids), validFor)
+		}
+		again, ids2, err := decodeGrant(appendGrant(nil, validFor, ids))
+		if err != nil || again != validFor || !reflect.DeepEqual(ids, ids2) {
+			t.Fatalf("re-encode: %v %v %v, want %v %v", again, ids2, err, validFor, ids)
 		}
 	})
 }

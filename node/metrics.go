@@ -61,6 +61,12 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
 		}, func() float64 { return float64(n.stats.replicated.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allotted_total", Help: "Acquires of hot keys this node admitted from slices their owners allotted it, without a forward.",
+		}, func() float64 { return float64(n.stats.allotted.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allot_returned_total", Help: "Allotted admissions this node did not hand out before their bucket ended, cancelled at their owner.",
+		}, func() float64 { return float64(n.stats.allotReturned.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
 		}, func() float64 { return float64(n.stats.restored.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -53,6 +53,14 @@ func TestCallRoundTrip(t *testing.T) {
 	if full := AppendCall(nil, &ch); func() bool { _, err := DecodeCall(full[:len(full)-1]); return err == nil }() {
 		t.Fatal("truncated charge decoded")
 	}
+	al := Call{Op: OpAllot, Key: "p:pool", Count: maxAllot, Req: limiter.Request{Reserve: 4096}}
+	if gotAl, err := DecodeCall(AppendCall(nil, &al)); err != nil || !reflect.DeepEqual(gotAl, al) || gotAl.Op.String() != "allot" {
+		t.Fatalf("allot round trip: %+v %v, want %+v", gotAl, err, al)
+	}
+	al.Count = maxAllot + 1
+	if _, err := DecodeCall(AppendCall(nil, &al)); err == nil {
+		t.Fatalf("an allot of %d admissions decoded; at most %d", al.Count, maxAllot)
+	}
 	if _, err := DecodeCall([]byte{byte(OpAcquire)}); err == nil {
 		t.Fatal("truncated call decoded")
 	}
@@ -63,6 +71,7 @@ func TestCallRoundTrip(t *testing.T) {
 
 func FuzzDecodeCall(f *testing.F) {
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{PromptTokens: 5}}))
+	f.Add(AppendCall(nil, &Call{Op: OpAllot, Key: "p:a", Count: 7, Req: limiter.Request{Reserve: 20}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCall(b)

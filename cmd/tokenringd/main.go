@@ -288,6 +288,7 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 		Logger:          log,
 		Secrets:         clusterSecrets(cfg),
 		MaxKeys:         cfg.MaxKeys,
+		HotKeyRate:      hotKeyRate(cfg.HotKeyRate),
 		MaxFrame:        cfg.Peer.MaxFrameBytes,
 		MaxPeerConns:    cfg.Peer.MaxConns,
 	})
@@ -506,4 +507,13 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port in %q", addr)
 	}
 	return host, p, nil
+}
+
+// hotKeyRate is the node's HotKeyRate for the config's hot_key_rate, where
+// 0 turns slices off.
+func hotKeyRate(perSecond int) int {
+	if perSecond == 0 {
+		return -1
+	}
+	return perSecond
 }

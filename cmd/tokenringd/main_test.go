@@ -320,3 +320,11 @@ func TestReadyWithUnreachableRedis(t *testing.T) {
 		t.Errorf("last line %q, want stopped:\n%s", last, out)
 	}
 }
+
+func TestHotKeyRateZeroTurnsSlicesOff(t *testing.T) {
+	for in, want := range map[int]int{0: -1, 1: 1, 500: 500} {
+		if got := hotKeyRate(in); got != want {
+			t.Errorf("hotKeyRate(%d) = %d, want %d (node: negative is off)", in, got, want)
+		}
+	}
+}
