@@ -513,3 +513,31 @@ func TestChargeSteps(t *testing.T) {
 		{11 * sec, Request{Reserve: 1}, true, None, 0},
 	})
 }
+
+// BucketEnd is when the bucket admissions go to ends: an admission until
+// then leaves the window with it; one at BucketEnd goes to the next bucket.
+// A clock read earlier than the latest seen does not move it back.
+func TestBucketEnd(t *testing.T) {
+	l := Limits{Requests: 100, Window: time.Minute} // 60 buckets of 1 s
+	t0 := time.Unix(1_000_000, 250_000_000)
+	b := NewBudget(l, nil, t0)
+	end := b.BucketEnd()
+	if want := time.Unix(1_000_001, 0); !end.Equal(want) {
+		t.Fatalf("BucketEnd at %v = %v, want %v", t0, end, want)
+	}
+	b.Acquire(end.Add(-time.Nanosecond), Request{PromptTokens: 1, MaxTokens: 1})
+	if !b.BucketEnd().Equal(end) {
+		t.Fatalf("an admission inside the bucket moved its end to %v", b.BucketEnd())
+	}
+	// The admission leaves the window at end + Window, not a bucket later.
+	if got := b.Status(end.Add(time.Minute - time.Nanosecond)).Requests.Remaining; got != 99 {
+		t.Fatalf("just before end+Window: %d requests left, want 99", got)
+	}
+	if got := b.Status(end.Add(time.Minute)).Requests.Remaining; got != 100 {
+		t.Fatalf("at end+Window: %d requests left, want 100", got)
+	}
+	latest := b.BucketEnd() // the latest time seen: end + Window
+	if b.Status(t0); !b.BucketEnd().Equal(latest) {
+		t.Fatalf("a clock read behind the latest moved BucketEnd from %v to %v", latest, b.BucketEnd())
+	}
+}

@@ -165,3 +165,36 @@ func BenchmarkPeerSecrets(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 1, noReplication) })
 	b.Run("secret", func(b *testing.B) { benchDecisions(b, BatchConfig{}, 1, noReplication, withSecrets(secretNew)) })
 }
+
+// BenchmarkHotKey sends one key's acquires (1,000 a second would make it
+// hot; these come as fast as they can) through a node that is not its
+// owner: forwarded one by one with slices off, served from the slices its
+// owner allots with them on (the default). Each op is one acquire.
+func BenchmarkHotKey(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		rate int
+	}{{"slices-off", -1}, {"slices-on", DefaultHotKeyRate}} {
+		b.Run(bc.name, func(b *testing.B) {
+			limits := func(string) limiter.Limits {
+				return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
+			}
+			c := newCluster(b, 2, limits, BatchConfig{}, noReplication, func(cfg *Config) { cfg.HotKeyRate = bc.rate })
+			key := c.keyOwnedBy(b, 0)
+			nd := c.nodes[1]
+			ctx := context.Background()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}})
+					if err != nil || !a.Decision.Allowed {
+						b.Fatalf("acquire: %+v %v", a, err)
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(nd.stats.allotted.Load())/float64(b.N), "from-slices/op")
+		})
+	}
+}
