@@ -35,6 +35,8 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,19 +98,37 @@ type hotKey struct {
 	lastActive time.Time
 }
 
-// allotments is a node's slices, by key. Its methods take the time.
+// allotments is a node's slices, by key, in shards so that the acquires
+// of different keys do not contend. Its methods take the time.
 type allotments struct {
-	rate int // forwarded acquires a second that make a key hot
+	rate   int // forwarded acquires a second that make a key hot
+	seed   maphash.Seed
+	shards [16]allotShard
+}
+
+type allotShard struct {
 	mu   sync.Mutex
 	keys map[string]*hotKey
 }
 
-// maxHotKeys bounds the keys watched for heat; a key beyond it is
-// forwarded as usual until the watch is swept.
-const maxHotKeys = 4096
+// maxHotKeys bounds the keys a shard watches for heat; a key beyond it is
+// forwarded as usual until the sweep makes room (a key that is not hot is
+// dropped a second after its count started).
+const maxHotKeys = 256
 
 func newAllotments(rate int) *allotments {
-	return &allotments{rate: rate, keys: make(map[string]*hotKey)}
+	al := &allotments{rate: rate, seed: maphash.MakeSeed()}
+	for i := range al.shards {
+		al.shards[i].keys = make(map[string]*hotKey)
+	}
+	return al
+}
+
+// shard returns key's shard, locked; the caller unlocks it.
+func (al *allotments) shard(key string) *allotShard {
+	sh := &al.shards[maphash.String(al.seed, key)%uint64(len(al.shards))]
+	sh.mu.Lock()
+	return sh
 }
 
 // requestBound is an upper bound of the tokens the owner would reserve for
@@ -129,9 +149,9 @@ func requestBound(r limiter.Request) (int64, bool) {
 // when a new slice should be asked for.
 func (al *allotments) take(c *Call, now time.Time) (a Answer, ok bool, expired []uint64, ask bool) {
 	tokens, bounded := requestBound(c.Req)
-	al.mu.Lock()
-	defer al.mu.Unlock()
-	k := al.keys[c.Key]
+	sh := al.shard(c.Key)
+	defer sh.mu.Unlock()
+	k := sh.keys[c.Key]
 	if k == nil {
 		return Answer{}, false, nil, false
 	}
@@ -153,15 +173,15 @@ func (al *allotments) take(c *Call, now time.Time) (a Answer, ok bool, expired [
 // forwarded counts acquire c, which was forwarded, at now and reports
 // whether a slice should be asked for.
 func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
-	al.mu.Lock()
-	defer al.mu.Unlock()
-	k := al.keys[c.Key]
+	sh := al.shard(c.Key)
+	defer sh.mu.Unlock()
+	k := sh.keys[c.Key]
 	if k == nil {
-		if len(al.keys) >= maxHotKeys {
+		if len(sh.keys) >= maxHotKeys {
 			return false
 		}
 		k = &hotKey{since: now, counting: now}
-		al.keys[c.Key] = k
+		sh.keys[c.Key] = k
 	}
 	k.lastActive = now
 	elapsed := now.Sub(k.counting)
@@ -216,9 +236,9 @@ func (k *hotKey) dropExpired(now time.Time) (ids []uint64) {
 // seen since the last ask, per second, and the token bound; it resets
 // those counts.
 func (al *allotments) ask(key string, now time.Time) Call {
-	al.mu.Lock()
-	defer al.mu.Unlock()
-	k := al.keys[key]
+	sh := al.shard(key)
+	defer sh.mu.Unlock()
+	k := sh.keys[key]
 	elapsed := max(now.Sub(k.since), 100*time.Millisecond)
 	perSecond := float64(k.uses) / elapsed.Seconds()
 	c := Call{Op: OpAllot, Key: key, Count: uint32(min(maxAllot, max(1, perSecond))), Req: limiter.Request{Reserve: max(1, k.maxTokens)}}
@@ -229,9 +249,9 @@ func (al *allotments) ask(key string, now time.Time) Call {
 // granted installs the owner's answer to an ask sent at sent (this node's
 // clock); a failed ask (err) just ends the ask.
 func (al *allotments) granted(key string, sent time.Time, reserve int64, a Answer, err error) {
-	al.mu.Lock()
-	defer al.mu.Unlock()
-	k := al.keys[key]
+	sh := al.shard(key)
+	defer sh.mu.Unlock()
+	k := sh.keys[key]
 	k.asking = false
 	if err != nil || !a.OK {
 		return
@@ -244,19 +264,24 @@ func (al *allotments) granted(key string, sent time.Time, reserve int64, a Answe
 	k.slices = append(k.slices, s)
 }
 
-// sweep drops the keys not used since before idle, returning the
-// admissions their slices still held, by key.
+// sweep returns the admissions of slices past their deadline at now, by
+// key, and drops the keys that hold no slice and are not hot (their count
+// is over a second old) or were not used since before idle.
 func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint64 {
-	al.mu.Lock()
-	defer al.mu.Unlock()
 	out := map[string][]uint64{}
-	for key, k := range al.keys {
-		if ids := k.dropExpired(now); len(ids) > 0 {
-			out[key] = ids
+	for i := range al.shards {
+		sh := &al.shards[i]
+		sh.mu.Lock()
+		for key, k := range sh.keys {
+			if ids := k.dropExpired(now); len(ids) > 0 {
+				out[key] = ids
+			}
+			cold := now.Sub(k.counting) > time.Second || now.Sub(k.lastActive) > idle
+			if len(k.slices) == 0 && !k.asking && cold {
+				delete(sh.keys, key)
+			}
 		}
-		if len(k.slices) == 0 && !k.asking && now.Sub(k.lastActive) > idle {
-			delete(al.keys, key)
-		}
+		sh.mu.Unlock()
 	}
 	return out
 }
@@ -382,7 +407,7 @@ func (n *Node) askSlice(key string) {
 	if err == nil && a.Owner == n.cfg.Name {
 		// This node became the owner meanwhile: it decides for the key
 		// itself. Give the admissions back.
-		if _, ids, derr := decodeGrant(a.State); derr == nil {
+		if _, ids, derr := decodeGrant(a.State); derr == nil && len(ids) > 0 {
 			n.cancelAdmissions(key, ids)
 		}
 		err = ErrClosed
@@ -391,14 +416,18 @@ func (n *Node) askSlice(key string) {
 }
 
 // cancelAdmissions gives admissions of key that were allotted but not
-// handed out back to its owner.
+// handed out back to its owner, in OpReturns of at most maxAllot.
 func (n *Node) cancelAdmissions(key string, ids []uint64) {
-	for _, id := range ids {
+	for chunk := range slices.Chunk(ids, maxAllot) {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
-		a, err := n.Do(ctx, &Call{Op: OpCancel, Key: key, Lease: id})
+		a, err := n.Do(ctx, &Call{Op: OpReturn, Key: key, State: appendGrant(nil, 0, chunk)})
 		cancel()
-		if err == nil && a.OK {
-			n.stats.allotReturned.Add(1)
+		if err != nil {
+			n.log.Warn("allotted admissions not given back: charged until their bucket leaves the window", "key", key, "admissions", len(chunk), "err", err)
+			continue
+		}
+		if _, cancelled, err := decodeGrant(a.State); err == nil {
+			n.stats.allotReturned.Add(int64(len(cancelled)))
 		}
 	}
 }

@@ -28,10 +28,11 @@ const (
 	OpTransfer                // ownership transfer: State carries one encoded transfer message (transfer.go)
 	OpCharge                  // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
 	OpAllot                   // admit Count requests at once for a forwarder to hand out (allot.go): a hot key's slice
+	OpReturn                  // cancel allotted admissions not handed out (State: their lease ids, appendGrant)
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return"}
 
 func (o Op) String() string {
 	if o < opMax {

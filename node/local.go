@@ -133,6 +133,23 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 			a.Decision.Status = b.Status(now)
 		})
 		return a, nil, nil
+	case OpReturn:
+		_, ids, err := decodeGrant(c.State)
+		if err != nil {
+			return a, nil, fmt.Errorf("call %s on %q: %w", c.Op, c.Key, err)
+		}
+		var cancelled []uint64
+		l.changeLocked(c.Key, func(now time.Time, b *limiter.Budget) bool {
+			for _, id := range ids {
+				if b.Cancel(now, id) {
+					cancelled = append(cancelled, id)
+				}
+			}
+			a.Decision.Status = b.Status(now)
+			return len(cancelled) > 0
+		})
+		a.OK, a.State = true, appendGrant(nil, 0, cancelled) // the ones it found
+		return a, nil, nil
 	case OpAllot:
 		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
 			a.Decision = l.tableFull()
