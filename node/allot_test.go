@@ -251,3 +251,90 @@ func FuzzDecodeGrant(f *testing.F) {
 		}
 	})
 }
+
+// A simulation of the conservation rule, against the real limiter: one
+// owner's Budget, three holders with their slices, one clock. Requests
+// arrive at random holders at random times; a holder serves one from a
+// slice when it can, else "forwards" it (an Acquire at the owner) and asks
+// for a slice when the key is hot; sweeps give expired slices back.
+// Checked throughout: in every interval of one window, the requests
+// admitted (from slices or by the owner, at the time each arrived) never
+// exceed the limit; and at the end, with every slice expired and swept,
+// the owner counts exactly the admissions handed out.
+func TestAllotmentConservationSim(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const limit, window = 40, 10 * time.Second // 60 buckets of 1/6 s
+		now := time.Unix(5000, 0)
+		owner := limiter.NewBudget(limiter.Limits{Requests: limit, Window: window, Concurrency: 1 << 20, Tokens: 1 << 40, LeaseTTL: 24 * time.Hour}, nil, now)
+		holders := []*allotments{newAllotments(5), newAllotments(5), newAllotments(5)}
+		var arrivals []time.Time // of every admission handed out or made
+		give := func(ids []uint64) {
+			for _, id := range ids {
+				if !owner.Cancel(now, id) {
+					t.Fatalf("admission %d given back but unknown at the owner", id)
+				}
+			}
+		}
+		req := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
+		for range rapid.IntRange(1, 400).Draw(t, "steps") {
+			switch rapid.IntRange(0, 9).Draw(t, "what") {
+			case 0, 1, 2: // time passes
+				now = now.Add(time.Duration(rapid.IntRange(1, 400).Draw(t, "ms")) * time.Millisecond)
+			case 3: // a sweep at one holder
+				for _, ids := range holders[rapid.IntRange(0, 2).Draw(t, "h")].sweep(now, time.Minute) {
+					give(ids)
+				}
+			default: // a request at one holder
+				al := holders[rapid.IntRange(0, 2).Draw(t, "h")]
+				_, ok, expired, ask := al.take(req, now)
+				give(expired)
+				if !ok {
+					if d := owner.Acquire(now, req.Req); d.Allowed {
+						ok = true
+					}
+					ask = al.forwarded(req, now)
+				}
+				if ok {
+					arrivals = append(arrivals, now)
+				}
+				if ask {
+					c := al.ask("k", now)
+					a := allot(owner, now, &c)
+					a.Owner = "owner"
+					al.granted("k", now, c.Req.Reserve, a, nil)
+				}
+			}
+			checkWindow(t, arrivals, window, limit)
+		}
+		now = now.Add(window) // every slice past its deadline
+		for _, al := range holders {
+			for _, ids := range al.sweep(now, time.Hour) {
+				give(ids)
+			}
+		}
+		// Nothing completes here and leases outlive the run: the owner
+		// holds one lease per admission handed out or made, and no other.
+		if held := owner.Status(now).Concurrency.Limit - owner.Status(now).Concurrency.Remaining; held != int64(len(arrivals)) {
+			t.Fatalf("the owner holds %d leases for %d admissions: allotted ones were lost or handed out twice", held, len(arrivals))
+		}
+	})
+}
+
+// checkWindow fails t if more than limit of arrivals lie in one interval
+// of length window.
+func checkWindow(t *rapid.T, arrivals []time.Time, window time.Duration, limit int) {
+	last := arrivals
+	if len(last) == 0 {
+		return
+	}
+	end := last[len(last)-1]
+	n := 0
+	for _, at := range last {
+		if end.Sub(at) < window {
+			n++
+		}
+	}
+	if n > limit {
+		t.Fatalf("%d admissions in the window ending %v, limit %d", n, end, limit)
+	}
+}
