@@ -51,7 +51,8 @@ type slice struct {
 	ids      []uint64 // admissions not handed out, handed out from the end
 	reserve  int64    // tokens each reserves
 	granted  int      // how many the owner made
-	owner    string
+	owner    string         // the owner's name
+	addr     string         // the owner's peer address: the slice serves only while the key is forwarded there
 	status   limiter.Status // the key's status at the owner once it made them
 	deadline time.Time      // this node's clock; nothing is handed out at or after it
 }
@@ -144,10 +145,11 @@ func requestBound(r limiter.Request) (int64, bool) {
 	return 0, false
 }
 
-// take serves acquire c from a slice of its key, at now. expired returns
-// the admissions of slices past their deadline, to cancel; ask is true
-// when a new slice should be asked for.
-func (al *allotments) take(c *Call, now time.Time) (a Answer, ok bool, expired []uint64, ask bool) {
+// take serves acquire c from a slice of its key, at now, while the key is
+// forwarded to addr. expired returns the admissions of slices past their
+// deadline or of another owner, to give back; ask is true when a new slice
+// should be asked for.
+func (al *allotments) take(c *Call, now time.Time, addr string) (a Answer, ok bool, expired []uint64, ask bool) {
 	tokens, bounded := requestBound(c.Req)
 	sh := al.shard(c.Key)
 	defer sh.mu.Unlock()
@@ -156,7 +158,7 @@ func (al *allotments) take(c *Call, now time.Time) (a Answer, ok bool, expired [
 		return Answer{}, false, nil, false
 	}
 	k.lastActive = now
-	expired = k.dropExpired(now)
+	expired = k.dropExpired(now, addr)
 	if bounded {
 		k.maxTokens = max(k.maxTokens, tokens)
 		for _, s := range k.slices {
@@ -216,12 +218,13 @@ func (k *hotKey) wantsMore() bool {
 	return true
 }
 
-// dropExpired removes the slices past their deadline at now and returns
-// their admissions not handed out.
-func (k *hotKey) dropExpired(now time.Time) (ids []uint64) {
+// dropExpired removes the slices past their deadline at now, or (addr
+// not empty) of an owner at another address than addr, and returns their
+// admissions not handed out.
+func (k *hotKey) dropExpired(now time.Time, addr string) (ids []uint64) {
 	kept := k.slices[:0]
 	for _, s := range k.slices {
-		if now.Before(s.deadline) {
+		if now.Before(s.deadline) && (addr == "" || s.addr == addr) {
 			kept = append(kept, s)
 			continue
 		}
@@ -246,9 +249,9 @@ func (al *allotments) ask(key string, now time.Time) Call {
 	return c
 }
 
-// granted installs the owner's answer to an ask sent at sent (this node's
-// clock); a failed ask (err) just ends the ask.
-func (al *allotments) granted(key string, sent time.Time, reserve int64, a Answer, err error) {
+// granted installs the answer of the owner at addr to an ask sent at sent
+// (this node's clock); a failed ask (err) just ends the ask.
+func (al *allotments) granted(key, addr string, sent time.Time, reserve int64, a Answer, err error) {
 	sh := al.shard(key)
 	defer sh.mu.Unlock()
 	k := sh.keys[key]
@@ -260,7 +263,7 @@ func (al *allotments) granted(key string, sent time.Time, reserve int64, a Answe
 	if derr != nil || len(ids) == 0 {
 		return
 	}
-	s := &slice{ids: ids, reserve: reserve, granted: len(ids), owner: a.Owner, status: a.Decision.Status, deadline: sent.Add(validFor)}
+	s := &slice{ids: ids, reserve: reserve, granted: len(ids), owner: a.Owner, addr: addr, status: a.Decision.Status, deadline: sent.Add(validFor)}
 	k.slices = append(k.slices, s)
 }
 
@@ -273,7 +276,7 @@ func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint
 		sh := &al.shards[i]
 		sh.mu.Lock()
 		for key, k := range sh.keys {
-			if ids := k.dropExpired(now); len(ids) > 0 {
+			if ids := k.dropExpired(now, ""); len(ids) > 0 {
 				out[key] = ids
 			}
 			cold := now.Sub(k.counting) > time.Second || now.Sub(k.lastActive) > idle
@@ -350,36 +353,34 @@ func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 	return a
 }
 
-// allotted serves acquire c from a slice of its key, when it can, and
-// otherwise forwards it with forward; either way it keeps the key's
-// slices: asks the owner for one when the key is hot, cancels the
-// admissions of expired ones.
-func (n *Node) allotted(c *Call, forward func() (Answer, error)) (Answer, error) {
+// allotted serves acquire c, which this node forwards to addr, from a
+// slice of its key when it can, and otherwise forwards it with forward;
+// either way it keeps the key's slices: asks the owner for one when the
+// key is hot, gives back the admissions of expired ones. A slice serves
+// only while the owner is reachable: once its connection is down (a
+// crash), the owner's admissions are left alone and the call is forwarded
+// (and falls back) like any other.
+func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (Answer, error) {
 	al := n.allot
-	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 {
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || !n.peer(addr).up() {
 		return forward()
 	}
 	now := n.cfg.Now()
-	a, ok, expired, ask := al.take(c, now)
+	a, ok, expired, ask := al.take(c, now, addr)
 	if len(expired) > 0 {
 		n.background(func() { n.cancelAdmissions(c.Key, expired) })
 	}
-	if ok {
-		n.stats.allotted.Add(1)
-	} else {
-		a, err := forward()
-		if err != nil {
+	if !ok {
+		var err error
+		if a, err = forward(); err != nil {
 			return a, err
 		}
 		ask = al.forwarded(c, now)
-		if !ask {
-			return a, nil
-		}
-		n.background(func() { n.askSlice(c.Key) })
-		return a, nil
+	} else {
+		n.stats.allotted.Add(1)
 	}
 	if ask {
-		n.background(func() { n.askSlice(c.Key) })
+		n.background(func() { n.askSlice(c.Key, addr) })
 	}
 	return a, nil
 }
@@ -397,8 +398,8 @@ func (n *Node) background(fn func()) {
 	n.wg.Go(fn)
 }
 
-// askSlice asks key's owner for a slice and installs it.
-func (n *Node) askSlice(key string) {
+// askSlice asks key's owner, at addr, for a slice and installs it.
+func (n *Node) askSlice(key, addr string) {
 	sent := n.cfg.Now()
 	c := n.allot.ask(key, sent)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
@@ -412,7 +413,7 @@ func (n *Node) askSlice(key string) {
 		}
 		err = ErrClosed
 	}
-	n.allot.granted(key, sent, c.Req.Reserve, a, err)
+	n.allot.granted(key, addr, sent, c.Req.Reserve, a, err)
 }
 
 // cancelAdmissions gives admissions of key that were allotted but not

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -193,10 +194,10 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 					outstanding[ids[i]] = now.Add(valid)
 				}
 				a := Answer{OK: n > 0, Owner: "owner", State: appendGrant(nil, valid, ids)}
-				al.granted(key, now, 8, a, nil)
+				al.granted(key, "owner", now, 8, a, nil)
 			case 1: // a request
 				tokens := int64(rapid.IntRange(1, 10).Draw(t, "tokens"))
-				a, ok, expired, _ := al.take(call(tokens), now)
+				a, ok, expired, _ := al.take(call(tokens), now, "owner")
 				returned(expired)
 				if ok {
 					id := a.Decision.Lease
@@ -286,7 +287,7 @@ func TestAllotmentConservationSim(t *testing.T) {
 				}
 			default: // a request at one holder
 				al := holders[rapid.IntRange(0, 2).Draw(t, "h")]
-				_, ok, expired, ask := al.take(req, now)
+				_, ok, expired, ask := al.take(req, now, "owner")
 				give(expired)
 				if !ok {
 					if d := owner.Acquire(now, req.Req); d.Allowed {
@@ -301,7 +302,7 @@ func TestAllotmentConservationSim(t *testing.T) {
 					c := al.ask("k", now)
 					a := allot(owner, now, &c)
 					a.Owner = "owner"
-					al.granted("k", now, c.Req.Reserve, a, nil)
+					al.granted("k", "owner", now, c.Req.Reserve, a, nil)
 				}
 			}
 			checkWindow(t, arrivals, window, limit)
@@ -336,5 +337,40 @@ func checkWindow(t *rapid.T, arrivals []time.Time, window time.Duration, limit i
 	}
 	if n > limit {
 		t.Fatalf("%d admissions in the window ending %v, limit %d", n, end, limit)
+	}
+}
+
+// A slice serves only while its owner is reachable: once the owner's
+// connection is down (it crashed), its admissions are left alone and the
+// acquire is forwarded, and fails over, like any other; the caller falls
+// back. (Served from the crashed owner's slice, an admission the owner had
+// not replicated yet would be counted nowhere.)
+func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20} }
+	c := newCluster(t, 2, limits, BatchConfig{}, hotAt(50), noReplication)
+	owner, holder := c.nodes[0], c.nodes[1]
+	key := c.keyOwnedBy(t, 0)
+	acquire := func() (Answer, error) {
+		return holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for holder.stats.allotted.Load() == 0 && time.Now().Before(deadline) {
+		if _, err := acquire(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if holder.stats.allotted.Load() == 0 {
+		t.Fatal("the holder never served from a slice")
+	}
+	owner.Close()
+	eventually(t, "the holder's connection to the owner down", func() bool { return !holder.peer(owner.PeerAddr()).up() })
+	served := holder.stats.allotted.Load()
+	a, err := acquire()
+	if !errors.Is(err, ErrPeerDown) {
+		t.Fatalf("acquire after the owner crashed: %+v, %v; want ErrPeerDown (the caller falls back)", a.Decision, err)
+	}
+	if got := holder.stats.allotted.Load(); got != served {
+		t.Fatalf("%d acquires served from the crashed owner's slice", got-served)
 	}
 }

@@ -320,7 +320,7 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 			fwd := *c
 			fwd.Hops++
 			fwd.Handed = h.handed
-			return n.allotted(c, func() (Answer, error) { return n.peer(h.addr).call(ctx, &fwd) })
+			return n.allotted(c, h.addr, func() (Answer, error) { return n.peer(h.addr).call(ctx, &fwd) })
 		}
 	}
 }

@@ -114,6 +114,13 @@ func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfi
 	return p
 }
 
+// up reports whether the client has a live connection to the peer.
+func (p *peerClient) up() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur != nil
+}
+
 // heardAt is when a frame last arrived from the peer.
 func (p *peerClient) heardAt() time.Time { return time.Unix(0, p.heard.Load()) }
 
