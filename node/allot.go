@@ -48,9 +48,9 @@ const maxAllot = 1000
 
 // slice is admissions an owner made in advance for this node to hand out.
 type slice struct {
-	ids      []uint64 // admissions not handed out, handed out from the end
-	reserve  int64    // tokens each reserves
-	granted  int      // how many the owner made
+	ids      []uint64       // admissions not handed out, handed out from the end
+	reserve  int64          // tokens each reserves
+	granted  int            // how many the owner made
 	owner    string         // the owner's name
 	addr     string         // the owner's peer address: the slice serves only while the key is forwarded there
 	status   limiter.Status // the key's status at the owner once it made them

@@ -346,7 +346,9 @@ func checkWindow(t *rapid.T, arrivals []time.Time, window time.Duration, limit i
 // back. (Served from the crashed owner's slice, an admission the owner had
 // not replicated yet would be counted nowhere.)
 func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20} }
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20}
+	}
 	c := newCluster(t, 2, limits, BatchConfig{}, hotAt(50), noReplication)
 	owner, holder := c.nodes[0], c.nodes[1]
 	key := c.keyOwnedBy(t, 0)
