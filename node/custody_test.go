@@ -148,4 +148,21 @@ func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
 	if n1.inline(&Call{Op: OpAcquire, Key: here, Hops: 1, Req: limiter.Request{Wait: time.Second}}) {
 		t.Fatal("an acquire that may wait inline")
 	}
+	// With sync replication a change waits for its backup's
+	// acknowledgement, which arrives on another connection, whose reader
+	// may itself be waiting on this one (the crash test's survivors
+	// declared each other down for ten seconds).
+	synced := newNodes(t, 2, tenRequests, func(c *Config) { c.ReplicationSync = true })
+	s1 := synced[0]
+	both = ringOf(t, synced...)
+	s1.SetRing(both)
+	synced[1].SetRing(both)
+	here = keysMoving(both, both, "n1", "n1", 1)[0]
+	if a, err := s1.Do(context.Background(), &Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
+		t.Fatalf("first acquire under sync replication: %+v %v", a, err)
+	}
+	s1.tr.Load().gates[both.Partition(here)].restore.Store(nil)
+	if s1.inline(call(here)) {
+		t.Fatal("a decision under sync replication inline")
+	}
 }

@@ -343,6 +343,8 @@ func (n *Node) inline(c *Call) bool {
 		return true
 	case c.Op == OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
 		return false
+	case n.cfg.ReplicationSync:
+		return false // a change is answered once its backup acknowledged it: a round trip on another connection
 	}
 	t := n.tr.Load()
 	if t == nil {
