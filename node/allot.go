@@ -68,9 +68,6 @@ func (s *slice) take(now time.Time, tokens int64) (id uint64, ok bool) {
 	return id, true
 }
 
-// low reports whether less than a fifth of the slice is left.
-func (s *slice) low() bool { return len(s.ids)*5 < s.granted }
-
 // decision is the answer for one admission handed out: the owner's
 // status when the slice was made, with what is left of the slice counted
 // as still available (it is, to this node's callers).
@@ -89,11 +86,11 @@ func (s *slice) decision(id uint64) limiter.Decision {
 
 // hotKey is what this node knows of one key it forwards for.
 type hotKey struct {
-	slices     []*slice // by deadline; at most two (the current bucket's, the next's)
-	asking     bool     // an OpAllot is under way
-	maxTokens  int64    // the largest token bound of a request since the last ask
-	uses       int      // acquires for the key since the last ask
-	since      time.Time
+	slices     []*slice  // in the order granted: usually the current bucket's and the next's
+	asking     bool      // an OpAllot is under way
+	maxTokens  int64     // the largest token bound of a request since the last ask
+	uses       int       // acquires for the key since the last ask
+	since      time.Time // the last ask (or the first forward)
 	forwarded  int       // forwarded acquires since counting
 	counting   time.Time // start of the period forwarded counts (at most a second)
 	lastActive time.Time
