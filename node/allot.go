@@ -40,6 +40,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tokenring/tokenring/limiter"
 )
 
@@ -444,5 +446,17 @@ const allotIdle = 10 * time.Second
 func (n *Node) sweepAllotments() {
 	for key, ids := range n.allot.sweep(n.cfg.Now(), allotIdle) {
 		n.cancelAdmissions(key, ids)
+	}
+}
+
+// allotCollectors are the slices' metrics.
+func (n *Node) allotCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allotted_total", Help: "Acquires of hot keys this node admitted from slices their owners allotted it, without a forward.",
+		}, func() float64 { return float64(n.stats.allotted.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allot_returned_total", Help: "Allotted admissions this node did not hand out before their bucket ended, cancelled at their owner.",
+		}, func() float64 { return float64(n.stats.allotReturned.Load()) }),
 	}
 }

@@ -133,29 +133,9 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 			a.Decision.Status = b.Status(now)
 		})
 		return a, nil, nil
-	case OpReturn:
-		_, ids, err := decodeGrant(c.State)
-		if err != nil {
-			return a, nil, fmt.Errorf("call %s on %q: %w", c.Op, c.Key, err)
-		}
-		var cancelled []uint64
-		l.changeLocked(c.Key, func(now time.Time, b *limiter.Budget) bool {
-			for _, id := range ids {
-				if b.Cancel(now, id) {
-					cancelled = append(cancelled, id)
-				}
-			}
-			a.Decision.Status = b.Status(now)
-			return len(cancelled) > 0
-		})
-		a.OK, a.State = true, appendGrant(nil, 0, cancelled) // the ones it found
-		return a, nil, nil
-	case OpAllot:
-		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
-			a.Decision = l.tableFull()
-		}
-		a.Owner = l.name
-		return a, nil, nil
+	case OpAllot, OpReturn:
+		a, err := l.slices(c, now)
+		return a, nil, err
 	case OpStatus:
 		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a.Decision.Status = b.Status(now) }); err != nil {
 			a.Decision = l.tableFull()
@@ -337,4 +317,33 @@ func (l *local) close() {
 		t.Stop()
 		delete(l.timers, k)
 	}
+}
+
+// slices runs OpAllot (admissions made in advance for a forwarder to hand
+// out, allot.go) and OpReturn (those it did not hand out, cancelled).
+func (l *local) slices(c *Call, now time.Time) (Answer, error) {
+	a := Answer{Owner: l.name}
+	if c.Op == OpAllot {
+		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
+			a.Decision = l.tableFull()
+		}
+		a.Owner = l.name
+		return a, nil
+	}
+	_, ids, err := decodeGrant(c.State)
+	if err != nil {
+		return a, fmt.Errorf("call %s on %q: %w", c.Op, c.Key, err)
+	}
+	var cancelled []uint64
+	l.changeLocked(c.Key, func(now time.Time, b *limiter.Budget) bool {
+		for _, id := range ids {
+			if b.Cancel(now, id) {
+				cancelled = append(cancelled, id)
+			}
+		}
+		a.Decision.Status = b.Status(now)
+		return len(cancelled) > 0
+	})
+	a.OK, a.State = true, appendGrant(nil, 0, cancelled) // the ones it found
+	return a, nil
 }

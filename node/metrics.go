@@ -9,7 +9,7 @@ import (
 // Collectors returns the node's Prometheus collectors, for the caller to
 // register (nothing is registered globally).
 func (n *Node) Collectors() []prometheus.Collector {
-	return append(n.peerCollectors(), []prometheus.Collector{
+	return append(append(n.peerCollectors(), n.allotCollectors()...), []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_keys", Help: "Keys whose limiter state this node holds.",
 		}, func() float64 { return float64(n.table.Len()) }),
@@ -60,12 +60,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
 		}, func() float64 { return float64(n.stats.replicated.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tokenring_allotted_total", Help: "Acquires of hot keys this node admitted from slices their owners allotted it, without a forward.",
-		}, func() float64 { return float64(n.stats.allotted.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tokenring_allot_returned_total", Help: "Allotted admissions this node did not hand out before their bucket ended, cancelled at their owner.",
-		}, func() float64 { return float64(n.stats.allotReturned.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
 		}, func() float64 { return float64(n.stats.restored.Load()) }),
