@@ -16,149 +16,26 @@ import (
 	"encoding/json"
 	"reflect"
 	"strconv"
+
+	"github.com/tokenring/tokenring/internal/jsonscan"
 )
 
-// jsonScanner reads one flat JSON object from b. Its methods report false
-// for anything outside the subset it knows; the caller then falls back.
-type jsonScanner struct {
-	b []byte
-	i int
-}
-
-func (s *jsonScanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// byte consumes c, after white space.
-func (s *jsonScanner) byte(c byte) bool {
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// peek returns the next byte after white space, 0 at the end.
-func (s *jsonScanner) peek() byte {
-	s.space()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-// raw reads a string of printable ASCII without escapes (what encoding/json
-// decodes to the same bytes) and returns its bytes, in place.
-func (s *jsonScanner) raw() ([]byte, bool) {
-	if !s.byte('"') {
-		return nil, false
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return nil, false
-		}
-		s.i++
-	}
-	return nil, false
-}
-
-// int reads an integer as encoding/json decodes it into an int64: no
-// leading zero, at most 18 digits (so never out of range). A fraction or an
-// exponent after it is not a ',' or '}': the object fails there.
-func (s *jsonScanner) int() (int64, bool) {
-	s.space()
-	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		s.i++
-	}
-	digits := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-	}
-	n := s.i - digits
-	if n == 0 || n > 18 || (n > 1 && s.b[digits] == '0') {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
-	return v, err == nil
-}
-
-// object reads {"key": value, ...}, calling field for each key, which reads
-// the value. A repeated key, or more than maxFastKeys, is refused
-// (encoding/json merges repeated keys).
-func (s *jsonScanner) object(field func(key []byte) bool) bool {
-	if !s.byte('{') {
-		return false
-	}
-	if s.byte('}') {
-		return true
-	}
-	var seen [maxFastKeys][]byte
-	for n := 0; ; n++ {
-		key, ok := s.raw()
-		if !ok || n == maxFastKeys || !s.byte(':') {
-			return false
-		}
-		for _, k := range seen[:n] {
-			if string(k) == string(key) {
-				return false
-			}
-		}
-		seen[n] = key
-		if !field(key) {
-			return false
-		}
-		if s.byte('}') {
-			return true
-		}
-		if !s.byte(',') {
-			return false
-		}
-	}
-}
-
-// maxFastKeys bounds the keys of an object the fast path reads: more than
-// the decision API's objects have.
-const maxFastKeys = 8
-
-// end reports whether only white space is left.
-func (s *jsonScanner) end() bool {
-	s.space()
-	return s.i == len(s.b)
-}
-
-// int64Field reads an integer into *dst.
-func (s *jsonScanner) int64Field(dst *int64) bool {
-	v, ok := s.int()
+// fields are the fast path's readers of one value into a field.
+func int64Field(s *jsonscan.Scanner, dst *int64) bool {
+	v, ok := s.Int()
 	*dst = v
 	return ok
 }
 
-// ptrField reads an integer into a new *dst.
-func (s *jsonScanner) ptrField(dst **int64) bool {
-	v, ok := s.int()
+func ptrField(s *jsonscan.Scanner, dst **int64) bool {
+	v, ok := s.Int()
 	*dst = &v
 	return ok
 }
 
-// strField reads a string into *dst.
-func (s *jsonScanner) strField(dst *string) bool {
-	v, ok := s.raw()
-	*dst = string(v)
+func strField(s *jsonscan.Scanner, dst *string) bool {
+	v, ok := s.String()
+	*dst = v
 	return ok
 }
 
@@ -166,74 +43,75 @@ func (s *jsonScanner) strField(dst *string) bool {
 // *batchAcquire, *batchLease or *batchRequest) and reports whether it
 // could; false leaves v zero, for encoding/json.
 func decodeFast(body []byte, v any) (ok bool) {
-	s := &jsonScanner{b: body}
+	sc := jsonscan.New(body)
+	s := &sc
 	switch in := v.(type) {
 	case *acquireRequest:
-		ok = s.object(func(key []byte) bool { return s.acquireField(key, in) })
+		ok = s.Object(func(key []byte) bool { return acquireField(s, key, in) })
 	case *completeRequest:
-		ok = s.object(func(key []byte) bool { return s.leaseField(key, in) })
+		ok = s.Object(func(key []byte) bool { return leaseField(s, key, in) })
 	case *batchAcquire:
-		ok = s.object(func(key []byte) bool {
+		ok = s.Object(func(key []byte) bool {
 			if string(key) == "op" {
-				return s.strField(&in.Op)
+				return strField(s, &in.Op)
 			}
-			return s.acquireField(key, &in.acquireRequest)
+			return acquireField(s, key, &in.acquireRequest)
 		})
 	case *batchLease:
-		ok = s.object(func(key []byte) bool {
+		ok = s.Object(func(key []byte) bool {
 			if string(key) == "op" {
-				return s.strField(&in.Op)
+				return strField(s, &in.Op)
 			}
-			return s.leaseField(key, &in.completeRequest)
+			return leaseField(s, key, &in.completeRequest)
 		})
 	case *batchRequest:
-		ok = s.batch(in)
+		ok = batchCalls(s, body, in)
 	}
-	if ok = ok && s.end(); !ok {
+	if ok = ok && s.End(); !ok {
 		reflect.ValueOf(v).Elem().SetZero()
 	}
 	return ok
 }
 
 // acquireField reads the value of an acquire's field key into in.
-func (s *jsonScanner) acquireField(key []byte, in *acquireRequest) bool {
+func acquireField(s *jsonscan.Scanner, key []byte, in *acquireRequest) bool {
 	switch string(key) {
 	case "tenant":
-		return s.strField(&in.Tenant)
+		return strField(s, &in.Tenant)
 	case "model":
-		return s.strField(&in.Model)
+		return strField(s, &in.Model)
 	case "prompt_tokens":
-		return s.ptrField(&in.PromptTokens)
+		return ptrField(s, &in.PromptTokens)
 	case "max_tokens":
-		return s.ptrField(&in.MaxTokens)
+		return ptrField(s, &in.MaxTokens)
 	case "priority":
-		return s.strField(&in.Priority)
+		return strField(s, &in.Priority)
 	case "wait_ms":
-		return s.int64Field(&in.WaitMS)
+		return int64Field(s, &in.WaitMS)
 	}
 	return false // prompt and messages (escapes, non-ASCII) are encoding/json's
 }
 
 // leaseField reads the value of a complete's or renew's field key into in.
-func (s *jsonScanner) leaseField(key []byte, in *completeRequest) bool {
+func leaseField(s *jsonscan.Scanner, key []byte, in *completeRequest) bool {
 	switch string(key) {
 	case "tenant":
-		return s.strField(&in.Tenant)
+		return strField(s, &in.Tenant)
 	case "lease":
-		return s.strField(&in.Lease)
+		return strField(s, &in.Lease)
 	case "usage":
-		if s.peek() != '{' {
+		if s.Peek() != '{' {
 			return false
 		}
 		in.Usage = new(usageJSON)
-		return s.object(func(key []byte) bool {
+		return s.Object(func(key []byte) bool {
 			switch string(key) {
 			case "prompt_tokens":
-				return s.int64Field(&in.Usage.PromptTokens)
+				return int64Field(s, &in.Usage.PromptTokens)
 			case "completion_tokens":
-				return s.int64Field(&in.Usage.CompletionTokens)
+				return int64Field(s, &in.Usage.CompletionTokens)
 			case "total_tokens":
-				return s.int64Field(&in.Usage.TotalTokens)
+				return int64Field(s, &in.Usage.TotalTokens)
 			}
 			return false
 		})
@@ -241,40 +119,32 @@ func (s *jsonScanner) leaseField(key []byte, in *completeRequest) bool {
 	return false
 }
 
-// batch reads {"calls": [call, ...]}, each call an object of the fast
-// path's subset (at most one nested object deep), kept raw for batchCall.
-// The raw calls are copied out of the scanned buffer, which is reused.
-func (s *jsonScanner) batch(in *batchRequest) bool {
-	var calls [][2]int // each call's bounds in s.b
-	ok := s.object(func(key []byte) bool {
-		if string(key) != "calls" || !s.byte('[') {
+// batchCalls reads {"calls": [call, ...]} from body, each call an object
+// of the fast path's subset (at most one nested object deep), kept raw for
+// batchCall. The raw calls are copied out of body, whose buffer is reused.
+func batchCalls(s *jsonscan.Scanner, body []byte, in *batchRequest) bool {
+	var calls [][2]int // each call's bounds in body
+	ok := s.Object(func(key []byte) bool {
+		if string(key) != "calls" || s.Peek() != '[' {
 			return false
 		}
-		if s.byte(']') {
-			calls = [][2]int{} // an empty array, not null
-			return true
-		}
-		for {
-			s.space()
-			start := s.i
-			if !s.skipObject(2) {
+		calls = [][2]int{} // an empty array, not null
+		return s.Array(func() bool {
+			if s.Peek() != '{' {
 				return false
 			}
-			calls = append(calls, [2]int{start, s.i})
-			if s.byte(']') {
-				return true
-			}
-			if !s.byte(',') {
-				return false
-			}
-		}
+			start := s.Pos()
+			_, ok := s.Skip(2)
+			calls = append(calls, [2]int{start, s.Pos()})
+			return ok
+		})
 	})
 	if !ok || calls == nil {
 		return false // no "calls" (null) is encoding/json's to decode
 	}
 	var own []byte
 	if len(calls) > 0 {
-		own = append([]byte(nil), s.b[calls[0][0]:calls[len(calls)-1][1]]...)
+		own = append([]byte(nil), body[calls[0][0]:calls[len(calls)-1][1]]...)
 	}
 	in.Calls = make([]json.RawMessage, len(calls))
 	for i, c := range calls {
@@ -282,21 +152,6 @@ func (s *jsonScanner) batch(in *batchRequest) bool {
 		in.Calls[i] = own[c[0]-off : c[1]-off : c[1]-off]
 	}
 	return true
-}
-
-// skipObject reads an object of strings, integers and (depth > 1) objects.
-func (s *jsonScanner) skipObject(depth int) bool {
-	return s.object(func([]byte) bool {
-		switch c := s.peek(); {
-		case c == '"':
-			_, ok := s.raw()
-			return ok
-		case c == '{' && depth > 1:
-			return s.skipObject(depth - 1)
-		}
-		_, ok := s.int()
-		return ok
-	})
 }
 
 // jsonAppender is an answer that writes its own JSON: exactly what

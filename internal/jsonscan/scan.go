@@ -1,0 +1,198 @@
+// Package jsonscan reads the subset of JSON that the decision API's bodies
+// and answers use on the wire (objects of known keys, printable ASCII
+// strings without escapes, integers, booleans), without reflection. Every
+// method reports false for anything outside that subset, and the caller
+// hands the whole text to encoding/json instead: the subset is chosen so
+// that whatever it reads, encoding/json reads to the same values.
+package jsonscan
+
+import "strconv"
+
+// MaxKeys bounds the keys of one object: a repeated key must be found
+// (encoding/json merges repeated keys; the scanner refuses them).
+const MaxKeys = 16
+
+// Scanner reads JSON from a byte slice. The zero value reads nothing; use
+// New.
+type Scanner struct {
+	b []byte
+	i int
+}
+
+// New returns a Scanner of b.
+func New(b []byte) Scanner { return Scanner{b: b} }
+
+// Pos is the offset of the next byte to read.
+func (s *Scanner) Pos() int { return s.i }
+
+func (s *Scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// Byte consumes c, after white space.
+func (s *Scanner) Byte(c byte) bool {
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// Peek returns the next byte after white space, 0 at the end.
+func (s *Scanner) Peek() byte {
+	s.space()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// Raw reads a string of printable ASCII without escapes (which
+// encoding/json decodes to the same bytes) and returns its bytes, in place.
+func (s *Scanner) Raw() ([]byte, bool) {
+	if !s.Byte('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return s.b[start : s.i-1], true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// String reads a string as Raw does, as a string.
+func (s *Scanner) String() (string, bool) {
+	b, ok := s.Raw()
+	return string(b), ok
+}
+
+// Int reads an integer as encoding/json decodes it into an int64: no
+// leading zero, at most 18 digits (so never out of range). A fraction or
+// an exponent after it is not a ',', '}' or ']': the caller fails there.
+func (s *Scanner) Int() (int64, bool) {
+	s.space()
+	start := s.i
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	digits := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	n := s.i - digits
+	if n == 0 || n > 18 || (n > 1 && s.b[digits] == '0') {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
+	return v, err == nil
+}
+
+// Bool reads true or false.
+func (s *Scanner) Bool() (v, ok bool) {
+	s.space()
+	rest := s.b[s.i:]
+	switch {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
+		s.i += 4
+		return true, true
+	case len(rest) >= 5 && string(rest[:5]) == "false":
+		s.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+// Object reads {"key": value, ...}, calling field for each key, which
+// reads the value. A repeated key, or more than MaxKeys, is refused.
+func (s *Scanner) Object(field func(key []byte) bool) bool {
+	if !s.Byte('{') {
+		return false
+	}
+	if s.Byte('}') {
+		return true
+	}
+	var seen [MaxKeys][]byte
+	for n := 0; ; n++ {
+		key, ok := s.Raw()
+		if !ok || n == MaxKeys || !s.Byte(':') {
+			return false
+		}
+		for _, k := range seen[:n] {
+			if string(k) == string(key) {
+				return false
+			}
+		}
+		seen[n] = key
+		if !field(key) {
+			return false
+		}
+		if s.Byte('}') {
+			return true
+		}
+		if !s.Byte(',') {
+			return false
+		}
+	}
+}
+
+// Array reads [value, ...], calling elem for each value, which reads it.
+func (s *Scanner) Array(elem func() bool) bool {
+	if !s.Byte('[') {
+		return false
+	}
+	if s.Byte(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if s.Byte(']') {
+			return true
+		}
+		if !s.Byte(',') {
+			return false
+		}
+	}
+}
+
+// Skip reads one value of the subset (objects nested at most depth deep)
+// and returns its bytes, in place.
+func (s *Scanner) Skip(depth int) ([]byte, bool) {
+	s.space()
+	start := s.i
+	var ok bool
+	switch c := s.Peek(); {
+	case c == '"':
+		_, ok = s.Raw()
+	case c == '{' && depth > 0:
+		ok = s.Object(func([]byte) bool { _, ok := s.Skip(depth - 1); return ok })
+	case c == 't' || c == 'f':
+		_, ok = s.Bool()
+	default:
+		_, ok = s.Int()
+	}
+	return s.b[start:s.i], ok
+}
+
+// End reports whether only white space is left.
+func (s *Scanner) End() bool {
+	s.space()
+	return s.i == len(s.b)
+}
