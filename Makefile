@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./router/   # the fast JSON decoder against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's answer decoder against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/

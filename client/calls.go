@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -90,7 +89,7 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Decision, err
 			return Decision{}, res.err
 		}
 		var a answerWire
-		if err := json.Unmarshal(res.body, &a); err != nil {
+		if err := decodeAnswer(res.body, &a); err != nil {
 			return Decision{}, fmt.Errorf("tokenring acquire: decoding a %d answer: %w", res.status, err)
 		}
 		if res.status != http.StatusOK && res.status != http.StatusTooManyRequests {
@@ -130,7 +129,7 @@ func (c *Client) leaseOp(ctx context.Context, op string, w leaseWire) error {
 		return res.err
 	}
 	var a answerWire
-	if err := json.Unmarshal(res.body, &a); err != nil {
+	if err := decodeAnswer(res.body, &a); err != nil {
 		return fmt.Errorf("tokenring %s: decoding a %d answer: %w", op, res.status, err)
 	}
 	switch {
@@ -221,7 +220,7 @@ func (c *Client) Status(ctx context.Context, tenant string) (Limits, error) {
 		return Limits{}, fmt.Errorf("tokenring status %s: %w", tenant, res.err)
 	}
 	var a answerWire
-	if err := json.Unmarshal(res.body, &a); err != nil {
+	if err := decodeAnswer(res.body, &a); err != nil {
 		return Limits{}, fmt.Errorf("tokenring status %s: decoding a %d answer: %w", tenant, res.status, err)
 	}
 	if res.status != http.StatusOK {

@@ -30,8 +30,8 @@ type result struct {
 
 // pending is one queued call.
 type pending struct {
-	op   string // acquire, complete or renew: the single endpoint's name
-	body any    // acquireWire or leaseWire, with Op set
+	op   string       // acquire, complete or renew: the single endpoint's name
+	body bodyAppender // acquireWire or leaseWire, with Op set
 	done chan result
 	// state is 0 while the caller waits, then 1 once delivered, or 2 once
 	// the caller gave up (abandon); it moves once.
@@ -52,7 +52,7 @@ func (p *pending) deliver(r result) {
 		return
 	}
 	var a answerWire
-	if json.Unmarshal(r.body, &a) == nil && a.Allowed && a.Lease != "" {
+	if decodeAnswer(r.body, &a) == nil && a.Allowed && a.Lease != "" {
 		p.release(p.body.(acquireWire).Tenant, a.Lease)
 	}
 }
@@ -61,7 +61,7 @@ func (p *pending) deliver(r result) {
 func (p *pending) abandon() bool { return p.state.CompareAndSwap(0, 2) }
 
 // single is p's body for its single endpoint: without "op".
-func (p *pending) single() any {
+func (p *pending) single() bodyAppender {
 	switch b := p.body.(type) {
 	case acquireWire:
 		b.Op = ""
@@ -158,7 +158,7 @@ func (c *Client) send() {
 
 // batchWire is the body of POST /v1/batch.
 type batchWire struct {
-	Calls []any `json:"calls"`
+	Calls []bodyAppender `json:"calls"`
 }
 
 // slotWire is one result of /v1/batch.
@@ -172,7 +172,7 @@ type slotWire struct {
 // an answer other than 200 is every call's. A batch over the node's body
 // cap (413) is sent again as two halves.
 func (c *Client) sendBatch(calls []*pending) {
-	bodies := make([]any, len(calls))
+	bodies := make([]bodyAppender, len(calls))
 	for i, p := range calls {
 		bodies[i] = p.body
 	}
@@ -182,11 +182,9 @@ func (c *Client) sendBatch(calls []*pending) {
 		c.sendBatch(calls[len(calls)/2:])
 		return
 	}
-	var out struct {
-		Results []slotWire `json:"results"`
-	}
+	var out batchAnswer
 	if res.err == nil && res.status == http.StatusOK {
-		if err := json.Unmarshal(res.body, &out); err != nil || len(out.Results) != len(calls) {
+		if err := decodeBatch(res.body, &out); err != nil || len(out.Results) != len(calls) {
 			res = result{err: fmt.Errorf("tokenring batch: %d results for %d calls (%v)", len(out.Results), len(calls), err), written: true}
 		}
 	}
@@ -203,11 +201,8 @@ func (c *Client) sendBatch(calls []*pending) {
 }
 
 // post sends v as JSON to path on the Client's own context (ended by Close).
-func (c *Client) post(path string, v any) result {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return result{err: fmt.Errorf("tokenring %s: encoding: %w", path, err)}
-	}
+func (c *Client) post(path string, v bodyAppender) result {
+	body := v.appendJSON(make([]byte, 0, 256))
 	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return result{err: fmt.Errorf("tokenring %s: %w", path, err)}

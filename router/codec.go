@@ -17,23 +17,23 @@ import (
 	"reflect"
 	"strconv"
 
-	"github.com/tokenring/tokenring/internal/jsonscan"
+	"github.com/tokenring/tokenring/internal/jsonwire"
 )
 
 // fields are the fast path's readers of one value into a field.
-func int64Field(s *jsonscan.Scanner, dst *int64) bool {
+func int64Field(s *jsonwire.Scanner, dst *int64) bool {
 	v, ok := s.Int()
 	*dst = v
 	return ok
 }
 
-func ptrField(s *jsonscan.Scanner, dst **int64) bool {
+func ptrField(s *jsonwire.Scanner, dst **int64) bool {
 	v, ok := s.Int()
 	*dst = &v
 	return ok
 }
 
-func strField(s *jsonscan.Scanner, dst *string) bool {
+func strField(s *jsonwire.Scanner, dst *string) bool {
 	v, ok := s.String()
 	*dst = v
 	return ok
@@ -43,7 +43,7 @@ func strField(s *jsonscan.Scanner, dst *string) bool {
 // *batchAcquire, *batchLease or *batchRequest) and reports whether it
 // could; false leaves v zero, for encoding/json.
 func decodeFast(body []byte, v any) (ok bool) {
-	sc := jsonscan.New(body)
+	sc := jsonwire.New(body)
 	s := &sc
 	switch in := v.(type) {
 	case *acquireRequest:
@@ -74,7 +74,7 @@ func decodeFast(body []byte, v any) (ok bool) {
 }
 
 // acquireField reads the value of an acquire's field key into in.
-func acquireField(s *jsonscan.Scanner, key []byte, in *acquireRequest) bool {
+func acquireField(s *jsonwire.Scanner, key []byte, in *acquireRequest) bool {
 	switch string(key) {
 	case "tenant":
 		return strField(s, &in.Tenant)
@@ -93,7 +93,7 @@ func acquireField(s *jsonscan.Scanner, key []byte, in *acquireRequest) bool {
 }
 
 // leaseField reads the value of a complete's or renew's field key into in.
-func leaseField(s *jsonscan.Scanner, key []byte, in *completeRequest) bool {
+func leaseField(s *jsonwire.Scanner, key []byte, in *completeRequest) bool {
 	switch string(key) {
 	case "tenant":
 		return strField(s, &in.Tenant)
@@ -122,7 +122,7 @@ func leaseField(s *jsonscan.Scanner, key []byte, in *completeRequest) bool {
 // batchCalls reads {"calls": [call, ...]} from body, each call an object
 // of the fast path's subset (at most one nested object deep), kept raw for
 // batchCall. The raw calls are copied out of body, whose buffer is reused.
-func batchCalls(s *jsonscan.Scanner, body []byte, in *batchRequest) bool {
+func batchCalls(s *jsonwire.Scanner, body []byte, in *batchRequest) bool {
 	var calls [][2]int // each call's bounds in body
 	ok := s.Object(func(key []byte) bool {
 		if string(key) != "calls" || s.Peek() != '[' {
@@ -160,19 +160,8 @@ type jsonAppender interface {
 	appendJSON(dst []byte) []byte
 }
 
-// appendString appends s as a JSON string, as encoding/json writes it
-// (which escapes <, > and & too).
-func appendString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(dst, q...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
-}
+// appendString appends s as a JSON string, as encoding/json writes it.
+func appendString(dst []byte, s string) []byte { return jsonwire.AppendString(dst, s) }
 
 func appendBool(dst []byte, v bool) []byte { return strconv.AppendBool(dst, v) }
 

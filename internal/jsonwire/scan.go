@@ -1,12 +1,30 @@
-// Package jsonscan reads the subset of JSON that the decision API's bodies
-// and answers use on the wire (objects of known keys, printable ASCII
-// strings without escapes, integers, booleans), without reflection. Every
-// method reports false for anything outside that subset, and the caller
-// hands the whole text to encoding/json instead: the subset is chosen so
-// that whatever it reads, encoding/json reads to the same values.
-package jsonscan
+// Package jsonwire reads and writes the decision API's JSON without
+// reflection. Scanner reads the subset the API's bodies and answers use on
+// the wire (objects of known keys, printable ASCII strings without escapes,
+// integers, booleans); every method reports false for anything outside it,
+// and the caller hands the whole text to encoding/json instead: the subset
+// is chosen so that whatever it reads, encoding/json reads to the same
+// values. AppendString writes a string exactly as encoding/json does.
+package jsonwire
 
-import "strconv"
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// AppendString appends s as a JSON string, byte for byte as encoding/json
+// writes it (which escapes <, > and & too).
+func AppendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
 
 // MaxKeys bounds the keys of one object: a repeated key must be found
 // (encoding/json merges repeated keys; the scanner refuses them).

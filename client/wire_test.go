@@ -1,0 +1,95 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// What a node answers takes the fast path, and reads as encoding/json
+// reads it.
+func TestNodeAnswersTakeTheFastPath(t *testing.T) {
+	for _, body := range []string{
+		`{"allowed":true,"lease":"v2.AbC-_d.e","reserved_tokens":200,"limits":{"requests":{"limit":100,"remaining":99,"reset_ms":60000},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":5,"remaining":4,"reset_ms":0}},"pool":{"name":"gpt","limits":{"requests":{"limit":1,"remaining":0,"reset_ms":1}}},"owner":"n2"}` + "\n",
+		`{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500}},"fallback":true}`,
+		`{"limits":{"requests":{"limit":1,"remaining":1,"reset_ms":0}},"settled":true}`,
+		`{"expires_in_ms":120000,"limits":{},"renewed":true}`,
+		`{"error":"lease not found: completed, expired or unknown"}`,
+	} {
+		var fast, ref answerWire
+		if !fastAnswer([]byte(body), &fast) {
+			t.Errorf("%s: not read by the fast path", body)
+			continue
+		}
+		if err := json.Unmarshal([]byte(body), &ref); err != nil || !reflect.DeepEqual(fast, ref) {
+			t.Errorf("%s: fast %+v, encoding/json %+v (%v)", body, fast, ref, err)
+		}
+	}
+	batch := `{"results":[{"status":200,"body":{"allowed":true,"lease":"x","limits":{}}},{"status":429,"body":{"allowed":false},"retry_after_ms":1000},{"status":400,"body":{"error":"bad"}}]}`
+	var fast, ref batchAnswer
+	if !fastBatch([]byte(batch), &fast) {
+		t.Fatal("a batch answer not read by the fast path")
+	}
+	if err := json.Unmarshal([]byte(batch), &ref); err != nil || !reflect.DeepEqual(fast, ref) {
+		t.Fatalf("batch: fast %+v, encoding/json %+v (%v)", fast, ref, err)
+	}
+}
+
+// FuzzDecodeAnswer: whatever the fast path reads, encoding/json reads too,
+// to the same values; anything else is left to it.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"allowed":true,"lease":"l","limits":{"requests":{"limit":1,"remaining":0,"reset_ms":5}},"Owner":"x"}`,
+		`{"allowed":true,"allowed":false}`, `{"pool":{"name":"a","Name":"b"}}`, `{"extra":{"a":[1]}}`,
+		`{"results":[{"status":200,"body":{"allowed":true}}]}`, `{"results":[],"Results":null}`, `{"error":"a\"b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fa, ra answerWire
+		if fastAnswer(b, &fa) {
+			if err := json.Unmarshal(b, &ra); err != nil || !reflect.DeepEqual(fa, ra) {
+				t.Fatalf("answer %q: fast %+v, encoding/json %+v (%v)", b, fa, ra, err)
+			}
+		}
+		var fb, rb batchAnswer
+		if fastBatch(b, &fb) {
+			if err := json.Unmarshal(b, &rb); err != nil || !reflect.DeepEqual(fb, rb) {
+				t.Fatalf("batch %q: fast %+v, encoding/json %+v (%v)", b, fb, rb, err)
+			}
+		}
+	})
+}
+
+// The requests' own JSON is what encoding/json writes for them.
+func TestRequestJSONMatchesEncodingJSON(t *testing.T) {
+	str := rapid.OneOf(rapid.StringMatching(`[a-z0-9._-]{0,10}`), rapid.String())
+	num := rapid.OneOf(rapid.Int64Range(-2, 2), rapid.Int64())
+	rapid.Check(t, func(t *rapid.T) {
+		a := acquireWire{Op: str.Draw(t, "op"), Tenant: str.Draw(t, "tenant"), Model: str.Draw(t, "model"),
+			MaxTokens: num.Draw(t, "max"), Priority: str.Draw(t, "priority"), WaitMS: num.Draw(t, "wait")}
+		if rapid.Bool().Draw(t, "counted") {
+			v := num.Draw(t, "prompt_tokens")
+			a.PromptTokens = &v
+		} else if rapid.Bool().Draw(t, "prompt") {
+			v := str.Draw(t, "prompt text")
+			a.Prompt = &v
+		}
+		l := leaseWire{Op: str.Draw(t, "lease op"), Tenant: str.Draw(t, "lease tenant"), Lease: str.Draw(t, "lease")}
+		if rapid.Bool().Draw(t, "usage") {
+			l.Usage = &Usage{PromptTokens: num.Draw(t, "pt"), CompletionTokens: num.Draw(t, "ct")}
+		}
+		for _, w := range []bodyAppender{a, l, batchWire{Calls: []bodyAppender{a, l}}, batchWire{Calls: []bodyAppender{}}} {
+			want, err := json.Marshal(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := w.appendJSON(nil); !bytes.Equal(got, want) {
+				t.Fatalf("appendJSON wrote\n%s\nencoding/json writes\n%s", got, want)
+			}
+		}
+	})
+}
