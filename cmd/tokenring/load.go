@@ -278,7 +278,7 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		w := &worker{c: c, decide: sys.decider(i), quota: quota,
-			rng: rand.New(rand.NewPCG(c.seed, uint64(i))), codes: map[string]int{}}
+			rng: newWorkerRand(c, i), codes: map[string]int{}}
 		workers[i] = w
 		wg.Add(1)
 		go func() {
@@ -289,6 +289,9 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	wg.Wait()
 	return summarize(c, workers, time.Since(start))
 }
+
+// newWorkerRand is worker id's tenant chooser: seeded by -seed and id.
+func newWorkerRand(c loadConfig, id int) *rand.Rand { return rand.New(rand.NewPCG(c.seed, uint64(id))) }
 
 // quota hands out the -n acquires to the workers.
 type quota struct {
