@@ -46,7 +46,14 @@ type loadConfig struct {
 	entries   int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
 	stream    bool   // proxy: stream the completion; the latency is then the time to its first byte
 	apiKey    string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
+	// announce, when not nil, gets the line loadStartedLine as the run's
+	// clock starts (after routes, connections and any prefill): -announce.
+	announce io.Writer
 }
+
+// loadStartedLine is what -announce prints on stderr as the clock starts,
+// so that a script can sample the servers over the timed run only.
+const loadStartedLine = "tokenring load: started"
 
 // loadResult is what it measured.
 type loadResult struct {
@@ -137,6 +144,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.redisAddr, "redis", "", "redis-server `host:port` of -system redis-incr and redis-zset")
 	fs.IntVar(&c.entries, "entries", 10, "redis-zset: `entries` each tenant's sorted set holds (prefilled before the run, then trimmed to the newest -entries)")
 	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
+	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill)")
 	fs.StringVar(&c.apiKey, "api-key", "", "proxy: API `key` sent as Authorization: Bearer (a key of the node's keys: config)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tokenring load [flags]\n\n%s\n\nflags:\n", loadAbout)
@@ -147,6 +155,9 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *announce {
+		c.announce = stderr
 	}
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimRight(strings.TrimSpace(t), "/"); t != "" {
@@ -274,6 +285,9 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	defer cancel()
 	quota := &quota{left: c.requests}
 	workers := make([]*worker, c.workers)
+	if c.announce != nil {
+		fmt.Fprintln(c.announce, loadStartedLine)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range workers {

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,4 +52,62 @@ func TestLoadProxy(t *testing.T) {
 	if err != nil || res.Allowed != 0 || res.Errors != 5 || res.Codes["401"] != 5 {
 		t.Fatalf("wrong key: %+v %v; want 5 errors, each a 401", countsOf(res), err)
 	}
+}
+
+// -announce prints the started line once on stderr, before the run's
+// first request; without it stderr stays empty.
+func TestLoadAnnounce(t *testing.T) {
+	var seenAtFirst atomic.Value
+	var stderr lockedBuffer
+	f := newFakeNode(t, func(n int64) string {
+		if n == 1 {
+			seenAtFirst.Store(stderr.String())
+		}
+		return "allow"
+	})
+	for _, announce := range []bool{true, false} {
+		stderr.Reset()
+		args := []string{"load", "-targets", f.srv.URL, "-n", "3", "-c", "1"}
+		if announce {
+			args = append(args, "-announce")
+		}
+		if err := run(context.Background(), args, io.Discard, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if announce {
+			want = loadStartedLine + "\n"
+		}
+		if got := stderr.String(); got != want {
+			t.Errorf("-announce=%v: stderr %q, want %q", announce, got, want)
+		}
+		if announce && seenAtFirst.Load() != want {
+			t.Errorf("at the first acquire stderr was %q, want %q", seenAtFirst.Load(), want)
+		}
+		f.acquires.Store(0)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and other readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }

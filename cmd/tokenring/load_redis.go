@@ -52,7 +52,7 @@ type redisSystem struct {
 // newRedisSystem connects, loads the script and, for redis-zset, prefills
 // every tenant's key with -entries members inside the window.
 func newRedisSystem(ctx context.Context, c loadConfig) (*redisSystem, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: c.redisAddr, PoolSize: c.workers, MinIdleConns: c.workers})
+	rdb := redis.NewClient(&redis.Options{Addr: c.redisAddr, PoolSize: c.workers})
 	s := &redisSystem{c: c, rdb: rdb}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
