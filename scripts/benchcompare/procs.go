@@ -218,7 +218,7 @@ func startFakeLLM(ctx context.Context, bin string) (*server, error) {
 
 // startCluster starts n tokenringd nodes with the config file cfg, each
 // after the first joining the first's gossip address, and waits until
-// each is ready and the first's ring has all n members.
+// each is ready and every node's ring has all n members.
 func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) {
 	var ss servers
 	join := ""
@@ -251,10 +251,12 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 			return nil, err
 		}
 	}
-	full := func() bool { return ringSize("http://"+ss[0].addr) == n }
-	if err := waitFor(ctx, ss[0], 20*time.Second, full); err != nil {
-		ss.stop()
-		return nil, fmt.Errorf("the ring never had %d members: %w", n, err)
+	for _, s := range ss {
+		full := func() bool { return ringSize("http://"+s.addr) == n }
+		if err := waitFor(ctx, s, 20*time.Second, full); err != nil {
+			ss.stop()
+			return nil, fmt.Errorf("%s's ring never had %d members: %w", s.name, n, err)
+		}
 	}
 	return ss, nil
 }

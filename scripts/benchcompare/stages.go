@@ -54,6 +54,9 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 	}
 	err = cmd.Wait()
 	after, cpuErr2 := cpuSum(pids)
+	if ctx.Err() != nil {
+		return measured{}, fmt.Errorf("%s: %w", name, ctx.Err())
+	}
 	if err != nil {
 		return measured{}, fmt.Errorf("%s: tokenring %s: %w\n%s", name, strings.Join(full, " "), err, strings.Join(other, "\n"))
 	}
