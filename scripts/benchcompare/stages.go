@@ -202,9 +202,10 @@ func (o options) proxyRuns(ctx context.Context, r *report, direct, through strin
 // clusterStage runs three nodes: tenants at their owners, forwarded, and
 // one hot tenant with a limit the run exceeds.
 func (o options) clusterStage(ctx context.Context, dir string, r *report) error {
-	// Half of what one node decided in a run: three nodes round robin
-	// (two thirds forwarded) exceed it unless they are twice as slow.
-	r.hotLimit = max(1000, int(math.Round(r.single.res.PerSecond*o.duration.Seconds()/2/1000))*1000)
+	// A tenth of what one node decided in a run (in thousands): three
+	// nodes round robin, two thirds of the calls forwarded, exceed it
+	// unless they are ten times as slow.
+	r.hotLimit = max(1000, int(math.Round(r.single.res.PerSecond*o.duration.Seconds()/10/1000))*1000)
 	cfg := filepath.Join(dir, "cluster.yaml")
 	yaml := limitsYAML + fmt.Sprintf("  tenants:\n    hot-0: {rpm: %d, tpm: 100000000000, concurrency: 100000000}\n", r.hotLimit)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
