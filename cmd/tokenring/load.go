@@ -57,7 +57,7 @@ const loadStartedLine = "tokenring load: started"
 
 // loadResult is what it measured.
 type loadResult struct {
-	Requests    int            `json:"requests"`             // acquires answered, whatever the status (each has a latency)
+	Requests    int            `json:"requests"`             // decisions answered (acquires; INCRs or scripts; completions under -system proxy), whatever the status (each has a latency)
 	Allowed     int            `json:"allowed"`              // 200 {"allowed":true}
 	Refused     int            `json:"refused"`              // 429
 	Fallback    int            `json:"fallback"`             // answers flagged "fallback":true, allowed or refused

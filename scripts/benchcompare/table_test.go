@@ -1,9 +1,13 @@
 package main
 
 import (
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // canned is a canned measured run: decisions/s, p50, p99 (µs), allowed,
@@ -150,5 +154,32 @@ func TestFormats(t *testing.T) {
 	}
 	if got := flatTenants(100, 1, 10_000); got != 1 {
 		t.Errorf("flatTenants below one key = %d, want 1", got)
+	}
+}
+
+// Bad flags and missing binaries stop the comparison before it starts
+// anything.
+func TestParseFlags(t *testing.T) {
+	bin := t.TempDir()
+	for _, name := range []string{"tokenringd", "tokenring", "fakellm"} {
+		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := parseFlags([]string{"-bin", bin, "-redis-server", "sh", "-workers", "8", "-d", "2s"}, io.Discard)
+	if err != nil || o.workers != 8 || o.duration != 2*time.Second || !strings.HasSuffix(o.redisServer, "/sh") {
+		t.Fatalf("good flags: %+v %v", o, err)
+	}
+	for _, args := range [][]string{
+		{"-bin", bin, "-redis-server", "sh", "-workers", "0"},
+		{"-bin", bin, "-redis-server", "sh", "-d", "1ms"},
+		{"-bin", bin, "-redis-server", "sh", "now"},
+		{"-bin", bin, "-redis-server", "no-such-redis-server"},
+		{"-bin", t.TempDir(), "-redis-server", "sh"},
+		{"-bogus"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%v: no error", args)
+		}
 	}
 }
