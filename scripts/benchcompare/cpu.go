@@ -69,3 +69,20 @@ func cpuSum(pids []int) (int64, error) {
 	}
 	return total, nil
 }
+
+// loadAverage is the 1-minute load average of /proc/loadavg under root.
+func loadAverage(root string) (float64, error) {
+	raw, err := os.ReadFile(filepath.Join(root, "loadavg"))
+	if err != nil {
+		return 0, fmt.Errorf("load average: %w", err)
+	}
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("load average: %q", raw)
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("load average: %q", raw)
+	}
+	return v, nil
+}

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -88,7 +89,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	r := &report{workers: o.workers, seconds: o.duration.Seconds()}
+	r := &report{workers: o.workers, seconds: o.duration.Seconds(), cpus: runtime.NumCPU()}
+	if r.loadBefore, err = loadAverage(procRoot); err != nil {
+		return err
+	}
 	if err := o.redisStage(ctx, r); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -97,6 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := o.clusterStage(ctx, dir, r); err != nil {
 		return fmt.Errorf("three nodes: %w", err)
+	}
+	if r.loadAfter, err = loadAverage(procRoot); err != nil {
+		return err
 	}
 	r.write(stdout)
 	return nil

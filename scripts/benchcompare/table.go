@@ -56,19 +56,23 @@ type flatPoint struct {
 // in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
 // single16.
 type report struct {
-	workers   int     // of every run but single16 and the proxy's
-	seconds   float64 // -d of each run
-	incr      measured
-	zset10    measured
-	zset1000  measured
-	single    measured
-	batch     measured
-	local     measured // 3 nodes, -route owner
-	forwarded measured // 3 nodes, -route other
-	hot       measured // 3 nodes, one tenant, round robin
-	hotLimit  int      // its rpm (the window is 60 s, longer than the run)
-	single16  measured // single at 16 workers
-	flat      []flatPoint
+	workers int     // of every run but single16 and the proxy's
+	seconds float64 // -d of each run
+	// cpus and the 1-minute load averages before and after all runs: on a
+	// machine other work shares, the ratios are only as steady as these.
+	cpus                  int
+	loadBefore, loadAfter float64
+	incr                  measured
+	zset10                measured
+	zset1000              measured
+	single                measured
+	batch                 measured
+	local                 measured // 3 nodes, -route owner
+	forwarded             measured // 3 nodes, -route other
+	hot                   measured // 3 nodes, one tenant, round robin
+	hotLimit              int      // its rpm (the window is 60 s, longer than the run)
+	single16              measured // single at 16 workers
+	flat                  []flatPoint
 	// The LLM proxy, one worker: fakellm directly and through a node,
 	// whole answers and streams (time to first byte).
 	direct, through, directStream, throughStream measured
@@ -97,7 +101,8 @@ func (r *report) rows() []tableRow {
 
 // write prints the whole comparison as markdown.
 func (r *report) write(w io.Writer) {
-	fmt.Fprintf(w, "%d workers, %gs a run (the proxy: 1 worker)\n\n", r.workers, r.seconds)
+	fmt.Fprintf(w, "%d workers, %gs a run (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after\n\n",
+		r.workers, r.seconds, r.cpus, r.loadBefore, r.loadAfter)
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {

@@ -21,8 +21,9 @@ func canned(perSecond, p50, p99 float64, allowed, refused int, cpuNs int64) meas
 // set at 1,000 entries: 2.25×).
 func cannedReport() *report {
 	return &report{
-		workers:   32,
-		seconds:   4,
+		workers: 32,
+		seconds: 4,
+		cpus:    2, loadBefore: 0.5, loadAfter: 2.25,
 		incr:      canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
 		zset10:    canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
 		zset1000:  canned(20_000, 1_100, 3_000, 80_000, 0, 2e9),       // 25.0
@@ -45,7 +46,7 @@ func cannedReport() *report {
 	}
 }
 
-const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker)
+const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after
 
 | system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |
 |---|---:|---:|---:|---:|---:|
@@ -181,5 +182,22 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// loadAverage reads the first field of loadavg.
+func TestLoadAverage(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "loadavg"), []byte("3.50 2.93 2.90 4/612 26318\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := loadAverage(root); err != nil || v != 3.5 {
+		t.Fatalf("loadAverage = %v, %v; want 3.5", v, err)
+	}
+	if _, err := loadAverage(t.TempDir()); err == nil {
+		t.Fatal("no loadavg: no error")
+	}
+	if v, err := loadAverage(procRoot); err != nil || v < 0 {
+		t.Fatalf("this machine's: %v, %v", v, err)
 	}
 }
