@@ -21,19 +21,21 @@ func canned(perSecond, p50, p99 float64, allowed, refused int, cpuNs int64) meas
 // set at 1,000 entries: 2.25×).
 func cannedReport() *report {
 	return &report{
-		workers: 32,
-		seconds: 4,
-		cpus:    2, loadBefore: 0.5, loadAfter: 2.25,
-		incr:      canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
-		zset10:    canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
-		zset1000:  canned(20_000, 1_100, 3_000, 80_000, 0, 2e9),       // 25.0
-		single:    canned(45_000, 700, 2_100, 180_000, 0, 1.62e9),     // 9.0: 1.80× INCR's
-		batch:     canned(80_000, 380, 1_200, 320_000, 0, 1.6e9),      // 5.0
-		local:     canned(40_000, 800, 2_400, 160_000, 0, 3.2e9),      // 20.0
-		forwarded: canned(38_000, 850, 2_600, 152_000, 0, 4.56e9),     // 30.0
-		hot:       canned(36_000, 880, 2_700, 90_000, 54_000, 1.44e9), // 10.0
-		hotLimit:  90_000,
-		single16:  canned(44_000, 350, 12_345, 176_000, 0, 0), // CPU not measured
+		workers:    32,
+		seconds:    4,
+		cpus:       2,
+		loadBefore: 0.5,
+		loadAfter:  2.25,
+		incr:       canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
+		zset10:     canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
+		zset1000:   canned(20_000, 1_100, 3_000, 80_000, 0, 2e9),       // 25.0
+		single:     canned(45_000, 700, 2_100, 180_000, 0, 1.62e9),     // 9.0: 1.80× INCR's
+		batch:      canned(80_000, 380, 1_200, 320_000, 0, 1.6e9),      // 5.0
+		local:      canned(40_000, 800, 2_400, 160_000, 0, 3.2e9),      // 20.0
+		forwarded:  canned(38_000, 850, 2_600, 152_000, 0, 4.56e9),     // 30.0
+		hot:        canned(36_000, 880, 2_700, 90_000, 54_000, 1.44e9), // 10.0
+		hotLimit:   90_000,
+		single16:   canned(44_000, 350, 12_345, 176_000, 0, 0), // CPU not measured
 		flat: []flatPoint{
 			{perKey: 10, tenants: 18_000, tokenring: canned(45_000, 0, 0, 180_000, 0, 0), zset: canned(25_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
 			{perKey: 1000, tenants: 180, tokenring: canned(41_000, 0, 0, 164_000, 0, 0), zset: canned(20_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
