@@ -17,8 +17,8 @@ func canned(perSecond, p50, p99 float64, allowed, refused int, cpuNs int64) meas
 		PerSecond: perSecond, P50us: p50, P99us: p99, Seconds: 4}, cpuNs: cpuNs}
 }
 
-// cannedReport meets every must-show target but one (1 node ÷ the sorted
-// set at 1,000 entries: 2.25×).
+// cannedReport meets every must-show target but two (1 node ÷ the sorted
+// set at 1,000 entries: 2.25×; p99 at 16 workers: 12.3 ms).
 func cannedReport() *report {
 	return &report{
 		workers:    32,
