@@ -64,8 +64,8 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 	if err := json.Unmarshal(stdout.Bytes(), &m.res); err != nil {
 		return measured{}, fmt.Errorf("%s: output %q: %w", name, stdout.String(), err)
 	}
-	if m.res.Errors > 0 {
-		return measured{}, fmt.Errorf("%s: %d errors (%+v)\n%s", name, m.res.Errors, m.res, strings.Join(other, "\n"))
+	if m.res.Errors > 0 { // shown in the table beside the run
+		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors\n%s\n", name, m.res.Errors, strings.Join(other, "\n"))
 	}
 	if pids != nil {
 		if cpuErr != nil || cpuErr2 != nil {

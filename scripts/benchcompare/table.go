@@ -106,6 +106,9 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {
+		if row.m.res.Errors > 0 {
+			row.name += fmt.Sprintf(" (%s errors)", thousands(float64(row.m.res.Errors)))
+		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.name, thousands(row.m.res.PerSecond),
 			micros(row.m.res.P50us), micros(row.m.res.P99us), times(ratio(row.m.res.PerSecond, r.incr.res.PerSecond)),
 			decimal(row.m.cpuPerDecisionUs()))

@@ -102,6 +102,15 @@ func TestReportOutput(t *testing.T) {
 	if got := b.String(); got != cannedOutput {
 		t.Fatalf("got:\n%s\nwant:\n%s\nfirst difference at byte %d", got, cannedOutput, firstDiff(got, cannedOutput))
 	}
+	// A run with errors says how many beside its name.
+	r := cannedReport()
+	r.forwarded.res.Errors = 1234
+	b.Reset()
+	r.write(&b)
+	want := "| tokenring 3 nodes, -route other (forwarded) (1,234 errors) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 |\n"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("no line %q in:\n%s", want, b.String())
+	}
 }
 
 func firstDiff(a, b string) int {
