@@ -47,13 +47,19 @@ type loadConfig struct {
 	stream    bool   // proxy: stream the completion; the latency is then the time to its first byte
 	apiKey    string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
 	// announce, when not nil, gets the line loadStartedLine as the run's
-	// clock starts (after routes, connections and any prefill): -announce.
+	// clock starts (after routes, connections and any prefill), and
+	// loadStoppedLine when its workers have stopped: -announce.
 	announce io.Writer
 }
 
-// loadStartedLine is what -announce prints on stderr as the clock starts,
-// so that a script can sample the servers over the timed run only.
-const loadStartedLine = "tokenring load: started"
+// loadStartedLine and loadStoppedLine are what -announce prints on stderr
+// as the clock starts and when the workers have stopped (before the result
+// is added up and the connections closed), so that a script can sample the
+// servers over the timed run only.
+const (
+	loadStartedLine = "tokenring load: started"
+	loadStoppedLine = "tokenring load: stopped"
+)
 
 // loadResult is what it measured.
 type loadResult struct {
@@ -144,7 +150,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.redisAddr, "redis", "", "redis-server `host:port` of -system redis-incr and redis-zset")
 	fs.IntVar(&c.entries, "entries", 10, "redis-zset: `entries` each tenant's sorted set holds (prefilled before the run, then trimmed to the newest -entries)")
 	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
-	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill)")
+	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill), and \""+loadStoppedLine+"\" when its workers have stopped")
 	fs.StringVar(&c.apiKey, "api-key", "", "proxy: API `key` sent as Authorization: Bearer (a key of the node's keys: config)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tokenring load [flags]\n\n%s\n\nflags:\n", loadAbout)
@@ -301,7 +307,11 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 		}()
 	}
 	wg.Wait()
-	return summarize(c, workers, time.Since(start))
+	elapsed := time.Since(start)
+	if c.announce != nil {
+		fmt.Fprintln(c.announce, loadStoppedLine)
+	}
+	return summarize(c, workers, elapsed)
 }
 
 // newWorkerRand is worker id's tenant chooser: seeded by -seed and id.

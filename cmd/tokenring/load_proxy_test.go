@@ -55,7 +55,7 @@ func TestLoadProxy(t *testing.T) {
 }
 
 // -announce prints the started line once on stderr, before the run's
-// first request; without it stderr stays empty.
+// first request, then the stopped line; without it stderr stays empty.
 func TestLoadAnnounce(t *testing.T) {
 	var seenAtFirst atomic.Value
 	var stderr lockedBuffer
@@ -76,13 +76,13 @@ func TestLoadAnnounce(t *testing.T) {
 		}
 		want := ""
 		if announce {
-			want = loadStartedLine + "\n"
+			want = loadStartedLine + "\n" + loadStoppedLine + "\n"
 		}
 		if got := stderr.String(); got != want {
 			t.Errorf("-announce=%v: stderr %q, want %q", announce, got, want)
 		}
-		if announce && seenAtFirst.Load() != want {
-			t.Errorf("at the first acquire stderr was %q, want %q", seenAtFirst.Load(), want)
+		if announce && seenAtFirst.Load() != loadStartedLine+"\n" {
+			t.Errorf("at the first acquire stderr was %q, want %q", seenAtFirst.Load(), loadStartedLine+"\n")
 		}
 		f.acquires.Store(0)
 	}

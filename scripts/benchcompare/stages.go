@@ -19,13 +19,17 @@ import (
 	"syscall"
 )
 
-// loadStartedLine is what `tokenring load -announce` prints on stderr as
-// the run's clock starts (cmd/tokenring).
-const loadStartedLine = "tokenring load: started"
+// loadStartedLine and loadStoppedLine are what `tokenring load -announce`
+// prints on stderr as the run's clock starts and when its workers have
+// stopped (cmd/tokenring).
+const (
+	loadStartedLine = "tokenring load: started"
+	loadStoppedLine = "tokenring load: stopped"
+)
 
 // load runs `tokenring load -json -announce` with the stage's workers and
 // duration and args (later flags win), and measures the CPU the processes
-// pids spend from the started line to the load generator's exit.
+// pids spend between its started and stopped lines.
 func (o options) load(ctx context.Context, name string, pids []int, args ...string) (measured, error) {
 	fmt.Fprintf(o.stderr, "benchcompare: %s\n", name)
 	full := append([]string{"load", "-json", "-announce", "-c", strconv.Itoa(o.workers),
@@ -42,18 +46,23 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 		return measured{}, fmt.Errorf("%s: %w", name, err)
 	}
 	var other []string
-	var before int64
+	marks := []string{loadStartedLine, loadStoppedLine}
+	var cpu [2]int64 // at each mark
+	seen := 0        // marks seen, in order
 	var cpuErr error
 	sc := bufio.NewScanner(pipe)
 	for sc.Scan() {
-		if sc.Text() == loadStartedLine && pids != nil {
-			before, cpuErr = cpuSum(pids)
+		if seen < len(marks) && sc.Text() == marks[seen] {
+			var err error
+			if cpu[seen], err = cpuSum(pids); err != nil && cpuErr == nil {
+				cpuErr = err
+			}
+			seen++
 			continue
 		}
 		other = append(other, sc.Text())
 	}
 	err = cmd.Wait()
-	after, cpuErr2 := cpuSum(pids)
 	if ctx.Err() != nil {
 		return measured{}, fmt.Errorf("%s: %w", name, ctx.Err())
 	}
@@ -67,17 +76,17 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 	if m.res.Errors > 0 { // shown in the table beside the run
 		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors\n%s\n", name, m.res.Errors, strings.Join(other, "\n"))
 	}
-	if pids != nil {
-		if cpuErr != nil || cpuErr2 != nil {
-			return measured{}, fmt.Errorf("%s: server cpu: %v %v", name, cpuErr, cpuErr2)
-		}
-		m.cpuNs = after - before
+	switch {
+	case pids == nil:
+	case cpuErr != nil:
+		return measured{}, fmt.Errorf("%s: server cpu: %w", name, cpuErr)
+	case seen != 2:
+		return measured{}, fmt.Errorf("%s: the load generator did not print its started and stopped lines", name)
+	default:
+		m.cpuNs = cpu[1] - cpu[0]
 	}
 	return m, nil
 }
-
-// flatPerKey are the requests in each key's window of the flatness runs.
-var flatPerKey = [...]int{10, 1_000, 10_000}
 
 // zsetKeys10k is the sorted set's keys at 10,000 entries (1,000 at 10 and
 // 1,000 entries): 100 × 10,000 prefilled members, as many as 1,000 × 1,000.
@@ -114,9 +123,9 @@ func (o options) redisStage(ctx context.Context, r *report) error {
 		}
 	}
 	r.flat = []flatPoint{
-		{perKey: flatPerKey[0], zset: r.zset10, zsetKeys: 1000},
-		{perKey: flatPerKey[1], zset: r.zset1000, zsetKeys: 1000},
-		{perKey: flatPerKey[2], zset: zset10k, zsetKeys: zsetKeys10k},
+		{perKey: 10, zset: r.zset10, zsetKeys: 1000},
+		{perKey: 1000, zset: r.zset1000, zsetKeys: 1000},
+		{perKey: 10_000, zset: zset10k, zsetKeys: zsetKeys10k},
 	}
 	return nil
 }
