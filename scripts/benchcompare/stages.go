@@ -29,7 +29,8 @@ const (
 
 // load runs `tokenring load -json -announce` with the stage's workers and
 // duration and args (later flags win), and measures the CPU the processes
-// pids spend between its started and stopped lines.
+// pids (none: nil), and the load generator itself, spend between its
+// started and stopped lines.
 func (o options) load(ctx context.Context, name string, pids []int, args ...string) (measured, error) {
 	fmt.Fprintf(o.stderr, "benchcompare: %s\n", name)
 	full := append([]string{"load", "-json", "-announce", "-c", strconv.Itoa(o.workers),
@@ -47,14 +48,17 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 	}
 	var other []string
 	marks := []string{loadStartedLine, loadStoppedLine}
-	var cpu [2]int64 // at each mark
-	seen := 0        // marks seen, in order
+	var cpu, client [2]int64 // the servers' and the load generator's, at each mark
+	seen := 0                // marks seen, in order
 	var cpuErr error
 	sc := bufio.NewScanner(pipe)
 	for sc.Scan() {
 		if seen < len(marks) && sc.Text() == marks[seen] {
 			var err error
 			if cpu[seen], err = cpuSum(pids); err != nil && cpuErr == nil {
+				cpuErr = err
+			}
+			if client[seen], err = cpuTime(procRoot, cmd.Process.Pid); err != nil && cpuErr == nil {
 				cpuErr = err
 			}
 			seen++
@@ -77,14 +81,15 @@ func (o options) load(ctx context.Context, name string, pids []int, args ...stri
 		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors\n%s\n", name, m.res.Errors, strings.Join(other, "\n"))
 	}
 	switch {
-	case pids == nil:
 	case cpuErr != nil:
-		return measured{}, fmt.Errorf("%s: server cpu: %w", name, cpuErr)
+		return measured{}, fmt.Errorf("%s: cpu: %w", name, cpuErr)
 	case seen != 2:
 		return measured{}, fmt.Errorf("%s: the load generator did not print its started and stopped lines", name)
-	default:
+	}
+	if pids != nil {
 		m.cpuNs = cpu[1] - cpu[0]
 	}
+	m.clientNs = client[1] - client[0]
 	return m, nil
 }
 

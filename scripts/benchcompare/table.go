@@ -27,8 +27,9 @@ type loadResult struct {
 // measured is one run: what the load generator saw, and the CPU its
 // servers spent over the timed run.
 type measured struct {
-	res   loadResult
-	cpuNs int64 // summed over the servers' threads, ns (0: not measured)
+	res      loadResult
+	cpuNs    int64 // summed over the servers' threads, ns (0: not measured)
+	clientNs int64 // the load generator's, ns (0: not measured)
 }
 
 // decisions is the run's admissions and refusals.
@@ -36,11 +37,16 @@ func (m measured) decisions() int { return m.res.Allowed + m.res.Refused }
 
 // cpuPerDecisionUs is the servers' CPU per decision, µs (NaN when either
 // is unknown).
-func (m measured) cpuPerDecisionUs() float64 {
-	if m.cpuNs <= 0 || m.decisions() == 0 {
+func (m measured) cpuPerDecisionUs() float64 { return perDecisionUs(m.cpuNs, m.decisions()) }
+
+// clientPerDecisionUs is the load generator's CPU per decision, µs.
+func (m measured) clientPerDecisionUs() float64 { return perDecisionUs(m.clientNs, m.decisions()) }
+
+func perDecisionUs(ns int64, decisions int) float64 {
+	if ns <= 0 || decisions == 0 {
 		return math.NaN()
 	}
-	return float64(m.cpuNs) / 1e3 / float64(m.decisions())
+	return float64(ns) / 1e3 / float64(decisions)
 }
 
 // flatPoint is one column pair of the flatness table: a single node and
@@ -116,6 +122,9 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "\nforwarded ÷ local (3 nodes): %s\n", times(r.forwardedRatio()))
 	fmt.Fprintf(w, "hot tenant ÷ spread (row 6): %s; %s\n", times(r.hotRatio()), r.hotAdmitted())
 	fmt.Fprintf(w, "server CPU per decision, tokenring 1 node ÷ Redis INCR: %s\n", times(r.cpuRatio()))
+	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s, batching client %s\n",
+		decimal(r.incr.clientPerDecisionUs()), decimal(r.zset10.clientPerDecisionUs()),
+		decimal(r.single.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
 	r.writeFlat(w)
 	r.writeProxy(w)
 	fmt.Fprintln(w, "\nMust-show:")
