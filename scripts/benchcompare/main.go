@@ -4,7 +4,7 @@
 // reads the servers' CPU time from /proc over each timed run, stops
 // everything it started, and prints the comparison as markdown tables.
 //
-//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s]
+//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s] [-repeat 1]
 //
 // The binaries come from `make build` (bin/tokenringd, bin/tokenring,
 // bin/fakellm); redis-server from the PATH.
@@ -42,6 +42,7 @@ type options struct {
 	redisServer string        // the redis-server binary
 	workers     int           // load generator workers of each run
 	duration    time.Duration // of each run
+	repeat      int           // runs of each measurement; the median is kept
 	stderr      io.Writer     // progress
 }
 
@@ -53,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server `binary`")
 	fs.IntVar(&o.workers, "workers", 32, "load generator `workers` of each run (the proxy runs: 1; one row: 16)")
 	fs.DurationVar(&o.duration, "d", 4*time.Second, "`duration` of each run")
+	fs.IntVar(&o.repeat, "repeat", 1, "`runs` of each measurement, the one with the median decisions/s kept (3: steadier numbers on a shared machine, 3× as long)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -63,6 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-workers must be between 1 and 10000")
 	case o.duration < 100*time.Millisecond:
 		return o, errors.New("-d must be at least 100ms")
+	case o.repeat < 1 || o.repeat > 9:
+		return o, errors.New("-repeat must be between 1 and 9")
 	}
 	for _, name := range []string{"tokenringd", "tokenring", "fakellm"} {
 		if _, err := os.Stat(filepath.Join(o.bin, name)); err != nil {
@@ -89,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	r := &report{workers: o.workers, seconds: o.duration.Seconds(), cpus: runtime.NumCPU()}
+	r := &report{workers: o.workers, seconds: o.duration.Seconds(), repeat: o.repeat, cpus: runtime.NumCPU()}
 	if r.loadBefore, err = loadAverage(procRoot); err != nil {
 		return err
 	}

@@ -64,6 +64,7 @@ type flatPoint struct {
 type report struct {
 	workers int     // of every run but single16 and the proxy's
 	seconds float64 // -d of each run
+	repeat  int     // runs of each measurement (the median kept)
 	// cpus and the 1-minute load averages before and after all runs: on a
 	// machine other work shares, the ratios are only as steady as these.
 	cpus                  int
@@ -107,8 +108,12 @@ func (r *report) rows() []tableRow {
 
 // write prints the whole comparison as markdown.
 func (r *report) write(w io.Writer) {
-	fmt.Fprintf(w, "%d workers, %gs a run (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after\n\n",
-		r.workers, r.seconds, r.cpus, r.loadBefore, r.loadAfter)
+	median := ""
+	if r.repeat > 1 {
+		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
+	}
+	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after\n\n",
+		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter)
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {

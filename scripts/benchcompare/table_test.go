@@ -189,6 +189,7 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-bin", bin, "-redis-server", "sh", "-workers", "0"},
 		{"-bin", bin, "-redis-server", "sh", "-d", "1ms"},
+		{"-bin", bin, "-redis-server", "sh", "-repeat", "0"},
 		{"-bin", bin, "-redis-server", "sh", "now"},
 		{"-bin", bin, "-redis-server", "no-such-redis-server"},
 		{"-bin", t.TempDir(), "-redis-server", "sh"},
@@ -214,5 +215,34 @@ func TestLoadAverage(t *testing.T) {
 	}
 	if v, err := loadAverage(procRoot); err != nil || v < 0 {
 		t.Fatalf("this machine's: %v, %v", v, err)
+	}
+}
+
+// medianRun keeps the run with the median decisions/s, whatever the order;
+// of two, the faster. repeatPrefix names each run's tenants apart.
+func TestMedianRun(t *testing.T) {
+	runs := []measured{canned(300, 1, 0, 0, 0, 0), canned(100, 2, 0, 0, 0, 0), canned(200, 3, 0, 0, 0, 0)}
+	if got := medianRun(runs); got.res.PerSecond != 200 || got.res.P50us != 3 {
+		t.Fatalf("median of 300, 100, 200: %+v", got.res)
+	}
+	if runs[0].res.PerSecond != 300 {
+		t.Fatal("medianRun reordered its argument")
+	}
+	if got := medianRun(runs[:2]); got.res.PerSecond != 300 {
+		t.Fatalf("median of 300, 100: %v, want the faster", got.res.PerSecond)
+	}
+	if got := medianRun(runs[1:2]); got.res.PerSecond != 100 {
+		t.Fatalf("median of one: %v", got.res.PerSecond)
+	}
+	if a, b := repeatPrefix("hot-", 0), repeatPrefix("hot-", 1); a != "hot-r0-" || b != "hot-r1-" {
+		t.Fatalf("repeatPrefix: %q %q", a, b)
+	}
+	r := cannedReport()
+	r.repeat = 3
+	var b strings.Builder
+	r.write(&b)
+	want := "32 workers, 4s a run, each figure the median of 3 runs (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after\n"
+	if !strings.HasPrefix(b.String(), want) {
+		t.Fatalf("header %q, want %q", strings.SplitAfter(b.String(), "\n")[0], want)
 	}
 }
