@@ -77,6 +77,17 @@ vet:
 clean:
 	rm -rf $(BIN)
 
+## bench-compare: starts its own redis-server, tokenringd nodes and fakellm
+## on free loopback ports and drives each with the same load generator
+## (tokenring load): Redis INCR and the sorted-set Lua sliding log against
+## tokenring (one node, batching client, three nodes local/forwarded, a hot
+## tenant), flatness, the LLM proxy's added latency and the servers' CPU per
+## decision; prints markdown tables and stops everything it started. ~2 min;
+## go run ./scripts/benchcompare -h for -workers and -d.
+.PHONY: bench-compare
+bench-compare: build
+	$(GO) run ./scripts/benchcompare -bin $(BIN)
+
 ## demo: a fake LLM upstream (fakellm) and three nodes on free loopback ports,
 ## then a scripted walk with the real HTTP exchanges: admits, a 429 with its
 ## headers, a streamed completion settled with its usage, the ring and an

@@ -40,11 +40,30 @@ type loadConfig struct {
 	model        string
 	seed         uint64
 	json         bool
+
+	system    string // what decides: tokenring, redis-incr, redis-zset or proxy (see systems)
+	redisAddr string // host:port of the redis-server of the redis-* systems
+	entries   int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
+	stream    bool   // proxy: stream the completion; the latency is then the time to its first byte
+	apiKey    string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
+	// announce, when not nil, gets the line loadStartedLine as the run's
+	// clock starts (after routes, connections and any prefill), and
+	// loadStoppedLine when its workers have stopped: -announce.
+	announce io.Writer
 }
+
+// loadStartedLine and loadStoppedLine are what -announce prints on stderr
+// as the clock starts and when the workers have stopped (before the result
+// is added up and the connections closed), so that a script can sample the
+// servers over the timed run only.
+const (
+	loadStartedLine = "tokenring load: started"
+	loadStoppedLine = "tokenring load: stopped"
+)
 
 // loadResult is what it measured.
 type loadResult struct {
-	Requests    int            `json:"requests"`             // acquires answered, whatever the status (each has a latency)
+	Requests    int            `json:"requests"`             // decisions answered (acquires; INCRs or scripts; completions under -system proxy), whatever the status (each has a latency)
 	Allowed     int            `json:"allowed"`              // 200 {"allowed":true}
 	Refused     int            `json:"refused"`              // 429
 	Fallback    int            `json:"fallback"`             // answers flagged "fallback":true, allowed or refused
@@ -63,9 +82,13 @@ type loadResult struct {
 
 // maxWorkers and maxRoutedTenants bound -c, and -tenants under -route
 // owner or other (one admin lookup per tenant, before the run).
+// maxEntries and maxPrefill bound -entries of -system redis-zset, and the
+// entries its prefill writes in all (-entries × -tenants).
 const (
 	maxWorkers       = 10_000
 	maxRoutedTenants = 100_000
+	maxEntries       = 1_000_000
+	maxPrefill       = 10_000_000
 )
 
 // defaultTargets are the nodes `make cluster` starts (scripts/cluster.sh).
@@ -77,7 +100,13 @@ throughput and latency. By default it sends to the three nodes of
 make cluster (127.0.0.1:8081-8083), round-robin; against make run's single
 node give -targets http://127.0.0.1:8080. With -client batch the workers call
 through one batching client per node (package client): calls made while
-others are in flight share POST /v1/batch requests.`
+others are in flight share POST /v1/batch requests.
+
+The same workers, loop and latency recording drive the baselines:
+-system redis-incr (one INCR per decision, the floor of any Redis limiter)
+and redis-zset (the sorted-set sliding log, one EVALSHA per decision) against
+-redis host:port, and -system proxy times POST /v1/chat/completions against
+-targets (tokenringd's LLM proxy, or the upstream directly).`
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseLoad(args, stderr)
@@ -117,6 +146,12 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.model, "model", "", "model (selects a pool if configured)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random `seed` for tenant choice")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
+	fs.StringVar(&c.system, "system", "tokenring", "what decides: tokenring (POST /v1/acquire to -targets), redis-incr (one INCR per decision at -redis), redis-zset (a sorted-set sliding log in one EVALSHA at -redis, -entries a key) or proxy (POST /v1/chat/completions to -targets: tokenringd's LLM proxy or the upstream itself)")
+	fs.StringVar(&c.redisAddr, "redis", "", "redis-server `host:port` of -system redis-incr and redis-zset")
+	fs.IntVar(&c.entries, "entries", 10, "redis-zset: `entries` each tenant's sorted set holds (prefilled before the run, then trimmed to the newest -entries)")
+	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
+	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill), and \""+loadStoppedLine+"\" when its workers have stopped")
+	fs.StringVar(&c.apiKey, "api-key", "", "proxy: API `key` sent as Authorization: Bearer (a key of the node's keys: config)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tokenring load [flags]\n\n%s\n\nflags:\n", loadAbout)
 		fs.PrintDefaults()
@@ -126,6 +161,9 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *announce {
+		c.announce = stderr
 	}
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimRight(strings.TrimSpace(t), "/"); t != "" {
@@ -161,6 +199,28 @@ func (c loadConfig) check() error {
 		return fmt.Errorf("-tenants must be at most %d with -route %s", maxRoutedTenants, c.route)
 	case c.promptTokens < 0 || c.maxTokens < 1:
 		return errors.New("-prompt-tokens must be at least 0 and -max-tokens at least 1")
+	}
+	return c.checkSystem()
+}
+
+// checkSystem validates -system and the flags that only some systems read.
+func (c loadConfig) checkSystem() error {
+	redis := c.system == "redis-incr" || c.system == "redis-zset"
+	switch {
+	case !slices.Contains(systems, c.system):
+		return fmt.Errorf("-system must be one of %s", strings.Join(systems, ", "))
+	case redis && c.redisAddr == "":
+		return fmt.Errorf("-system %s needs -redis host:port", c.system)
+	case !redis && c.redisAddr != "":
+		return fmt.Errorf("-redis is for -system redis-incr and redis-zset, not %s", c.system)
+	case c.system == "redis-zset" && (c.entries < 1 || c.entries > maxEntries):
+		return fmt.Errorf("-entries must be between 1 and %d", maxEntries)
+	case c.system == "redis-zset" && int64(c.entries)*int64(c.tenants) > maxPrefill:
+		return fmt.Errorf("-entries × -tenants must be at most %d (the prefill)", maxPrefill)
+	case c.system != "tokenring" && (c.route != "rr" || c.clientMode != "http"):
+		return fmt.Errorf("-route and -client are for -system tokenring, not %s", c.system)
+	case c.system != "proxy" && (c.stream || c.apiKey != ""):
+		return fmt.Errorf("-stream and -api-key are for -system proxy, not %s", c.system)
 	}
 	return nil
 }
@@ -218,32 +278,27 @@ func getJSON(ctx context.Context, client *http.Client, url string, v any) error 
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// load runs the workers until -n acquires are sent or -d has passed,
-// whichever comes first, and aggregates what they saw.
+// load runs the workers until -n decisions are asked for or -d has
+// passed, whichever comes first, and aggregates what they saw. Whatever the
+// system, the workers run the same loop (worker.run) over its decideFunc.
 func load(ctx context.Context, c loadConfig) (loadResult, error) {
-	client := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: c.workers, MaxIdleConns: c.workers * len(c.targets)},
-	}
-	defer client.CloseIdleConnections()
-	routeOf, err := routes(ctx, client, c)
-	if err != nil {
-		return loadResult{}, fmt.Errorf("routes: %w", err)
-	}
-	batched, err := newBatchClients(c, routeOf)
+	sys, err := newSystem(ctx, c)
 	if err != nil {
 		return loadResult{}, err
 	}
-	defer batched.close()
+	defer sys.close()
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
 	quota := &quota{left: c.requests}
 	workers := make([]*worker, c.workers)
+	if c.announce != nil {
+		fmt.Fprintln(c.announce, loadStartedLine)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := &worker{id: i, c: c, client: client, batched: batched, routeOf: routeOf, quota: quota,
-			rng: rand.New(rand.NewPCG(c.seed, uint64(i))), codes: map[string]int{}}
+		w := &worker{c: c, decide: sys.decider(i), quota: quota,
+			rng: newWorkerRand(c, i), codes: map[string]int{}}
 		workers[i] = w
 		wg.Add(1)
 		go func() {
@@ -252,8 +307,15 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 		}()
 	}
 	wg.Wait()
-	return summarize(c, workers, time.Since(start))
+	elapsed := time.Since(start)
+	if c.announce != nil {
+		fmt.Fprintln(c.announce, loadStoppedLine)
+	}
+	return summarize(c, workers, elapsed)
 }
+
+// newWorkerRand is worker id's tenant chooser: seeded by -seed and id.
+func newWorkerRand(c loadConfig, id int) *rand.Rand { return rand.New(rand.NewPCG(c.seed, uint64(id))) }
 
 // quota hands out the -n acquires to the workers.
 type quota struct {
@@ -272,76 +334,80 @@ func (q *quota) take() bool {
 	return true
 }
 
-// worker sends acquires one after the other and counts what it saw. Only
-// its own goroutine touches it until load has waited for it.
-type worker struct {
-	id      int
-	c       loadConfig
-	client  *http.Client
-	batched batchClients // by base URL; nil: one HTTP request per call
-	routeOf []string     // per tenant index, the node to send to; nil: round robin
-	quota   *quota
-	rng     *rand.Rand
+// outcome is one decision as the worker loop counts it.
+type outcome struct {
+	// err is a transport error: the decision was not answered (it counts
+	// as an error unless the run was ending, and has no latency).
+	err error
+	// code is the answer's HTTP status (the Redis systems: 200 for an
+	// admission, 429 for a refusal). 200 with allowed is an admission, 429
+	// a refusal, anything else an error.
+	code     int
+	allowed  bool
+	fallback bool
+	// complete, when not nil, settles the admitted lease (run after the
+	// latency is taken, under -complete); it reports whether it settled.
+	complete func(ctx context.Context) bool
+	// drain, when not nil, reads the rest of the answer after the latency
+	// is taken (a stream past its first byte); it is always called.
+	drain func()
+}
 
-	lat                                             []time.Duration // of every answered acquire
+// decideFunc asks the system under test for one decision for tenant (the
+// name of tenant index ti) as the i-th call of its worker.
+type decideFunc func(ctx context.Context, i, ti int, tenant string) outcome
+
+// worker asks for decisions one after the other and counts what it saw.
+// Only its own goroutine touches it until load has waited for it.
+type worker struct {
+	c      loadConfig
+	decide decideFunc
+	quota  *quota
+	rng    *rand.Rand
+
+	lat                                             []time.Duration // of every answered decision
 	allowed, refused, fallback, errors, completions int
 	codes                                           map[string]int
 }
 
-// run sends acquires until the quota is spent or ctx ends.
+// run asks for decisions until the quota is spent or ctx ends, timing each.
 func (w *worker) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil && w.quota.take(); i++ {
 		ti := w.rng.IntN(w.c.tenants)
-		base := w.c.targets[(w.id+i)%len(w.c.targets)]
-		if w.routeOf != nil {
-			base = w.routeOf[ti]
-		}
-		w.acquire(ctx, base, tenantName(w.c, ti))
+		t0 := time.Now()
+		o := w.decide(ctx, i, ti, tenantName(w.c, ti))
+		w.count(ctx, o, time.Since(t0))
 	}
 }
 
-// acquire sends one acquire for tenant to base, counts its answer, and
-// completes the lease if it was admitted and -complete is set. A request
-// cut by the end of the run counts as nothing.
-func (w *worker) acquire(ctx context.Context, base, tenant string) {
-	if w.batched != nil {
-		w.acquireBatched(ctx, base, tenant)
-		return
+// count adds one outcome that took lat, and completes its lease if it was
+// admitted and -complete is set. A decision cut by the end of the run
+// counts as nothing.
+func (w *worker) count(ctx context.Context, o outcome, lat time.Duration) {
+	if o.drain != nil {
+		o.drain()
 	}
-	body := fmt.Sprintf(`{"tenant":%q,"model":%q,"prompt_tokens":%d,"max_tokens":%d}`, tenant, w.c.model, w.c.promptTokens, w.c.maxTokens)
-	t0 := time.Now()
-	code, out, err := post(ctx, w.client, base+"/v1/acquire", body)
-	lat := time.Since(t0)
-	if err != nil {
+	if o.err != nil {
 		if ctx.Err() == nil {
 			w.errors++
 		}
 		return
 	}
 	w.lat = append(w.lat, lat)
-	w.codes[strconv.Itoa(code)]++
-	if out.Fallback {
+	w.codes[strconv.Itoa(o.code)]++
+	if o.fallback {
 		w.fallback++
 	}
 	switch {
-	case code == http.StatusOK && out.Allowed:
+	case o.code == http.StatusOK && o.allowed:
 		w.allowed++
-		if w.c.complete {
-			w.completeLease(ctx, base, tenant, out.Lease)
+		if w.c.complete && o.complete != nil && o.complete(ctx) {
+			w.completions++
 		}
-	case code == http.StatusTooManyRequests:
+	case o.code == http.StatusTooManyRequests:
 		w.refused++
 	default:
 		w.errors++
-	}
-}
-
-// completeLease settles an admitted lease with the prompt and half the
-// completion bound as its usage.
-func (w *worker) completeLease(ctx context.Context, base, tenant, lease string) {
-	body := fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, tenant, lease, w.c.promptTokens, w.c.maxTokens/2)
-	if code, out, err := post(ctx, w.client, base+"/v1/complete", body); err == nil && code == http.StatusOK && out.Settled {
-		w.completions++
 	}
 }
 

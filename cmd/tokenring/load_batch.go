@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
-	"time"
 
 	"github.com/tokenring/tokenring/client"
 )
@@ -51,39 +49,21 @@ func (b batchClients) close() {
 // acquireBatched is acquire through the batching client of base: an
 // admission counts as a 200, a refusal as a 429, an *client.APIError as its
 // status, any other error as an error.
-func (w *worker) acquireBatched(ctx context.Context, base, tenant string) {
-	cl := w.batched[base]
-	t0 := time.Now()
-	d, err := cl.Acquire(ctx, client.AcquireRequest{Tenant: tenant, Model: w.c.model, PromptTokens: int64(w.c.promptTokens), MaxTokens: int64(w.c.maxTokens)})
-	lat := time.Since(t0)
+func (s *tokenringSystem) acquireBatched(ctx context.Context, base, tenant string) outcome {
+	cl := s.batched[base]
+	c := s.c
+	d, err := cl.Acquire(ctx, client.AcquireRequest{Tenant: tenant, Model: c.model, PromptTokens: int64(c.promptTokens), MaxTokens: int64(c.maxTokens)})
 	var apiErr *client.APIError
 	switch {
 	case errors.As(err, &apiErr):
-		w.lat = append(w.lat, lat)
-		w.codes[strconv.Itoa(apiErr.Status)]++
-		w.errors++
-		return
+		return outcome{code: apiErr.Status}
 	case err != nil:
-		if ctx.Err() == nil {
-			w.errors++
-		}
-		return
+		return outcome{err: err}
+	case !d.Allowed:
+		return outcome{code: http.StatusTooManyRequests, fallback: d.Fallback}
 	}
-	w.lat = append(w.lat, lat)
-	if d.Fallback {
-		w.fallback++
-	}
-	if !d.Allowed {
-		w.codes[strconv.Itoa(http.StatusTooManyRequests)]++
-		w.refused++
-		return
-	}
-	w.codes[strconv.Itoa(http.StatusOK)]++
-	w.allowed++
-	if w.c.complete {
-		usage := &client.Usage{PromptTokens: int64(w.c.promptTokens), CompletionTokens: int64(w.c.maxTokens / 2)}
-		if cl.Complete(ctx, tenant, d.Lease, usage) == nil {
-			w.completions++
-		}
-	}
+	return outcome{code: http.StatusOK, allowed: true, fallback: d.Fallback, complete: func(ctx context.Context) bool {
+		usage := &client.Usage{PromptTokens: int64(c.promptTokens), CompletionTokens: int64(c.maxTokens / 2)}
+		return cl.Complete(ctx, tenant, d.Lease, usage) == nil
+	}}
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startRedis runs a real redis-server on a free loopback port for the test
+// and returns its address. Without redis-server the test is skipped
+// locally and fails in CI.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server is required in CI (.ci/run installs it): %v", err)
+		}
+		t.Skipf("skipping: redis-server not installed (%v); CI installs it", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for client.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server did not answer PING")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return addr
+}
+
+// -system redis-incr: each of -n 200 decisions is one INCR, admitted; the
+// counters of the tenants add up to 200.
+func TestLoadRedisIncr(t *testing.T) {
+	addr := startRedis(t)
+	res, err := runLoadCLI(t, "-system", "redis-incr", "-redis", addr, "-n", "200", "-c", "8", "-tenants", "20", "-d", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loadResult{Requests: 200, Allowed: 200, Codes: map[string]int{"200": 200}, Route: "rr", Workers: 8}
+	if got := countsOf(res); !equalCounts(got, want) {
+		t.Fatalf("reported %+v\nwant       %+v", got, want)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	total := 0
+	for i := range 20 {
+		n, err := rdb.Get(ctx, incrKey(fmt.Sprintf("load-%d", i))).Int()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != 200 {
+		t.Fatalf("the tenants' counters add up to %d, want 200", total)
+	}
+}
+
+// -system redis-zset -entries 10: -n 200 decisions, all admitted; after the
+// run every tenant's sorted set holds exactly 10 members (prefilled, then
+// trimmed to the newest 10 at each decision), and the run's 200 members
+// are the newest of their keys: a key that got k of them keeps min(k, 10).
+func TestLoadRedisZset(t *testing.T) {
+	addr := startRedis(t)
+	const tenants, entries = 20, 10
+	res, err := runLoadCLI(t, "-system", "redis-zset", "-redis", addr, "-entries", fmt.Sprint(entries),
+		"-n", "200", "-c", "1", "-tenants", fmt.Sprint(tenants), "-d", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loadResult{Requests: 200, Allowed: 200, Codes: map[string]int{"200": 200}, Route: "rr", Workers: 1}
+	if got := countsOf(res); !equalCounts(got, want) {
+		t.Fatalf("reported %+v\nwant       %+v", got, want)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	// One worker with -seed 1 picks tenants as this does.
+	perTenant := make([]int, tenants)
+	c := loadConfig{tenants: tenants, seed: 1}
+	w := &worker{c: c, rng: newWorkerRand(c, 0)}
+	for range 200 {
+		perTenant[w.rng.IntN(tenants)]++
+	}
+	for i := range tenants {
+		key := zsetKey(fmt.Sprintf("load-%d", i))
+		members, err := rdb.ZRange(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		for _, m := range members {
+			if !strings.HasPrefix(m, "p-") {
+				ran++
+			}
+		}
+		if len(members) != entries || ran != min(perTenant[i], entries) {
+			t.Errorf("%s holds %d members, %d of them the run's; want %d, %d (it got %d decisions)",
+				key, len(members), ran, entries, min(perTenant[i], entries), perTenant[i])
+		}
+	}
+}
+
+// Bad -system flags are usage errors, found before anything is sent.
+func TestLoadSystemFlagValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"unknown system", []string{"-system", "memcached"}},
+		{"redis without -redis", []string{"-system", "redis-incr"}},
+		{"zset without -redis", []string{"-system", "redis-zset"}},
+		{"-redis for tokenring", []string{"-redis", "127.0.0.1:6379"}},
+		{"zero entries", []string{"-system", "redis-zset", "-redis", "127.0.0.1:1", "-entries", "0"}},
+		{"too many entries", []string{"-system", "redis-zset", "-redis", "127.0.0.1:1", "-entries", "2000000"}},
+		{"prefill too large", []string{"-system", "redis-zset", "-redis", "127.0.0.1:1", "-entries", "100000", "-tenants", "1000"}},
+		{"route for redis", []string{"-system", "redis-incr", "-redis", "127.0.0.1:1", "-route", "owner"}},
+		{"batch for proxy", []string{"-system", "proxy", "-client", "batch"}},
+		{"stream for tokenring", []string{"-stream"}},
+		{"api key for redis", []string{"-system", "redis-incr", "-redis", "127.0.0.1:1", "-api-key", "sk-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"load", "-n", "10", "-d", "5s"}, tc.args...)
+			err := run(context.Background(), args, &stdout, &stderr)
+			if !errors.Is(err, errUsage) {
+				t.Fatalf("tokenring %s: err = %v, want a usage error", strings.Join(args, " "), err)
+			}
+			if code := exitCode(err, &stderr); code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("printed %q", stdout.String())
+			}
+		})
+	}
+	for _, ok := range [][]string{
+		{"-system", "redis-zset", "-redis", "127.0.0.1:1", "-entries", "10000", "-tenants", "1000"},
+		{"-system", "proxy", "-stream", "-api-key", "sk-1"},
+	} {
+		if _, err := parseLoad(ok, &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
+	}
+}

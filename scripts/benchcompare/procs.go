@@ -1,0 +1,294 @@
+package main
+
+// The servers the comparison starts: redis-server, fakellm and tokenringd
+// on free loopback ports, and how they are stopped.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a server gets between SIGTERM and SIGKILL.
+const stopGrace = 10 * time.Second
+
+// server is one process the comparison started. Its output goes to a log
+// file the comparison unlinked at once, read back for an error report.
+type server struct {
+	name string
+	addr string // the loopback host:port its clients use
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{} // closed when the process has exited
+	err  error         // cmd.Wait's result, once done is closed
+}
+
+// pid is the server's process id.
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// alive reports whether the server is still running.
+func (s *server) alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// output is the last n bytes the server wrote.
+func (s *server) output(n int64) string {
+	fi, err := s.log.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(0, fi.Size()-n)
+	b := make([]byte, fi.Size()-off)
+	k, _ := s.log.ReadAt(b, off)
+	return string(b[:k])
+}
+
+// startServer execs bin with args. It runs in a process group of its own
+// (a Ctrl-C reaches the comparison, which stops it) and is killed if the
+// comparison dies (Pdeathsig).
+func startServer(name, addr, bin string, args ...string) (*server, error) {
+	log, err := os.CreateTemp("", "benchcompare-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	_ = os.Remove(log.Name())
+	s := &server{name: name, addr: addr, log: log, done: make(chan struct{})}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after stopGrace, and waits for the exit.
+func (s *server) stop() {
+	if s.alive() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(stopGrace):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.log.Close()
+}
+
+// servers are the processes of one stage, stopped newest first.
+type servers []*server
+
+func (ss servers) stop() {
+	for i := len(ss) - 1; i >= 0; i-- {
+		ss[i].stop()
+	}
+}
+
+func (ss servers) pids() []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		out[i] = s.pid()
+	}
+	return out
+}
+
+// freeAddr returns a loopback address whose port is free for TCP and UDP
+// (memberlist gossips on both).
+func freeAddr() (string, error) {
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := ln.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return addr, nil
+		}
+	}
+	return "", errors.New("no free loopback port for TCP and UDP")
+}
+
+// waitFor calls ok every 20 ms until it is true; it fails when s exits,
+// ctx ends or timeout passes first.
+func waitFor(ctx context.Context, s *server, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		switch {
+		case !s.alive():
+			return fmt.Errorf("%s exited (%v):\n%s", s.name, s.err, s.output(2000))
+		case time.Now().After(deadline):
+			return fmt.Errorf("%s not ready after %v:\n%s", s.name, timeout, s.output(2000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", s.name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// startRedis starts redis-server without persistence and waits for PING.
+func startRedis(ctx context.Context, bin string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	s, err := startServer("redis-server", addr, bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
+	if err != nil {
+		return nil, err
+	}
+	err = waitFor(ctx, s, 10*time.Second, func() bool { return redisPing(addr) == nil })
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// redisPing sends an inline PING and expects +PONG.
+func redisPing(addr string) error { return redisInline(addr, "PING", "+PONG") }
+
+// redisInline sends one inline command to the redis-server at addr and
+// expects the reply line want.
+func redisInline(addr, command, want string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, command+"\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", command, err)
+	}
+	if got := strings.TrimSpace(line); got != want {
+		return fmt.Errorf("redis %s: %q, want %q", command, got, want)
+	}
+	return nil
+}
+
+// startFakeLLM starts fakellm on a free port and waits for the line that
+// says where it serves.
+func startFakeLLM(ctx context.Context, bin string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer("fakellm", addr, filepath.Join(bin, "fakellm"), "-addr", addr)
+	if err != nil {
+		return nil, err
+	}
+	err = waitFor(ctx, s, 10*time.Second, func() bool { return strings.Contains(s.output(4096), "fakellm: serving") })
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startCluster starts n tokenringd nodes with the config file cfg, each
+// after the first joining the first's gossip address, and waits until
+// each is ready and every node's ring has all n members.
+func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) {
+	var ss servers
+	join := ""
+	for i := range n {
+		var addrs [3]string
+		for j := range addrs {
+			a, err := freeAddr()
+			if err != nil {
+				ss.stop()
+				return nil, err
+			}
+			addrs[j] = a
+		}
+		args := []string{"-name", fmt.Sprintf("bc%d", i+1), "-http", addrs[0], "-peer", addrs[1], "-gossip", addrs[2],
+			"-config", cfg, "-log-level", "warn"}
+		if join != "" {
+			args = append(args, "-join", join)
+		}
+		s, err := startServer(fmt.Sprintf("tokenringd bc%d", i+1), addrs[0], filepath.Join(bin, "tokenringd"), args...)
+		if err != nil {
+			ss.stop()
+			return nil, err
+		}
+		ss = append(ss, s)
+		if join == "" {
+			join = addrs[2]
+		}
+		if err := waitFor(ctx, s, 20*time.Second, func() bool { return httpOK("http://" + s.addr + "/readyz") }); err != nil {
+			ss.stop()
+			return nil, err
+		}
+	}
+	for _, s := range ss {
+		full := func() bool { return ringSize("http://"+s.addr) == n }
+		if err := waitFor(ctx, s, 20*time.Second, full); err != nil {
+			ss.stop()
+			return nil, fmt.Errorf("%s's ring never had %d members: %w", s.name, n, err)
+		}
+	}
+	return ss, nil
+}
+
+// httpOK reports whether GET url answers 200.
+func httpOK(url string) bool {
+	resp, err := probeClient().Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// probeClient is for readiness checks: short, and no connection kept.
+func probeClient() *http.Client {
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// ringSize is the number of members a node's /admin/ring lists (0 when it
+// does not answer).
+func ringSize(base string) int {
+	resp, err := probeClient().Get(base + "/admin/ring")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var ring struct {
+		Members []struct{ Name string } `json:"members"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ring) != nil {
+		return 0
+	}
+	return len(ring.Members)
+}

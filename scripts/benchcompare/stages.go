@@ -1,0 +1,284 @@
+package main
+
+// The stages of the comparison: the servers each starts, and the runs
+// against them.
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// loadStartedLine and loadStoppedLine are what `tokenring load -announce`
+// prints on stderr as the run's clock starts and when its workers have
+// stopped (cmd/tokenring).
+const (
+	loadStartedLine = "tokenring load: started"
+	loadStoppedLine = "tokenring load: stopped"
+)
+
+// loadOnce runs `tokenring load -json -announce` with the stage's workers and
+// duration and args (later flags win), and measures the CPU the processes
+// pids (none: nil), and the load generator itself, spend between its
+// started and stopped lines.
+func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...string) (measured, error) {
+	fmt.Fprintf(o.stderr, "benchcompare: %s\n", name)
+	full := append([]string{"load", "-json", "-announce", "-c", strconv.Itoa(o.workers),
+		"-d", o.duration.String(), "-n", "1000000000"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(o.bin, "tokenring"), full...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return measured{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return measured{}, fmt.Errorf("%s: %w", name, err)
+	}
+	var other []string
+	marks := []string{loadStartedLine, loadStoppedLine}
+	var cpu, client [2]int64 // the servers' and the load generator's, at each mark
+	seen := 0                // marks seen, in order
+	var cpuErr error
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		if seen < len(marks) && sc.Text() == marks[seen] {
+			var err error
+			if cpu[seen], err = cpuSum(pids); err != nil && cpuErr == nil {
+				cpuErr = err
+			}
+			if client[seen], err = cpuTime(procRoot, cmd.Process.Pid); err != nil && cpuErr == nil {
+				cpuErr = err
+			}
+			seen++
+			continue
+		}
+		other = append(other, sc.Text())
+	}
+	err = cmd.Wait()
+	if ctx.Err() != nil {
+		return measured{}, fmt.Errorf("%s: %w", name, ctx.Err())
+	}
+	if err != nil {
+		return measured{}, fmt.Errorf("%s: tokenring %s: %w\n%s", name, strings.Join(full, " "), err, strings.Join(other, "\n"))
+	}
+	var m measured
+	if err := json.Unmarshal(stdout.Bytes(), &m.res); err != nil {
+		return measured{}, fmt.Errorf("%s: output %q: %w", name, stdout.String(), err)
+	}
+	if m.res.Errors > 0 { // shown in the table beside the run
+		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors\n%s\n", name, m.res.Errors, strings.Join(other, "\n"))
+	}
+	switch {
+	case cpuErr != nil:
+		return measured{}, fmt.Errorf("%s: cpu: %w", name, cpuErr)
+	case seen != 2:
+		return measured{}, fmt.Errorf("%s: the load generator did not print its started and stopped lines", name)
+	}
+	if pids != nil {
+		m.cpuNs = cpu[1] - cpu[0]
+	}
+	m.clientNs = client[1] - client[0]
+	return m, nil
+}
+
+// measure runs loadOnce -repeat times and keeps the run with the median
+// decisions/s. With a prefix, run k names its tenants repeatPrefix(prefix,
+// k), so that no run starts with another's windows or leases.
+func (o options) measure(ctx context.Context, name string, pids []int, prefix string, args ...string) (measured, error) {
+	runs := make([]measured, 0, o.repeat)
+	for k := range o.repeat {
+		a, label := args, name
+		if prefix != "" {
+			a = slices.Concat(args, []string{"-prefix", repeatPrefix(prefix, k)})
+		}
+		if o.repeat > 1 {
+			label = fmt.Sprintf("%s (%d of %d)", name, k+1, o.repeat)
+		}
+		m, err := o.loadOnce(ctx, label, pids, a...)
+		if err != nil {
+			return measured{}, err
+		}
+		runs = append(runs, m)
+	}
+	return medianRun(runs), nil
+}
+
+// repeatPrefix is the tenant name prefix of run k of a measurement.
+func repeatPrefix(prefix string, k int) string { return fmt.Sprintf("%sr%d-", prefix, k) }
+
+// medianRun is the run with the median decisions/s (of an even number,
+// the faster of the middle two); runs is not empty.
+func medianRun(runs []measured) measured {
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(a, b measured) int { return cmp.Compare(a.res.PerSecond, b.res.PerSecond) })
+	return sorted[len(sorted)/2]
+}
+
+// zsetKeys10k is the sorted set's keys at 10,000 entries (1,000 at 10 and
+// 1,000 entries): 100 × 10,000 prefilled members, as many as 1,000 × 1,000.
+const zsetKeys10k = 100
+
+// planned is one measurement of a stage: its progress name, where its
+// result goes, and its flags.
+type planned struct {
+	name   string
+	into   *measured
+	prefix string // tenant name prefix, varied by repeat (see measure); "": load's default
+	args   []string
+}
+
+// redisStage runs the Redis rows, and the sorted set of the flatness
+// table, against one redis-server (flushed before each measurement; the
+// sorted set's prefill replaces each key a run uses).
+func (o options) redisStage(ctx context.Context, r *report) error {
+	srv, err := startRedis(ctx, o.redisServer)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	var zset10k measured
+	for _, p := range []planned{
+		{"Redis INCR", &r.incr, "", []string{"-system", "redis-incr", "-tenants", "1000"}},
+		{"Redis sorted set, 10 entries a key", &r.zset10, "", []string{"-system", "redis-zset", "-entries", "10", "-tenants", "1000"}},
+		{"Redis sorted set, 1,000 entries a key", &r.zset1000, "", []string{"-system", "redis-zset", "-entries", "1000", "-tenants", "1000"}},
+		{"Redis sorted set, 10,000 entries a key", &zset10k, "", []string{"-system", "redis-zset", "-entries", "10000", "-tenants", strconv.Itoa(zsetKeys10k)}},
+	} {
+		if err := redisInline(srv.addr, "FLUSHALL", "+OK"); err != nil {
+			return err
+		}
+		if *p.into, err = o.measure(ctx, p.name, []int{srv.pid()}, "", append(p.args, "-redis", srv.addr)...); err != nil {
+			return err
+		}
+	}
+	r.flat = []flatPoint{
+		{perKey: 10, zset: r.zset10, zsetKeys: 1000},
+		{perKey: 1000, zset: r.zset1000, zsetKeys: 1000},
+		{perKey: 10_000, zset: zset10k, zsetKeys: zsetKeys10k},
+	}
+	return nil
+}
+
+// limitsYAML are limits no run reaches (the concurrency too: the runs do
+// not complete their leases).
+const limitsYAML = `limits:
+  default: {rpm: 100000000, tpm: 100000000000, concurrency: 100000}
+`
+
+// proxyKey is the API key of the proxy runs, the tenant proxyTenant's.
+const (
+	proxyKey    = "sk-bench"
+	proxyTenant = "bench"
+)
+
+// singleStage runs one node: single calls, the batching client, 16
+// workers, the flatness runs, and the LLM proxy in front of fakellm.
+func (o options) singleStage(ctx context.Context, dir string, r *report) error {
+	llm, err := startFakeLLM(ctx, o.bin)
+	if err != nil {
+		return err
+	}
+	defer llm.stop()
+	cfg := filepath.Join(dir, "single.yaml")
+	yaml := limitsYAML + fmt.Sprintf("upstream:\n  base_url: http://%s/v1\nkeys:\n  %s: %s\n", llm.addr, proxyKey, proxyTenant)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+	nodes, err := startCluster(ctx, o.bin, cfg, 1)
+	if err != nil {
+		return err
+	}
+	defer nodes.stop()
+	target := "http://" + nodes[0].addr
+	single := []string{"-targets", target, "-tenants", "1000", "-complete=false"}
+	for _, p := range []planned{
+		{"tokenring 1 node", &r.single, "single-", single},
+		{"tokenring 1 node, batching client", &r.batch, "batch-", slices.Concat(single, []string{"-client", "batch"})},
+		{"tokenring 1 node, 16 workers", &r.single16, "single16-", slices.Concat(single, []string{"-c", "16"})},
+	} {
+		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, p.args...); err != nil {
+			return err
+		}
+	}
+	for i := range r.flat {
+		f := &r.flat[i]
+		f.tenants = flatTenants(r.single.res.PerSecond, o.duration.Seconds(), f.perKey)
+		name := fmt.Sprintf("tokenring 1 node, %d requests a key", f.perKey)
+		f.tokenring, err = o.measure(ctx, name, nodes.pids(), fmt.Sprintf("flat%d-", f.perKey),
+			"-targets", target, "-complete=false", "-tenants", strconv.Itoa(f.tenants))
+		if err != nil {
+			return err
+		}
+	}
+	return o.proxyRuns(ctx, r, "http://"+llm.addr, target)
+}
+
+// flatTenants is how many tenants a run at perSecond decisions for seconds
+// spreads over so that each key gets perKey requests: at least one.
+func flatTenants(perSecond, seconds float64, perKey int) int {
+	return max(1, int(math.Round(perSecond*seconds/float64(perKey))))
+}
+
+// proxyRuns times chat completions sequentially (one worker), to fakellm
+// directly and through the node, whole and streamed.
+func (o options) proxyRuns(ctx context.Context, r *report, direct, through string) error {
+	for _, p := range []planned{
+		{"proxy: fakellm directly", &r.direct, "", []string{"-targets", direct}},
+		{"proxy: through tokenring", &r.through, "", []string{"-targets", through}},
+		{"proxy: fakellm directly, streamed", &r.directStream, "", []string{"-targets", direct, "-stream"}},
+		{"proxy: through tokenring, streamed", &r.throughStream, "", []string{"-targets", through, "-stream"}},
+	} {
+		args := append([]string{"-system", "proxy", "-c", "1", "-api-key", proxyKey, "-model", "gpt-4o-mini"}, p.args...)
+		var err error
+		if *p.into, err = o.measure(ctx, p.name, nil, "", args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterStage runs three nodes: tenants at their owners, forwarded, and
+// one hot tenant with a limit the run exceeds.
+func (o options) clusterStage(ctx context.Context, dir string, r *report) error {
+	// A tenth of what one node decided in a run (in thousands): three
+	// nodes round robin, two thirds of the calls forwarded, exceed it
+	// unless they are ten times as slow.
+	r.hotLimit = max(1000, int(math.Round(r.single.res.PerSecond*o.duration.Seconds()/10/1000))*1000)
+	cfg := filepath.Join(dir, "cluster.yaml")
+	yaml := limitsYAML + "  tenants:\n"
+	for k := range o.repeat { // the hot tenant of each run: hot-rK-0
+		yaml += fmt.Sprintf("    %s0: {rpm: %d, tpm: 100000000000, concurrency: 100000000}\n", repeatPrefix("hot-", k), r.hotLimit)
+	}
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+	nodes, err := startCluster(ctx, o.bin, cfg, 3)
+	if err != nil {
+		return err
+	}
+	defer nodes.stop()
+	targets := "http://" + nodes[0].addr + ",http://" + nodes[1].addr + ",http://" + nodes[2].addr
+	for _, p := range []planned{
+		{"tokenring 3 nodes, -route owner", &r.local, "owner-", []string{"-route", "owner", "-tenants", "1000"}},
+		{"tokenring 3 nodes, -route other", &r.forwarded, "other-", []string{"-route", "other", "-tenants", "1000"}},
+		{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}},
+	} {
+		args := append([]string{"-targets", targets, "-complete=false"}, p.args...)
+		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+package main
+
+// The printed comparison: the markdown tables, the ratios and the
+// must-show checks, from the measured runs.
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// loadResult is the part of `tokenring load -json`'s output the
+// comparison reads (cmd/tokenring's loadResult).
+type loadResult struct {
+	Requests  int     `json:"requests"`
+	Allowed   int     `json:"allowed"`
+	Refused   int     `json:"refused"`
+	Errors    int     `json:"errors"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"decisions_per_second"` // (allowed + refused) / seconds
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+}
+
+// measured is one run: what the load generator saw, and the CPU its
+// servers spent over the timed run.
+type measured struct {
+	res      loadResult
+	cpuNs    int64 // summed over the servers' threads, ns (0: not measured)
+	clientNs int64 // the load generator's, ns (0: not measured)
+}
+
+// decisions is the run's admissions and refusals.
+func (m measured) decisions() int { return m.res.Allowed + m.res.Refused }
+
+// cpuPerDecisionUs is the servers' CPU per decision, µs (NaN when either
+// is unknown).
+func (m measured) cpuPerDecisionUs() float64 { return perDecisionUs(m.cpuNs, m.decisions()) }
+
+// clientPerDecisionUs is the load generator's CPU per decision, µs.
+func (m measured) clientPerDecisionUs() float64 { return perDecisionUs(m.clientNs, m.decisions()) }
+
+func perDecisionUs(ns int64, decisions int) float64 {
+	if ns <= 0 || decisions == 0 {
+		return math.NaN()
+	}
+	return float64(ns) / 1e3 / float64(decisions)
+}
+
+// flatPoint is one column pair of the flatness table: a single node and
+// the sorted set with about perKey requests in each key's window.
+type flatPoint struct {
+	perKey          int      // the target: requests in each key's window
+	tenants         int      // tokenring's keys in that run
+	tokenring, zset measured // zset: -entries perKey
+	zsetKeys        int      // the sorted set's keys in that run
+}
+
+// report is every run of the comparison. The rows of the main table are,
+// in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
+// single16.
+type report struct {
+	workers int     // of every run but single16 and the proxy's
+	seconds float64 // -d of each run
+	repeat  int     // runs of each measurement (the median kept)
+	// cpus and the 1-minute load averages before and after all runs: on a
+	// machine other work shares, the ratios are only as steady as these.
+	cpus                  int
+	loadBefore, loadAfter float64
+	incr                  measured
+	zset10                measured
+	zset1000              measured
+	single                measured
+	batch                 measured
+	local                 measured // 3 nodes, -route owner
+	forwarded             measured // 3 nodes, -route other
+	hot                   measured // 3 nodes, one tenant, round robin
+	hotLimit              int      // its rpm (the window is 60 s, longer than the run)
+	single16              measured // single at 16 workers
+	flat                  []flatPoint
+	// The LLM proxy, one worker: fakellm directly and through a node,
+	// whole answers and streams (time to first byte).
+	direct, through, directStream, throughStream measured
+}
+
+// tableRow is one line of the main table.
+type tableRow struct {
+	name string
+	m    measured
+}
+
+func (r *report) rows() []tableRow {
+	w := strconv.Itoa(r.workers)
+	return []tableRow{
+		{"Redis INCR, no script", r.incr},
+		{"Redis sorted set + Lua, 10 entries a key", r.zset10},
+		{"Redis sorted set + Lua, 1,000 entries a key", r.zset1000},
+		{"tokenring 1 node, POST /v1/acquire", r.single},
+		{"tokenring 1 node, batching client", r.batch},
+		{"tokenring 3 nodes, -route owner (local)", r.local},
+		{"tokenring 3 nodes, -route other (forwarded)", r.forwarded},
+		{"tokenring 3 nodes, one hot tenant (rpm " + thousands(float64(r.hotLimit)) + ")", r.hot},
+		{"tokenring 1 node, 16 workers (others: " + w + ")", r.single16},
+	}
+}
+
+// write prints the whole comparison as markdown.
+func (r *report) write(w io.Writer) {
+	median := ""
+	if r.repeat > 1 {
+		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
+	}
+	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after\n\n",
+		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter)
+	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, row := range r.rows() {
+		if row.m.res.Errors > 0 {
+			row.name += fmt.Sprintf(" (%s errors)", thousands(float64(row.m.res.Errors)))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.name, thousands(row.m.res.PerSecond),
+			micros(row.m.res.P50us), micros(row.m.res.P99us), times(ratio(row.m.res.PerSecond, r.incr.res.PerSecond)),
+			decimal(row.m.cpuPerDecisionUs()))
+	}
+	fmt.Fprintf(w, "\nforwarded ÷ local (3 nodes): %s\n", times(r.forwardedRatio()))
+	fmt.Fprintf(w, "hot tenant ÷ spread (row 6): %s; %s\n", times(r.hotRatio()), r.hotAdmitted())
+	fmt.Fprintf(w, "server CPU per decision, tokenring 1 node ÷ Redis INCR: %s\n", times(r.cpuRatio()))
+	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s, batching client %s\n",
+		decimal(r.incr.clientPerDecisionUs()), decimal(r.zset10.clientPerDecisionUs()),
+		decimal(r.single.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
+	r.writeFlat(w)
+	r.writeProxy(w)
+	fmt.Fprintln(w, "\nMust-show:")
+	for _, c := range r.checks() {
+		mark := "meets "
+		if !c.ok {
+			mark = "MISSES"
+		}
+		fmt.Fprintf(w, "- %s %s: %s\n", mark, c.name, c.got)
+	}
+}
+
+func (r *report) forwardedRatio() float64 {
+	return ratio(r.forwarded.res.PerSecond, r.local.res.PerSecond)
+}
+func (r *report) hotRatio() float64 { return ratio(r.hot.res.PerSecond, r.local.res.PerSecond) }
+func (r *report) cpuRatio() float64 {
+	return ratio(r.single.cpuPerDecisionUs(), r.incr.cpuPerDecisionUs())
+}
+
+// hotExact reports whether the hot tenant was admitted exactly its limit
+// and refused past it.
+func (r *report) hotExact() bool {
+	return r.hot.res.Allowed == r.hotLimit && r.hot.res.Refused > 0
+}
+
+// hotAdmitted states the hot tenant's admissions against its limit.
+func (r *report) hotAdmitted() string {
+	a, l, ref := r.hot.res.Allowed, r.hotLimit, r.hot.res.Refused
+	head := fmt.Sprintf("admitted %s of its limit %s, refused %s", thousands(float64(a)), thousands(float64(l)), thousands(float64(ref)))
+	switch {
+	case a > l:
+		return head + ": OVER the limit by " + thousands(float64(a-l))
+	case ref == 0:
+		return head + ": the limit was not reached"
+	case a == l:
+		return head + ": exact"
+	}
+	return head + ": under the limit by " + thousands(float64(l-a))
+}
+
+// writeFlat prints the flatness table.
+func (r *report) writeFlat(w io.Writer) {
+	if len(r.flat) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlatness: decisions/s by requests in each key's window")
+	fmt.Fprintln(w, "| requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | Redis sorted set | vs first | keys |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+	first := r.flat[0]
+	for _, p := range r.flat {
+		perKey := float64(p.tokenring.res.Allowed) / float64(max(1, p.tenants))
+		fmt.Fprintf(w, "| %s | %s | %s | %s (%s) | %s | %s | %s |\n", thousands(float64(p.perKey)),
+			thousands(p.tokenring.res.PerSecond), times(ratio(p.tokenring.res.PerSecond, first.tokenring.res.PerSecond)),
+			thousands(float64(p.tenants)), thousands(perKey),
+			thousands(p.zset.res.PerSecond), times(ratio(p.zset.res.PerSecond, first.zset.res.PerSecond)), thousands(float64(p.zsetKeys)))
+	}
+}
+
+// flatSpread is the largest relative distance of a tokenring flatness
+// run from the first (0.2: ±20%).
+func (r *report) flatSpread() float64 {
+	if len(r.flat) == 0 {
+		return math.NaN()
+	}
+	spread := 0.0
+	for _, p := range r.flat {
+		spread = max(spread, math.Abs(ratio(p.tokenring.res.PerSecond, r.flat[0].tokenring.res.PerSecond)-1))
+	}
+	return spread
+}
+
+// writeProxy prints the proxy table.
+func (r *report) writeProxy(w io.Writer) {
+	fmt.Fprintln(w, "\nLLM proxy (fakellm; 1 worker, sequential)")
+	fmt.Fprintln(w, "| call | direct p50 | direct p99 | through tokenring p50 | p99 | added p50 | added p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, c := range []struct {
+		name     string
+		d, thr   measured
+		p50, p99 float64
+	}{
+		{"chat completion, whole answer", r.direct, r.through, r.addedP50(), r.addedP99()},
+		{"chat completion stream, first byte", r.directStream, r.throughStream,
+			r.throughStream.res.P50us - r.directStream.res.P50us, r.throughStream.res.P99us - r.directStream.res.P99us},
+	} {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name, micros(c.d.res.P50us), micros(c.d.res.P99us),
+			micros(c.thr.res.P50us), micros(c.thr.res.P99us), micros(c.p50), micros(c.p99))
+	}
+}
+
+func (r *report) addedP50() float64 { return r.through.res.P50us - r.direct.res.P50us }
+func (r *report) addedP99() float64 { return r.through.res.P99us - r.direct.res.P99us }
+
+// check is one must-show target and what the runs got.
+type check struct {
+	name string
+	ok   bool
+	got  string
+}
+
+// checks are the must-show targets.
+func (r *report) checks() []check {
+	atLeast := func(name string, v, want float64) check {
+		return check{name + " ≥ " + strconv.FormatFloat(want, 'f', -1, 64) + "×", v >= want, times(v)}
+	}
+	atMostUs := func(name string, v, want float64) check {
+		return check{name + " ≤ " + micros(want), v <= want, micros(v)}
+	}
+	incr := r.incr.res.PerSecond
+	return []check{
+		atLeast("1 node ÷ Redis INCR", ratio(r.single.res.PerSecond, incr), 0.8),
+		{"server CPU per decision ÷ Redis INCR's ≤ 2×", r.cpuRatio() <= 2, times(r.cpuRatio())},
+		atLeast("batching client ÷ Redis INCR", ratio(r.batch.res.PerSecond, incr), 1.5),
+		atLeast("1 node ÷ sorted set at 1,000 entries", ratio(r.single.res.PerSecond, r.zset1000.res.PerSecond), 10),
+		{"flat within ±20%", r.flatSpread() <= 0.2, fmt.Sprintf("±%.0f%%", 100*r.flatSpread())},
+		atLeast("forwarded ÷ local", r.forwardedRatio(), 0.9),
+		{"hot tenant ≥ 0.8× spread, admitted exactly its limit", r.hotRatio() >= 0.8 && r.hotExact(),
+			times(r.hotRatio()) + ", " + r.hotAdmitted()},
+		atMostUs("p99 at 16 workers", r.single16.res.P99us, 2000),
+		atMostUs("proxy added p50", r.addedP50(), 200),
+		atMostUs("proxy added p99", r.addedP99(), 1000),
+		atMostUs("stream first byte through tokenring (p50)", r.throughStream.res.P50us, 1000),
+	}
+}
+
+// ratio is a/b, NaN when b is not positive.
+func ratio(a, b float64) float64 {
+	if !(b > 0) {
+		return math.NaN()
+	}
+	return a / b
+}
+
+func times(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func decimal(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// micros prints a duration in µs, as ms from 10 ms up.
+func micros(us float64) string {
+	switch {
+	case math.IsNaN(us):
+		return "n/a"
+	case math.Abs(us) >= 10_000:
+		return fmt.Sprintf("%.1f ms", us/1e3)
+	}
+	return thousands(us) + " µs"
+}
+
+// thousands prints v rounded to a whole number with thousands separators.
+func thousands(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	s := strconv.FormatInt(int64(math.Round(math.Abs(v))), 10)
+	var b strings.Builder
+	if math.Round(v) < 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
