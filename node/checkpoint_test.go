@@ -3,60 +3,25 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tokenring/tokenring/internal/redistest"
 	"github.com/tokenring/tokenring/limiter"
 )
 
-// startRedis runs a real redis-server on a free loopback port for the test.
-// Without redis-server the test is skipped locally and fails in CI.
+// startRedis runs a real redis-server for the test and returns a client
+// of it (redistest.Start: skipped locally without one, failed in CI).
 func startRedis(t testing.TB) *redis.Client {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is required in CI (.ci/run installs it): %v", err)
-		}
-		t.Skipf("skipping: redis-server not installed (%v); CI installs it", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
-	t.Cleanup(func() {
-		client.Close()
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for client.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer PING")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	client := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	t.Cleanup(func() { client.Close() })
 	return client
 }
 

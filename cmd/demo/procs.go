@@ -5,9 +5,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/loopback"
 )
 
 // stopGrace is how long a process gets between SIGTERM and SIGKILL.
@@ -70,24 +70,8 @@ func buildBinaries(ctx context.Context, dir string) error {
 	return nil
 }
 
-// freeAddr returns a loopback address whose port is free for both TCP and
-// UDP (memberlist gossips on both).
-func freeAddr() (string, error) {
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr, nil
-		}
-	}
-	return "", errors.New("no free loopback port for TCP and UDP")
-}
+// freeAddr returns a loopback address free for TCP and UDP.
+func freeAddr() (string, error) { return loopback.FreeAddr() }
 
 // start execs bin with args as the process named name. Its output goes to
 // the process's buffer; it is in a process group of its own (a Ctrl-C on

@@ -5,61 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tokenring/tokenring/internal/redistest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startRedis runs a real redis-server on a free loopback port for the test
-// and returns its address. Without redis-server the test is skipped
-// locally and fails in CI.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is required in CI (.ci/run installs it): %v", err)
-		}
-		t.Skipf("skipping: redis-server not installed (%v); CI installs it", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for client.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer PING")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr
-}
+// startRedis runs a real redis-server for the test and returns its
+// address (redistest.Start: skipped locally without one, failed in CI).
+func startRedis(t *testing.T) string { return redistest.Start(t) }
 
 // -system redis-incr: each of -n 200 decisions is one INCR, admitted; the
 // counters of the tenants add up to 200.

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/loopback"
 )
 
 // stopGrace is how long a server gets between SIGTERM and SIGKILL.
@@ -114,24 +115,8 @@ func (ss servers) pids() []int {
 	return out
 }
 
-// freeAddr returns a loopback address whose port is free for TCP and UDP
-// (memberlist gossips on both).
-func freeAddr() (string, error) {
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr, nil
-		}
-	}
-	return "", errors.New("no free loopback port for TCP and UDP")
-}
+// freeAddr returns a loopback address free for TCP and UDP.
+func freeAddr() (string, error) { return loopback.FreeAddr() }
 
 // waitFor calls ok every 20 ms until it is true; it fails when s exits,
 // ctx ends or timeout passes first.
