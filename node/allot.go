@@ -361,7 +361,7 @@ func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 // (and falls back) like any other.
 func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (Answer, error) {
 	al := n.allot
-	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || !n.peer(addr).up() {
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || n.leaving.Load() || !n.peer(addr).up() {
 		return forward()
 	}
 	now := n.cfg.Now()
@@ -429,6 +429,17 @@ func (n *Node) cancelAdmissions(key string, ids []uint64) {
 		if _, cancelled, err := decodeGrant(a.State); err == nil {
 			n.stats.allotReturned.Add(int64(len(cancelled)))
 		}
+	}
+}
+
+// returnSlices gives every slice's admissions not handed out back to
+// their owners: this node is leaving (Drain) and takes no new slice.
+func (n *Node) returnSlices() {
+	if n.allot == nil {
+		return
+	}
+	for key, ids := range n.allot.sweep(n.cfg.Now().Add(24*time.Hour), 0) {
+		n.cancelAdmissions(key, ids)
 	}
 }
 

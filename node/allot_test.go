@@ -376,3 +376,39 @@ func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
 		t.Fatalf("%d acquires served from the crashed owner's slice", got-served)
 	}
 }
+
+// A node that leaves gracefully gives its slices back at once: the owner
+// has exactly what was not admitted, without waiting for the slices'
+// bucket to end, and the leaving node asks for no new one.
+func TestDrainGivesSlicesBack(t *testing.T) {
+	const limit = 1_000_000
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: limit, Tokens: 1 << 40, Concurrency: 1 << 20} }
+	c := newCluster(t, 3, limits, BatchConfig{}, hotAt(50), noReplication)
+	owner, holder := c.nodes[0], c.nodes[1]
+	key := c.keyOwnedBy(t, 0)
+	admitted := 0
+	for holder.stats.allotted.Load() == 0 && admitted < 5000 {
+		a, err := holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+		if err != nil || !a.Decision.Allowed {
+			t.Fatalf("acquire: %+v %v", a.Decision, err)
+		}
+		admitted++
+		time.Sleep(time.Millisecond)
+	}
+	if holder.stats.allotted.Load() == 0 {
+		t.Fatal("the holder never served from a slice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := holder.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := owner.Do(context.Background(), &Call{Op: OpStatus, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := st.Decision.Status.Requests.Remaining; left != limit-int64(admitted) {
+		t.Fatalf("after the holder drained, the owner has %d left of %d after %d admitted; want exactly %d (its slices back)",
+			left, limit, admitted, limit-int64(admitted))
+	}
+}

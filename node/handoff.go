@@ -111,9 +111,11 @@ func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, time.Time
 // being handed on are forwarded to its taker, which waits for it. Call it
 // after the other members were told (gossip's SetLeaving), before leaving
 // the gossip cluster; membership changes after it keep this node out of
-// the ring.
+// the ring. The slices of hot keys this node holds go back to their
+// owners first, and it asks for none after.
 func (n *Node) Drain(ctx context.Context) error {
 	n.leaving.Store(true)
+	n.returnSlices()
 	t := n.tr.Load()
 	if t == nil {
 		return nil
