@@ -382,7 +382,9 @@ func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
 // bucket to end, and the leaving node asks for no new one.
 func TestDrainGivesSlicesBack(t *testing.T) {
 	const limit = 1_000_000
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: limit, Tokens: 1 << 40, Concurrency: 1 << 20} }
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: limit, Tokens: 1 << 40, Concurrency: 1 << 20}
+	}
 	c := newCluster(t, 3, limits, BatchConfig{}, hotAt(50), noReplication)
 	owner, holder := c.nodes[0], c.nodes[1]
 	key := c.keyOwnedBy(t, 0)
