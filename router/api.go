@@ -315,8 +315,12 @@ type poolJSON struct {
 
 // setRetryAfter sets the Retry-After header in whole seconds, rounded up.
 func setRetryAfter(w http.ResponseWriter, ms int64) {
-	w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ms+999)/1000), 10))
+	w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(ms), 10))
 }
+
+// retryAfterSeconds is a retry-after of ms milliseconds in whole seconds,
+// rounded up, at least 1.
+func retryAfterSeconds(ms int64) int64 { return max(1, (ms+999)/1000) }
 
 // admit runs a validated acquire: the tenant's key first, then the pool's;
 // a pool refusal rolls the tenant's admission back.

@@ -55,8 +55,10 @@ type authError struct {
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
-func bearer(h http.Header) (string, bool) {
-	a := h.Get("Authorization")
+func bearer(h http.Header) (string, bool) { return bearerOf(h.Get("Authorization")) }
+
+// bearerOf returns the token of an Authorization header's value a.
+func bearerOf(a string) (string, bool) {
 	if len(a) <= len("bearer ") || !strings.EqualFold(a[:len("bearer ")], "bearer ") {
 		return "", false
 	}
@@ -68,7 +70,13 @@ func (c *clientTokens) client(req *http.Request) (tenantSet, *authError) {
 	if c == nil {
 		return tenantSet{all: true}, nil
 	}
-	tok, ok := bearer(req.Header)
+	return c.of(req.Header.Get("Authorization"))
+}
+
+// of returns the tenants the token of the Authorization header's value
+// authorization may act for (c not nil).
+func (c *clientTokens) of(authorization string) (tenantSet, *authError) {
+	tok, ok := bearerOf(authorization)
 	if !ok {
 		return tenantSet{}, &authError{http.StatusUnauthorized, "this node needs a client token: send Authorization: Bearer <token>"}
 	}

@@ -64,32 +64,37 @@ func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
 	if !decodeBody(w, req, &in) {
 		return
 	}
-	if len(in.Calls) > maxBatchCalls {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
-		return
-	}
 	set, deny := r.callerTenants(req)
-	if deny != nil {
+	if deny != nil && len(in.Calls) <= maxBatchCalls {
 		deny.write(w)
 		return
+	}
+	r.batchAnswer(req.Context(), set, &in).write(w)
+}
+
+// batchAnswer runs a decoded batch for a caller allowed set: 400 over
+// maxBatchCalls calls, else 200 with every call's answer in its slot.
+func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchRequest) apiAnswer {
+	if len(in.Calls) > maxBatchCalls {
+		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
 	}
 	out := batchResponse{Results: make([]batchResult, len(in.Calls))}
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i, raw := range in.Calls {
-		if a, ok := r.acquireHere(req.Context(), set, raw); ok {
+		if a, ok := r.acquireHere(ctx, set, raw); ok {
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a := r.batchCall(req.Context(), set, raw)
+			a := r.batchCall(ctx, set, raw)
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 		})
 	}
 	wg.Wait()
-	writeJSON(w, http.StatusOK, &out)
+	return apiAnswer{status: http.StatusOK, body: &out}
 }
 
 // acquireHere runs raw on the batch's own goroutine if it is an acquire

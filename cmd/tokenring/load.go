@@ -33,7 +33,7 @@ type loadConfig struct {
 	tenants      int
 	prefix       string
 	route        string // rr, owner, other
-	clientMode   string // http (one request per call) or batch (through one client.Client per target)
+	clientMode   string // http (one request per call), raw (the same, HTTP/1.1 written by the worker) or batch (through one client.Client per target)
 	complete     bool
 	promptTokens int
 	maxTokens    int
@@ -100,7 +100,9 @@ throughput and latency. By default it sends to the three nodes of
 make cluster (127.0.0.1:8081-8083), round-robin; against make run's single
 node give -targets http://127.0.0.1:8080. With -client batch the workers call
 through one batching client per node (package client): calls made while
-others are in flight share POST /v1/batch requests.
+others are in flight share POST /v1/batch requests; with -client raw each
+worker writes and reads HTTP/1.1 itself on its own kept-alive connection (as
+wrk does), so that the generator's cost hides less of the server's.
 
 The same workers, loop and latency recording drive the baselines:
 -system redis-incr (one INCR per decision, the floor of any Redis limiter)
@@ -139,7 +141,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.IntVar(&c.tenants, "tenants", 1000, "distinct `tenants`, chosen at random per request")
 	fs.StringVar(&c.prefix, "prefix", "load-", "tenant name `prefix`")
 	fs.StringVar(&c.route, "route", "rr", "where to send each request: rr (round-robin over -targets), owner (the tenant's owner: local decisions), other (a node that is not the owner: forwarded decisions)")
-	fs.StringVar(&c.clientMode, "client", "http", "how workers call: http (one HTTP request per call) or batch (through one batching client per target: calls made at once share POST /v1/batch requests)")
+	fs.StringVar(&c.clientMode, "client", "http", "how workers call: http (one HTTP request per call through net/http), raw (one HTTP/1.1 request per call, written and read by the worker over its own kept-alive connection, as wrk does) or batch (through one batching client per target: calls made at once share POST /v1/batch requests)")
 	fs.BoolVar(&c.complete, "complete", true, "complete each admitted lease (frees its slot)")
 	fs.IntVar(&c.promptTokens, "prompt-tokens", 100, "prompt_tokens per request")
 	fs.IntVar(&c.maxTokens, "max-tokens", 100, "max_tokens per request")
@@ -193,8 +195,8 @@ func (c loadConfig) check() error {
 		return fmt.Errorf("-c must be at most %d", maxWorkers)
 	case c.route != "rr" && c.route != "owner" && c.route != "other":
 		return errors.New("-route must be rr, owner or other")
-	case c.clientMode != "http" && c.clientMode != "batch":
-		return errors.New("-client must be http or batch")
+	case c.clientMode != "http" && c.clientMode != "batch" && c.clientMode != "raw":
+		return errors.New("-client must be http, raw or batch")
 	case c.route != "rr" && c.tenants > maxRoutedTenants:
 		return fmt.Errorf("-tenants must be at most %d with -route %s", maxRoutedTenants, c.route)
 	case c.promptTokens < 0 || c.maxTokens < 1:

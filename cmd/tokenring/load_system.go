@@ -52,6 +52,7 @@ type tokenringSystem struct {
 	client  *http.Client
 	batched batchClients // by base URL; nil: one HTTP request per call
 	routeOf []string     // per tenant index, the node to send to; nil: round robin
+	raw     []rawConns   // per worker, with -client raw
 }
 
 func newTokenringSystem(ctx context.Context, c loadConfig) (*tokenringSystem, error) {
@@ -69,6 +70,9 @@ func newTokenringSystem(ctx context.Context, c loadConfig) (*tokenringSystem, er
 }
 
 func (s *tokenringSystem) close() {
+	for _, cs := range s.raw {
+		cs.close()
+	}
 	s.batched.close()
 	s.client.CloseIdleConnections()
 }
@@ -76,13 +80,21 @@ func (s *tokenringSystem) close() {
 // decider sends worker id's i-th call to its tenant's route, or round
 // robin over -targets starting at the id-th.
 func (s *tokenringSystem) decider(id int) decideFunc {
+	var cs rawConns
+	if s.c.clientMode == "raw" {
+		cs = rawConns{}
+		s.raw = append(s.raw, cs)
+	}
 	return func(ctx context.Context, i, ti int, tenant string) outcome {
 		base := s.c.targets[(id+i)%len(s.c.targets)]
 		if s.routeOf != nil {
 			base = s.routeOf[ti]
 		}
-		if s.batched != nil {
+		switch {
+		case s.batched != nil:
 			return s.acquireBatched(ctx, base, tenant)
+		case cs != nil:
+			return s.acquireRaw(ctx, cs, base, tenant)
 		}
 		return s.acquire(ctx, base, tenant)
 	}

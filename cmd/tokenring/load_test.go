@@ -223,8 +223,15 @@ func runLoadCLI(t *testing.T, args ...string) (loadResult, error) {
 
 // A fake that admits the first 120 acquires and refuses the rest: -n 500
 // reports exactly 120 allowed, 380 refused, no error, and completes each
-// admitted lease once. -n bounds the run: it ends long before -d.
+// admitted lease once. -n bounds the run: it ends long before -d. Both
+// with net/http and with the workers' own HTTP/1.1 (-client raw).
 func TestLoadCountsExactly(t *testing.T) {
+	for _, mode := range []string{"http", "raw"} {
+		t.Run(mode, func(t *testing.T) { loadCountsExactly(t, mode) })
+	}
+}
+
+func loadCountsExactly(t *testing.T, mode string) {
 	f := newFakeNode(t, func(n int64) string {
 		switch {
 		case n > 120:
@@ -235,7 +242,7 @@ func TestLoadCountsExactly(t *testing.T) {
 		return "allow"
 	})
 	start := time.Now()
-	res, err := runLoadCLI(t, "-targets", f.srv.URL, "-n", "500", "-c", "16", "-tenants", "50", "-d", "1m")
+	res, err := runLoadCLI(t, "-client", mode, "-targets", f.srv.URL, "-n", "500", "-c", "16", "-tenants", "50", "-d", "1m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +286,12 @@ func equalCounts(a, b loadResult) bool {
 // neither a decision nor a refusal (a 503) both count, exactly; neither is
 // a decision.
 func TestLoadCountsErrors(t *testing.T) {
+	for _, mode := range []string{"http", "raw"} {
+		t.Run(mode, func(t *testing.T) { loadCountsErrors(t, mode) })
+	}
+}
+
+func loadCountsErrors(t *testing.T, mode string) {
 	f := newFakeNode(t, func(n int64) string {
 		switch n % 5 {
 		case 0:
@@ -288,7 +301,7 @@ func TestLoadCountsErrors(t *testing.T) {
 		}
 		return "allow"
 	})
-	res, err := runLoadCLI(t, "-targets", f.srv.URL, "-n", "100", "-c", "4", "-d", "1m")
+	res, err := runLoadCLI(t, "-client", mode, "-targets", f.srv.URL, "-n", "100", "-c", "4", "-d", "1m")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/internal/http1"
 )
 
 // maxHeaderBytes bounds a request's line and headers. Beyond it net/http
@@ -44,6 +45,23 @@ func newHTTPServer(h http.Handler, hc config.HTTP) *http.Server {
 		IdleTimeout:       hc.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+}
+
+// newServer returns the HTTP server of tokenringd: the decision API's
+// plain calls answered by plain straight from the connection, and every
+// other request served by h through net/http (newHTTPServer), both bounded
+// by hc. closing reports a draining node: its answers close their
+// connections.
+func newServer(h http.Handler, plain http1.Handler, hc config.HTTP, closing func() bool) *http1.Server {
+	return http1.NewServer(http1.Config{
+		Handler:           plain,
+		Fallback:          newHTTPServer(h, hc),
+		ReadHeaderTimeout: hc.ReadHeaderTimeout,
+		ReadTimeout:       hc.ReadTimeout,
+		WriteTimeout:      hc.WriteTimeout,
+		IdleTimeout:       hc.IdleTimeout,
+		Closing:           closing,
+	})
 }
 
 // withDeadlines gives every answer but the streaming routes' a write
@@ -213,6 +231,15 @@ func jsonCanned(p []byte) ([]byte, bool) {
 	fmt.Fprintf(&b, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(msg)+1, msg)
 	b.WriteByte('\n')
 	return b.Bytes(), true
+}
+
+// CloseWrite half-closes the connection (net/http does before closing
+// after an error answer, so that the client reads the answer, not a reset).
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *countedConn) Close() error {

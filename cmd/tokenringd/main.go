@@ -202,7 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer members.Shutdown()
-	srv := newHTTPServer(closeWhileDraining(r, &draining), cfg.HTTP)
+	srv := newServer(closeWhileDraining(r, &draining), r.ServePlain, cfg.HTTP, draining.Load)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
@@ -214,7 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	case <-ctx.Done():
 	}
 	served = true
-	drain(log, &draining, srv, n, r, members, cfg.Drain)
+	drain(log, &draining, n, r, members, cfg.Drain)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -430,7 +430,7 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 // every partition on and waits for the acknowledgements, tells the cluster
 // it is done (departed), leaves the gossip cluster, and only then is the
 // HTTP server shut down.
-func drain(log *slog.Logger, draining *atomic.Bool, srv *http.Server, n *node.Node, r *router.Router, members *gossip.Cluster, drainFor time.Duration) {
+func drain(log *slog.Logger, draining *atomic.Bool, n *node.Node, r *router.Router, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
 		return // the last member has nobody to hand to

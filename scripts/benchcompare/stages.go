@@ -203,10 +203,12 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	defer nodes.stop()
 	target := "http://" + nodes[0].addr
 	single := []string{"-targets", target, "-tenants", "1000", "-complete=false"}
+	raw := slices.Concat(single, []string{"-client", "raw"})
 	for _, p := range []planned{
-		{"tokenring 1 node", &r.single, "single-", single},
+		{"tokenring 1 node", &r.single, "single-", raw},
 		{"tokenring 1 node, batching client", &r.batch, "batch-", slices.Concat(single, []string{"-client", "batch"})},
-		{"tokenring 1 node, 16 workers", &r.single16, "single16-", slices.Concat(single, []string{"-c", "16"})},
+		{"tokenring 1 node, 16 workers", &r.single16, "single16-", slices.Concat(raw, []string{"-c", "16"})},
+		{"tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-", single},
 	} {
 		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, p.args...); err != nil {
 			return err
@@ -217,7 +219,7 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 		f.tenants = flatTenants(r.single.res.PerSecond, o.duration.Seconds(), f.perKey)
 		name := fmt.Sprintf("tokenring 1 node, %d requests a key", f.perKey)
 		f.tokenring, err = o.measure(ctx, name, nodes.pids(), fmt.Sprintf("flat%d-", f.perKey),
-			"-targets", target, "-complete=false", "-tenants", strconv.Itoa(f.tenants))
+			"-targets", target, "-client", "raw", "-complete=false", "-tenants", strconv.Itoa(f.tenants))
 		if err != nil {
 			return err
 		}
@@ -275,7 +277,7 @@ func (o options) clusterStage(ctx context.Context, dir string, r *report) error 
 		{"tokenring 3 nodes, -route other", &r.forwarded, "other-", []string{"-route", "other", "-tenants", "1000"}},
 		{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}},
 	} {
-		args := append([]string{"-targets", targets, "-complete=false"}, p.args...)
+		args := append([]string{"-targets", targets, "-client", "raw", "-complete=false"}, p.args...)
 		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args...); err != nil {
 			return err
 		}

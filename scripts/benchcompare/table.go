@@ -79,6 +79,7 @@ type report struct {
 	hot                   measured // 3 nodes, one tenant, round robin
 	hotLimit              int      // its rpm (the window is 60 s, longer than the run)
 	single16              measured // single at 16 workers
+	singleNetHTTP         measured // single through net/http's client
 	flat                  []flatPoint
 	// The LLM proxy, one worker: fakellm directly and through a node,
 	// whole answers and streams (time to first byte).
@@ -103,6 +104,7 @@ func (r *report) rows() []tableRow {
 		{"tokenring 3 nodes, -route other (forwarded)", r.forwarded},
 		{"tokenring 3 nodes, one hot tenant (rpm " + thousands(float64(r.hotLimit)) + ")", r.hot},
 		{"tokenring 1 node, 16 workers (others: " + w + ")", r.single16},
+		{"tokenring 1 node, POST /v1/acquire through net/http's client", r.singleNetHTTP},
 	}
 }
 
@@ -127,9 +129,9 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "\nforwarded ÷ local (3 nodes): %s\n", times(r.forwardedRatio()))
 	fmt.Fprintf(w, "hot tenant ÷ spread (row 6): %s; %s\n", times(r.hotRatio()), r.hotAdmitted())
 	fmt.Fprintf(w, "server CPU per decision, tokenring 1 node ÷ Redis INCR: %s\n", times(r.cpuRatio()))
-	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s, batching client %s\n",
+	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s (through net/http's client %s), batching client %s\n",
 		decimal(r.incr.clientPerDecisionUs()), decimal(r.zset10.clientPerDecisionUs()),
-		decimal(r.single.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
+		decimal(r.single.clientPerDecisionUs()), decimal(r.singleNetHTTP.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
 	r.writeFlat(w)
 	r.writeProxy(w)
 	fmt.Fprintln(w, "\nMust-show:")

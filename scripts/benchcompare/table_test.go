@@ -21,21 +21,22 @@ func canned(perSecond, p50, p99 float64, allowed, refused int, cpuNs int64) meas
 // set at 1,000 entries: 2.25×; p99 at 16 workers: 12.3 ms).
 func cannedReport() *report {
 	r := &report{
-		workers:    32,
-		seconds:    4,
-		cpus:       2,
-		loadBefore: 0.5,
-		loadAfter:  2.25,
-		incr:       canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
-		zset10:     canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
-		zset1000:   canned(20_000, 1_100, 3_000, 80_000, 0, 2e9),       // 25.0
-		single:     canned(45_000, 700, 2_100, 180_000, 0, 1.62e9),     // 9.0: 1.80× INCR's
-		batch:      canned(80_000, 380, 1_200, 320_000, 0, 1.6e9),      // 5.0
-		local:      canned(40_000, 800, 2_400, 160_000, 0, 3.2e9),      // 20.0
-		forwarded:  canned(38_000, 850, 2_600, 152_000, 0, 4.56e9),     // 30.0
-		hot:        canned(36_000, 880, 2_700, 90_000, 54_000, 1.44e9), // 10.0
-		hotLimit:   90_000,
-		single16:   canned(44_000, 350, 12_345, 176_000, 0, 0), // CPU not measured
+		workers:       32,
+		seconds:       4,
+		cpus:          2,
+		loadBefore:    0.5,
+		loadAfter:     2.25,
+		incr:          canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
+		zset10:        canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
+		zset1000:      canned(20_000, 1_100, 3_000, 80_000, 0, 2e9),       // 25.0
+		single:        canned(45_000, 700, 2_100, 180_000, 0, 1.62e9),     // 9.0: 1.80× INCR's
+		batch:         canned(80_000, 380, 1_200, 320_000, 0, 1.6e9),      // 5.0
+		local:         canned(40_000, 800, 2_400, 160_000, 0, 3.2e9),      // 20.0
+		forwarded:     canned(38_000, 850, 2_600, 152_000, 0, 4.56e9),     // 30.0
+		hot:           canned(36_000, 880, 2_700, 90_000, 54_000, 1.44e9), // 10.0
+		hotLimit:      90_000,
+		single16:      canned(44_000, 350, 12_345, 176_000, 0, 0),      // CPU not measured
+		singleNetHTTP: canned(30_000, 1_000, 3_000, 120_000, 0, 1.5e9), // 12.5
 		flat: []flatPoint{
 			{perKey: 10, tenants: 18_000, tokenring: canned(45_000, 0, 0, 180_000, 0, 0), zset: canned(25_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
 			{perKey: 1000, tenants: 180, tokenring: canned(41_000, 0, 0, 164_000, 0, 0), zset: canned(20_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
@@ -46,8 +47,9 @@ func cannedReport() *report {
 		directStream:  canned(0, 200, 500, 0, 0, 0),
 		throughStream: canned(0, 900, 2_500, 0, 0, 0),
 	}
-	r.incr.clientNs = 4e8      // 2.0 µs a decision
-	r.single.clientNs = 2.25e9 // 12.5
+	r.incr.clientNs = 4e8            // 2.0 µs a decision
+	r.single.clientNs = 2.25e9       // 12.5
+	r.singleNetHTTP.clientNs = 3.6e9 // 30.0
 	return r
 }
 
@@ -64,11 +66,12 @@ const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load a
 | tokenring 3 nodes, -route other (forwarded) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 |
 | tokenring 3 nodes, one hot tenant (rpm 90,000) | 36,000 | 880 µs | 2,700 µs | 0.72× | 10.0 |
 | tokenring 1 node, 16 workers (others: 32) | 44,000 | 350 µs | 12.3 ms | 0.88× | n/a |
+| tokenring 1 node, POST /v1/acquire through net/http's client | 30,000 | 1,000 µs | 3,000 µs | 0.60× | 12.5 |
 
 forwarded ÷ local (3 nodes): 0.95×
 hot tenant ÷ spread (row 6): 0.90×; admitted 90,000 of its limit 90,000, refused 54,000: exact
 server CPU per decision, tokenring 1 node ÷ Redis INCR: 1.80×
-the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR 2.0, sorted set n/a, tokenring 1 node 12.5, batching client n/a
+the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR 2.0, sorted set n/a, tokenring 1 node 12.5 (through net/http's client 30.0), batching client n/a
 
 Flatness: decisions/s by requests in each key's window
 | requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | Redis sorted set | vs first | keys |

@@ -1,0 +1,88 @@
+package http1
+
+import (
+	"bufio"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+const plainHead = "POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"
+
+func TestParseHeadTakesAPlainRequest(t *testing.T) {
+	b := []byte("POST /v1/acquire HTTP/1.1\r\nhost: x\r\nAUTHORIZATION:  Bearer t0k \r\nContent-length: 12\r\nConnection: Close\r\n\r\n{\"tenant\":1}")
+	var req Request
+	n, err := ParseHead(b, 1<<20, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b[n:]) != `{"tenant":1}` || string(req.Path) != "/v1/acquire" || string(req.Authorization) != "Bearer t0k" ||
+		req.ContentLength != 12 || !req.Close {
+		t.Fatalf("n %d path %q auth %q length %d close %v", n, req.Path, req.Authorization, req.ContentLength, req.Close)
+	}
+}
+
+// TestParseHeadLeavesTheRestToNetHTTP: every head outside the plain subset
+// is ErrNotPlain (net/http answers it), an unfinished one ErrIncomplete.
+func TestParseHeadLeavesTheRestToNetHTTP(t *testing.T) {
+	for _, c := range []struct{ name, head string }{
+		{"GET", strings.Replace(plainHead, "POST", "GET", 1)},
+		{"HTTP/1.0", strings.Replace(plainHead, "HTTP/1.1", "HTTP/1.0", 1)},
+		{"query", strings.Replace(plainHead, "acquire", "acquire?x=1", 1)},
+		{"escape", strings.Replace(plainHead, "acquire", "acq%75ire", 1)},
+		{"absolute form", strings.Replace(plainHead, "/v1", "http://x/v1", 1)},
+		{"no host", strings.Replace(plainHead, "Host: x\r\n", "", 1)},
+		{"two hosts", strings.Replace(plainHead, "Host: x\r\n", "Host: x\r\nHost: y\r\n", 1)},
+		{"no length", strings.Replace(plainHead, "Content-Length: 12\r\n", "", 1)},
+		{"two lengths", strings.Replace(plainHead, "Content-Length: 12\r\n", "Content-Length: 12\r\nContent-Length: 12\r\n", 1)},
+		{"signed length", strings.Replace(plainHead, ": 12", ": +12", 1)},
+		{"length over max", strings.Replace(plainHead, ": 12", ": 2000000", 1)},
+		{"chunked", strings.Replace(plainHead, "Host: x", "Host: x\r\nTransfer-Encoding: chunked", 1)},
+		{"expect", strings.Replace(plainHead, "Host: x", "Host: x\r\nExpect: 100-continue", 1)},
+		{"upgrade", strings.Replace(plainHead, "Host: x", "Host: x\r\nUpgrade: websocket", 1)},
+		{"connection list", strings.Replace(plainHead, "Host: x", "Host: x\r\nConnection: keep-alive, Upgrade", 1)},
+		{"two authorizations", strings.Replace(plainHead, "Host: x", "Host: x\r\nAuthorization: a\r\nAuthorization: b", 1)},
+		{"folded", strings.Replace(plainHead, "Host: x", "Host: x\r\n more", 1)},
+		{"bad name", strings.Replace(plainHead, "Host: x", "Host: x\r\nBad Name: 1", 1)},
+		{"no colon", strings.Replace(plainHead, "Host: x", "Host: x\r\nnocolon", 1)},
+		{"control in value", strings.Replace(plainHead, "Host: x", "Host: x\x01", 1)},
+		{"bare LF", strings.Replace(plainHead, "Host: x\r\n", "Host: x\n", 1)},
+	} {
+		var req Request
+		if _, err := ParseHead([]byte(c.head), 1<<20, &req); !errors.Is(err, ErrNotPlain) {
+			t.Errorf("%s: %v, want ErrNotPlain", c.name, err)
+		}
+	}
+	var req Request
+	if _, err := ParseHead([]byte(plainHead[:len(plainHead)-2]), 1<<20, &req); !errors.Is(err, ErrIncomplete) {
+		t.Errorf("unfinished head: %v, want ErrIncomplete", err)
+	}
+}
+
+// FuzzParseHead: ParseHead never panics, and a head it takes is one
+// net/http reads the same way: POST, the same path, body length,
+// Authorization and Connection: close.
+func FuzzParseHead(f *testing.F) {
+	f.Add([]byte(plainHead + "{\"tenant\":1}"))
+	f.Add([]byte("POST /v1/batch HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+	f.Add([]byte("POST / HTTP/1.1\r\nHost:\r\nContent-Length: 00\r\nX: \t\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req Request
+		n, err := ParseHead(b, 1<<20, &req)
+		if err != nil {
+			return
+		}
+		want, herr := http.ReadRequest(bufio.NewReader(strings.NewReader(string(b[:n]))))
+		if herr != nil {
+			t.Fatalf("ParseHead took %q, net/http refuses it: %v", b[:n], herr)
+		}
+		if want.Method != http.MethodPost || want.URL.Path != string(req.Path) || want.URL.RawQuery != "" ||
+			want.ContentLength != req.ContentLength || want.Header.Get("Authorization") != string(req.Authorization) ||
+			want.Close != req.Close {
+			t.Fatalf("%q: ParseHead path %q length %d auth %q close %v; net/http %s %q length %d auth %q close %v",
+				b[:n], req.Path, req.ContentLength, req.Authorization, req.Close,
+				want.Method, want.URL.Path, want.ContentLength, want.Header.Get("Authorization"), want.Close)
+		}
+	})
+}

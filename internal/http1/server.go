@@ -1,0 +1,335 @@
+package http1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler answers a plain request into resp (empty on entry) and returns
+// true, or returns false having changed nothing: the request then goes, with
+// its connection, to the fallback net/http server. req and its slices are
+// valid only during the call.
+type Handler func(ctx context.Context, req *Request, resp *Response) bool
+
+// Config configures a Server. Zero timeouts are no limit, as in
+// http.Server.
+type Config struct {
+	// Handler answers the plain requests it takes. Required.
+	Handler Handler
+	// Fallback serves every connection from the first request Handler
+	// does not take. Required; its own timeouts apply from then on.
+	Fallback *http.Server
+	// ReadHeaderTimeout bounds reading a request's head, from its first
+	// byte; ReadTimeout the whole request. As http.Server's.
+	ReadHeaderTimeout, ReadTimeout time.Duration
+	// WriteTimeout bounds writing each answer.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection.
+	IdleTimeout time.Duration
+	// MaxBody is the largest body the fast path reads; a larger request
+	// goes to Fallback. Default 64 KiB.
+	MaxBody int64
+	// Closing, when it returns true, makes each answer carry
+	// Connection: close and end its connection (a draining node). Nil:
+	// never.
+	Closing func() bool
+	// Now is the clock of the deadlines and the Date header. Default
+	// time.Now.
+	Now func() time.Time
+}
+
+// DefaultMaxBody is Config.MaxBody's default.
+const DefaultMaxBody = 64 << 10
+
+// readBufferSize is a connection's read buffer: a request whose head and
+// body fit is answered from it without a copy.
+const readBufferSize = 8 << 10
+
+// Server serves HTTP/1.1 connections, answering the plain requests its
+// Handler takes and handing each connection to Config.Fallback at the
+// first request it does not. The zero value is not usable: use NewServer.
+type Server struct {
+	cfg      Config
+	date     dateCache
+	handoff  *handoffListener
+	shutting atomic.Bool
+	ctx      context.Context // the handlers'; cancelled when Shutdown gives up waiting
+	cancel   context.CancelFunc
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[*conn]struct{} // on the fast path
+	wg    sync.WaitGroup     // serveConn calls
+	fb    chan struct{}      // closed when Fallback.Serve has returned
+}
+
+// NewServer returns a Server of cfg.
+func NewServer(cfg Config) *Server {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Closing == nil {
+		cfg.Closing = func() bool { return false }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, handoff: newHandoffListener(),
+		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}, fb: make(chan struct{})}
+}
+
+// Serve accepts connections on ln until Shutdown (then it returns
+// http.ErrServerClosed) or an Accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.shutting.Load() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.handoff.addr = ln.Addr()
+	s.mu.Unlock()
+	go func() {
+		defer close(s.fb)
+		_ = s.cfg.Fallback.Serve(s.handoff) // returns at Shutdown
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			return err
+		}
+		cn := &conn{Conn: c}
+		s.mu.Lock()
+		s.conns[cn] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(cn)
+	}
+}
+
+// Shutdown stops accepting, closes the fast path's idle connections, waits
+// for its answers in progress to be written (each then closes its
+// connection), and shuts Fallback down; all within ctx. When ctx ends
+// first, the remaining connections are closed and ctx's error returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutting.Store(true)
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	started := s.ln != nil
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+wait:
+	for {
+		s.closeConns(true)
+		select {
+		case <-done:
+			break wait
+		case <-tick.C:
+		case <-ctx.Done():
+			err = ctx.Err()
+			s.cancel()
+			s.closeConns(false)
+			<-done
+			break wait
+		}
+	}
+	s.cancel()
+	if fbErr := s.cfg.Fallback.Shutdown(ctx); err == nil {
+		err = fbErr
+	}
+	if started {
+		<-s.fb
+	}
+	return err
+}
+
+// closeConns closes the fast path's connections: only the idle ones when
+// idleOnly.
+func (s *Server) closeConns(idleOnly bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if !idleOnly || c.idle.Load() {
+			_ = c.Close()
+		}
+	}
+}
+
+// conn is a connection on the fast path.
+type conn struct {
+	net.Conn
+	idle atomic.Bool // waiting for a request's first byte
+	// rdl and wdl are the read and write deadlines last set (zero: none).
+	rdl, wdl time.Time
+}
+
+// lazySlack is how far short of its timeout a deadline set earlier may
+// be and still stand: resetting a deadline costs a timer update, so a
+// kept-alive connection moves its idle and write deadlines once in every
+// eighth of their timeouts, not at every request. A connection idle for
+// IdleTimeout·7/8 may thus be closed, and an answer's write may be cut
+// after WriteTimeout·7/8.
+const lazySlack = 8
+
+// setDeadline sets *cur to now+d (none when d is 0) with set, unless *cur
+// is already between now+d·7/8 and now+d.
+func setDeadline(set func(time.Time) error, cur *time.Time, now time.Time, d time.Duration) {
+	var t time.Time
+	if d > 0 {
+		t = now.Add(d)
+		if !cur.After(t) && cur.After(t.Add(-d/lazySlack)) {
+			return
+		}
+	} else if cur.IsZero() {
+		return
+	}
+	*cur = t
+	_ = set(t)
+}
+
+// serveConn answers c's plain requests until c closes, fails, or meets a
+// request for Fallback.
+func (s *Server) serveConn(c *conn) {
+	defer s.wg.Done()
+	handed := false
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		if !handed {
+			_ = c.Close()
+		}
+	}()
+	br := bufio.NewReaderSize(c, readBufferSize)
+	ex := exchange{last: s.cfg.Now()}
+	for {
+		r, keep, err := s.next(c, br, &ex)
+		switch {
+		case errors.Is(err, ErrNotPlain):
+			handed = true
+			s.handoff.push(&replayConn{Conn: c.Conn, r: r})
+			return
+		case err != nil || !keep:
+			return
+		}
+	}
+}
+
+// exchange is one connection's reusable buffers.
+type exchange struct {
+	req  Request
+	resp Response
+	out  []byte
+	big  []byte    // a request larger than the read buffer
+	last time.Time // when the last request's first byte was read
+}
+
+// next reads, answers and writes one request of c. keep is false when the
+// connection is to close after it. err is ErrNotPlain, with r the reader
+// that replays the request and what follows, when Fallback is to serve c.
+func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, keep bool, err error) {
+	c.idle.Store(true)
+	if s.shutting.Load() {
+		return nil, false, nil
+	}
+	setDeadline(c.SetReadDeadline, &c.rdl, ex.last, s.cfg.IdleTimeout)
+	if _, err := br.Peek(1); err != nil {
+		return nil, false, err
+	}
+	c.idle.Store(false)
+	start := s.cfg.Now()
+	ex.last = start
+	raw, n, err := s.readRequest(c, br, ex, start)
+	if err != nil {
+		return br, false, err
+	}
+	ex.req.Body = raw[n:]
+	ex.resp.reset()
+	if !s.cfg.Handler(s.ctx, &ex.req, &ex.resp) {
+		if len(ex.big) > 0 && &raw[0] == &ex.big[0] {
+			return io.MultiReader(bytesReader(raw), br), false, ErrNotPlain
+		}
+		return br, false, ErrNotPlain
+	}
+	if len(ex.big) == 0 || &raw[0] != &ex.big[0] {
+		_, _ = br.Discard(len(raw))
+	}
+	closing := ex.req.Close || s.cfg.Closing() || s.shutting.Load()
+	ex.out = ex.resp.appendTo(ex.out[:0], s.date.get(start), closing)
+	setDeadline(c.SetWriteDeadline, &c.wdl, start, s.cfg.WriteTimeout)
+	if _, err := c.Write(ex.out); err != nil {
+		return nil, false, err
+	}
+	if cap(ex.out) > DefaultMaxBody {
+		ex.out = nil
+	}
+	return nil, !closing, nil
+}
+
+// readRequest reads the request whose first byte is in br: its head, then
+// its body. It returns the request's bytes (n of them the head) and leaves
+// them in br (read, not consumed) when they fit the buffer; a larger
+// request is read into ex.big. ErrNotPlain leaves br as it was.
+func (s *Server) readRequest(c *conn, br *bufio.Reader, ex *exchange, start time.Time) (raw []byte, n int, err error) {
+	headLimit := s.cfg.ReadHeaderTimeout
+	if headLimit <= 0 {
+		headLimit = s.cfg.ReadTimeout
+	}
+	for waited := false; ; waited = true {
+		buf, _ := br.Peek(br.Buffered())
+		if n, err = ParseHead(buf, s.cfg.MaxBody, &ex.req); !errors.Is(err, ErrIncomplete) {
+			break
+		}
+		if br.Buffered() == br.Size() {
+			return nil, 0, ErrNotPlain // a head over the buffer: net/http's to answer (431)
+		}
+		if !waited && headLimit > 0 {
+			c.rdl = start.Add(headLimit)
+			_ = c.SetReadDeadline(c.rdl)
+		}
+		if _, err = br.Peek(br.Buffered() + 1); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	total := n + int(ex.req.ContentLength)
+	if br.Buffered() < total && s.cfg.ReadTimeout > 0 {
+		c.rdl = start.Add(s.cfg.ReadTimeout)
+		_ = c.SetReadDeadline(c.rdl)
+	}
+	if total <= br.Size() {
+		raw, err = br.Peek(total)
+		return raw, n, err
+	}
+	if cap(ex.big) < total {
+		ex.big = make([]byte, total)
+	}
+	ex.big = ex.big[:total]
+	if _, err = io.ReadFull(br, ex.big); err != nil {
+		return nil, 0, err
+	}
+	if _, err = ParseHead(ex.big, s.cfg.MaxBody, &ex.req); err != nil {
+		return nil, 0, err // cannot happen: the same head parsed above
+	}
+	return ex.big, n, nil
+}

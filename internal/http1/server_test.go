@@ -1,0 +1,228 @@
+package http1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testServer serves cfg on a loopback port: the fast Handler answers
+// "fast <path> <body>" but declines /decline (and blocks on /block until
+// release is closed); the fallback answers "fallback <method> <path>
+// <body>".
+type testServer struct {
+	*Server
+	addr    string
+	release chan struct{}
+	blocked chan struct{}
+}
+
+func startServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	ts := &testServer{release: make(chan struct{}), blocked: make(chan struct{}, 1)}
+	cfg.Handler = func(_ context.Context, req *Request, resp *Response) bool {
+		switch string(req.Path) {
+		case "/decline":
+			return false
+		case "/block":
+			ts.blocked <- struct{}{}
+			<-ts.release
+		}
+		resp.Status = http.StatusOK
+		resp.AddHeader("Content-Type", "text/plain")
+		resp.Body = fmt.Appendf(resp.Body, "fast %s %s", req.Path, req.Body)
+		return true
+	}
+	if cfg.Fallback == nil {
+		cfg.Fallback = &http.Server{}
+	}
+	cfg.Fallback.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "fallback %s %s %s", r.Method, r.URL.Path, body)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Server, ts.addr = NewServer(cfg), ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- ts.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := ts.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ts
+}
+
+// client is one raw connection to the server.
+type client struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (ts *testServer) dial(t *testing.T) *client {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return &client{Conn: c, br: bufio.NewReader(c)}
+}
+
+func post(path, body string, headers ...string) string {
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s", path, strings.Join(headers, ""), len(body), body)
+}
+
+func (c *client) send(t *testing.T, reqs ...string) {
+	t.Helper()
+	if _, err := io.WriteString(c, strings.Join(reqs, "")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// read reads one answer: its response and body.
+func (c *client) read(t *testing.T) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
+// closed reports whether the server closed c (a read ends without data).
+func (c *client) closed() bool {
+	n, err := c.br.Read(make([]byte, 1))
+	return n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func TestFastAnswersThenNetHTTPServesTheConnection(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.dial(t)
+	c.send(t, post("/a", "one"), post("/a", "two"), "GET /b HTTP/1.1\r\nHost: x\r\n\r\n", post("/c", "three"))
+	want := []string{"fast /a one", "fast /a two", "fallback GET /b ", "fallback POST /c three"}
+	for i, w := range want {
+		resp, body := c.read(t)
+		if body != w || resp.StatusCode != http.StatusOK {
+			t.Fatalf("answer %d: %d %q, want %q", i, resp.StatusCode, body, w)
+		}
+		if i < 2 && (resp.Header.Get("Date") == "" || resp.ContentLength != int64(len(w)) || resp.Header.Get("Content-Type") != "text/plain" || resp.Close) {
+			t.Fatalf("fast answer %d headers: %v", i, resp.Header)
+		}
+	}
+}
+
+// TestDeclinedRequestReachesNetHTTPWhole: a request the Handler declines
+// reaches net/http byte for byte, small or over the read buffer, and so
+// does the request after it.
+func TestDeclinedRequestReachesNetHTTPWhole(t *testing.T) {
+	ts := startServer(t, Config{})
+	for _, size := range []int{5, 3 * readBufferSize} {
+		big := strings.Repeat("x", size)
+		c := ts.dial(t)
+		c.send(t, post("/decline", big), post("/a", "after"))
+		if _, body := c.read(t); body != "fallback POST /decline "+big {
+			t.Fatalf("size %d: declined request answered %.60q", size, body)
+		}
+		if _, body := c.read(t); body != "fallback POST /a after" {
+			t.Fatalf("size %d: next request answered %q", size, body)
+		}
+	}
+}
+
+func TestOversizeHeadIsNetHTTPs(t *testing.T) {
+	ts := startServer(t, Config{Fallback: &http.Server{MaxHeaderBytes: readBufferSize}})
+	c := ts.dial(t)
+	c.send(t, post("/a", "x", "X-Big: "+strings.Repeat("y", 2*readBufferSize)+"\r\n"))
+	if resp, _ := c.read(t); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a head over the buffer: %d, want net/http's 431", resp.StatusCode)
+	}
+}
+
+func TestConnectionCloseEndsTheConnection(t *testing.T) {
+	closing := false
+	ts := startServer(t, Config{Closing: func() bool { return closing }})
+	c := ts.dial(t)
+	c.send(t, post("/a", "1", "Connection: close\r\n"))
+	if resp, _ := c.read(t); !resp.Close || !c.closed() {
+		t.Fatalf("Connection: close asked: answer close %v, connection not closed", resp.Close)
+	}
+	closing = true // a draining node
+	c = ts.dial(t)
+	c.send(t, post("/a", "1"))
+	if resp, _ := c.read(t); !resp.Close || !c.closed() {
+		t.Fatalf("draining: answer close %v, connection not closed", resp.Close)
+	}
+}
+
+// TestSlowClientsAreCut: a head that never ends is cut at
+// ReadHeaderTimeout, a body that never comes at ReadTimeout, an idle
+// connection at IdleTimeout.
+func TestSlowClientsAreCut(t *testing.T) {
+	ts := startServer(t, Config{ReadHeaderTimeout: 50 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, IdleTimeout: time.Minute})
+	head := ts.dial(t)
+	head.send(t, "POST /a HTTP/1.1\r\nHo")
+	body := ts.dial(t)
+	body.send(t, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+	idle := startServer(t, Config{IdleTimeout: 100 * time.Millisecond}).dial(t)
+	idle.send(t, post("/a", "1"))
+	idle.read(t)
+	for name, c := range map[string]*client{"unfinished head": head, "unfinished body": body, "idle": idle} {
+		if !c.closed() {
+			t.Errorf("%s: connection not closed", name)
+		}
+	}
+}
+
+// TestShutdownFinishesAnswersInProgress: Shutdown closes idle connections
+// at once and waits for an answer being made, which closes its connection.
+func TestShutdownFinishesAnswersInProgress(t *testing.T) {
+	ts := startServer(t, Config{})
+	idle := ts.dial(t)
+	idle.send(t, post("/a", "1"))
+	idle.read(t)
+	busy := ts.dial(t)
+	busy.send(t, post("/block", "2"))
+	<-ts.blocked
+	done := make(chan error, 1)
+	go func() { done <- ts.Shutdown(context.Background()) }()
+	if !idle.closed() {
+		t.Fatal("idle connection not closed by Shutdown")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) before the answer in progress was written", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(ts.release)
+	if resp, body := busy.read(t); body != "fast /block 2" || !resp.Close {
+		t.Fatalf("answer in progress: %q close %v", body, resp.Close)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

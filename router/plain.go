@@ -1,0 +1,100 @@
+package router
+
+// The decision API served from a connection's bytes (internal/http1): the
+// calls gateways make all day skip net/http. Every answer is the one
+// ServeHTTP gives the same request; every request this path does not take
+// is declined untouched and served by ServeHTTP.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/tokenring/tokenring/internal/http1"
+)
+
+// ServePlain is the decision API's http1.Handler. It takes POST
+// /v1/acquire (without wait_ms), /v1/complete, /v1/renew and /v1/batch
+// (no call with wait_ms) whose bodies decode on the fast path (decodeFast),
+// and answers them exactly as ServeHTTP would: same status, headers (but
+// the Date, Content-Length and Connection that the server writes) and body.
+// Any other request it declines (returns false) having changed nothing. A
+// call with wait_ms is declined because only net/http notices a client that
+// hangs up while the call waits.
+func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
+	var a apiAnswer
+	switch string(req.Path) {
+	case "/v1/acquire":
+		var in acquireRequest
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
+			return false
+		}
+		set, deny := r.plainCaller(req)
+		if a = deny; deny.status == 0 {
+			a = r.acquireCall(ctx, set, &in)
+		}
+	case "/v1/complete", "/v1/renew":
+		var in completeRequest
+		if !decodeFast(req.Body, &in) {
+			return false
+		}
+		set, deny := r.plainCaller(req)
+		switch {
+		case deny.status != 0:
+			a = deny
+		case string(req.Path) == "/v1/complete":
+			a = r.completeCall(ctx, set, &in)
+		default:
+			a = r.renewCall(ctx, set, &in)
+		}
+	case "/v1/batch":
+		var in batchRequest
+		if bytes.Contains(req.Body, []byte("wait_ms")) || !decodeFast(req.Body, &in) {
+			return false
+		}
+		set, deny := r.plainCaller(req)
+		if a = deny; deny.status == 0 {
+			a = r.batchAnswer(ctx, set, &in)
+		}
+	default:
+		return false
+	}
+	a.appendPlain(resp)
+	return true
+}
+
+// plainCaller returns the tenants req's client token may act for, or (in
+// deny, status not 0) the 401 that ServeHTTP answers before reading the
+// body.
+func (r *Router) plainCaller(req *http1.Request) (set tenantSet, deny apiAnswer) {
+	if r.clients == nil {
+		return tenantSet{all: true}, apiAnswer{}
+	}
+	set, err := r.clients.of(string(req.Authorization))
+	if err != nil {
+		deny = errorAnswer(err.code, err.msg)
+		deny.wwwAuth = err.code == http.StatusUnauthorized
+	}
+	return set, deny
+}
+
+// appendPlain writes a into resp as write writes it to a ResponseWriter.
+func (a apiAnswer) appendPlain(resp *http1.Response) {
+	resp.Status = a.status
+	resp.AddHeader("Content-Type", "application/json")
+	if a.retryAfterMS > 0 {
+		resp.AddHeader("Retry-After", strconv.FormatInt(retryAfterSeconds(a.retryAfterMS), 10))
+	}
+	if a.wwwAuth {
+		resp.AddHeader("Www-Authenticate", `Bearer realm="tokenring"`)
+	}
+	if j, ok := a.body.(jsonAppender); ok {
+		resp.Body = j.appendJSON(resp.Body)
+	} else {
+		b, _ := json.Marshal(a.body) // the other bodies are maps of strings and numbers: they always marshal
+		resp.Body = append(resp.Body, b...)
+	}
+	resp.Body = append(resp.Body, '\n')
+}

@@ -1,0 +1,181 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/internal/http1"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+)
+
+// twinRouter builds a node and router of s whose lease ids count 1, 2,
+// 3...: two twins given the same calls hold the same state and answer
+// the same bytes.
+func twinRouter(t *testing.T, s setup) *Router {
+	t.Helper()
+	var ids atomic.Uint64
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,
+		Policy: limiter.Policy{IDs: func() uint64 { return ids.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	r, err := New(n, Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients,
+		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// plainStep is one request; "$LEASE" in its body is the last lease
+// answered.
+type plainStep struct {
+	path, token, body string
+	declined          bool // ServePlain must leave it to ServeHTTP
+}
+
+// answer is what a client sees of an answer but the Date.
+type answer struct {
+	status int
+	header map[string]string // Content-Type, Retry-After, Www-Authenticate
+	body   string
+}
+
+var answerHeaders = []string{"Content-Type", "Retry-After", "Www-Authenticate"}
+
+func viaHTTP(r *Router, st plainStep, body string) answer {
+	req := httptest.NewRequest(http.MethodPost, st.path, strings.NewReader(body))
+	if st.token != "" {
+		req.Header.Set("Authorization", "Bearer "+st.token)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, req)
+	a := answer{status: rec.Code, header: map[string]string{}, body: rec.Body.String()}
+	for _, h := range answerHeaders {
+		if v := rec.Header().Get(h); v != "" {
+			a.header[h] = v
+		}
+	}
+	return a
+}
+
+func viaPlain(r *Router, st plainStep, body string) (answer, bool) {
+	req := http1.Request{Path: []byte(st.path), Body: []byte(body), ContentLength: int64(len(body))}
+	if st.token != "" {
+		req.Authorization = []byte("Bearer " + st.token)
+	}
+	var resp http1.Response
+	if !r.ServePlain(context.Background(), &req, &resp) {
+		return answer{}, false
+	}
+	a := answer{status: resp.Status, header: map[string]string{}, body: string(resp.Body)}
+	for _, line := range strings.Split(strings.TrimSuffix(string(resp.Header), "\r\n"), "\r\n") {
+		name, value, _ := strings.Cut(line, ": ")
+		a.header[name] = value
+	}
+	return a, true
+}
+
+var leaseInAnswer = regexp.MustCompile(`"lease":"([^"]+)"`)
+
+// TestServePlainAnswersAsServeHTTP sends the same calls to twin routers,
+// one through ServePlain and one through ServeHTTP: every answer (status,
+// headers, body) is the same, admissions, refusals, settles and every
+// kind of error included; the calls ServePlain declines change nothing
+// (the twins go on answering alike once both have served them through
+// ServeHTTP).
+func TestServePlainAnswersAsServeHTTP(t *testing.T) {
+	clock := newFakeClock()
+	s := setup{
+		tenants: map[string]limiter.Limits{"": {Requests: 3, Tokens: 1000, Concurrency: 2, Window: time.Minute, LeaseTTL: time.Minute}},
+		pools:   map[string]limiter.Limits{"pooled": {Requests: 100, Tokens: 100_000, Concurrency: 100, Window: time.Minute}},
+		now:     clock.Now,
+		secrets: [][]byte{[]byte("a cluster secret of 32 bytes....")},
+		clients: map[string][]string{"tok-a": {"a", "b"}, "tok-all": {AnyTenant}},
+	}
+	plain, ref := twinRouter(t, s), twinRouter(t, s)
+	acq := func(tenant string) string {
+		return fmt.Sprintf(`{"tenant":%q,"model":"pooled","prompt_tokens":10,"max_tokens":20}`, tenant)
+	}
+	steps := []plainStep{
+		{path: "/v1/acquire", token: "tok-a", body: acq("a")},
+		{path: "/v1/renew", token: "tok-a", body: `{"tenant":"a","lease":"$LEASE"}`},
+		{path: "/v1/complete", token: "tok-a", body: `{"tenant":"a","lease":"$LEASE","usage":{"prompt_tokens":10,"completion_tokens":5}}`},
+		{path: "/v1/renew", token: "tok-a", body: `{"tenant":"a","lease":"$LEASE"}`}, // 404: settled
+		{path: "/v1/acquire", token: "tok-a", body: `{"tenant":"a","prompt_tokens":10,"max_tokens":20,"wait_ms":5}`, declined: true},
+		{path: "/v1/acquire", token: "tok-a", body: acq("a")},
+		{path: "/v1/acquire", token: "tok-a", body: acq("a")}, // 429: 3 rpm, Retry-After
+		{path: "/v1/acquire", token: "tok-a", body: acq("c")}, // 403
+		{path: "/v1/acquire", body: acq("a")},                 // 401
+		{path: "/v1/acquire", token: "nope", body: acq("a")},  // 401
+		{path: "/v1/acquire", token: "tok-all", body: `{"tenant":"d","prompt_tokens":-1}`},
+		{path: "/v1/acquire", token: "tok-all", body: `{"tenant":"d","prompt_tokens":1,"colour":"red"}`, declined: true},
+		{path: "/v1/acquire", token: "tok-all", body: `{"tenant":"d"} x`, declined: true},
+		{path: "/v1/renew", token: "tok-all", body: `{"tenant":"d","lease":"forged","usage":{"prompt_tokens":1}}`},
+		{path: "/v1/complete", token: "tok-all", body: `{"tenant":"d","lease":"Zm9yZ2Vk"}`},
+		{path: "/v1/batch", token: "tok-all", body: `{"calls":[` + strings.TrimSuffix(`{"op":"acquire",`+acq("b")[1:], "") +
+			`,{"op":"complete","tenant":"b","lease":"$LEASE"},{"op":"dance"},{"op":"acquire","tenant":"x","prompt_tokens":-5}]}`},
+		{path: "/v1/batch", token: "tok-a", body: `{"calls":[{"op":"acquire","tenant":"c","prompt_tokens":1}]}`}, // 403 in its slot
+		{path: "/v1/batch", token: "tok-all", body: `{"calls":[{"op":"acquire","tenant":"e","prompt_tokens":1,"wait_ms":9}]}`, declined: true},
+		{path: "/v1/batch", token: "tok-all", body: `{"calls":[` + strings.Repeat(`{"op":"renew"},`, maxBatchCalls) + `{"op":"renew"}]}`},
+		{path: "/v1/tenants/a", token: "tok-a", declined: true},
+		{path: "/v1/acquire", token: "tok-a", body: acq("b")},
+		{path: "/v1/acquire", token: "tok-a", body: acq("b")},
+	}
+	lease := ""
+	for i, st := range steps {
+		body := strings.ReplaceAll(st.body, "$LEASE", lease)
+		got, taken := viaPlain(plain, st, body)
+		if taken == st.declined {
+			t.Fatalf("step %d %s %s: taken by ServePlain = %v, want %v", i, st.path, body, taken, !st.declined)
+		}
+		if !taken {
+			got = viaHTTP(plain, st, body)
+		}
+		want := viaHTTP(ref, st, body)
+		if got.status != want.status || got.body != want.body || fmt.Sprint(got.header) != fmt.Sprint(want.header) {
+			t.Fatalf("step %d %s %s:\nplain %d %v %s\nHTTP  %d %v %s", i, st.path, body,
+				got.status, got.header, got.body, want.status, want.header, want.body)
+		}
+		if m := leaseInAnswer.FindStringSubmatch(want.body); m != nil {
+			lease = m[1]
+		}
+		clock.Advance(time.Second)
+	}
+}
+
+// TestServePlainDeclinesUntouched: a request ServePlain declines leaves no
+// trace: the tenant's window is as it was.
+func TestServePlainDeclinesUntouched(t *testing.T) {
+	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 5, Tokens: 1000, Concurrency: 5, Window: time.Minute}}, now: newFakeClock().Now}
+	r := twinRouter(t, s)
+	for _, body := range []string{
+		`{"tenant":"a","prompt_tokens":1,"wait_ms":1}`,
+		`{"tenant":"a","prompt_tokens":1,"extra":1}`,
+		`{"tenant":"a","prompt_tokens":1}{}`,
+		`not json`,
+	} {
+		if _, taken := viaPlain(r, plainStep{path: "/v1/acquire"}, body); taken {
+			t.Fatalf("%s: taken", body)
+		}
+	}
+	for _, path := range []string{"/v1/acquire/", "/v1/tenants/a", "/healthz", "/admin/ring"} {
+		if _, taken := viaPlain(r, plainStep{path: path, body: `{"tenant":"a","prompt_tokens":1}`}, `{"tenant":"a","prompt_tokens":1}`); taken {
+			t.Fatalf("%s: taken", path)
+		}
+	}
+	got := viaHTTP(r, plainStep{path: "/v1/acquire"}, `{"tenant":"a","prompt_tokens":1,"max_tokens":1}`)
+	if !bytes.Contains([]byte(got.body), []byte(`"requests":{"limit":5,"remaining":4`)) {
+		t.Fatalf("after the declined calls the first admission should leave 4 of 5: %s", got.body)
+	}
+}
