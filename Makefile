@@ -63,6 +63,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeGrant -fuzztime 10s ./node/   # an allotment (OpAllot answer) from a peer
 	$(GO) test -run '^$$' -fuzz FuzzPeerHandshake -fuzztime 10s ./node/   # the peer handshake and sealed frame reader
+	$(GO) test -run '^$$' -fuzz FuzzParseHead -fuzztime 10s ./internal/http1/   # the plain request head parser against net/http
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 10s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/

@@ -2,6 +2,8 @@ package router
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +17,11 @@ type metrics struct {
 	decisions *prometheus.CounterVec   // by result and reason
 	fallbacks *prometheus.CounterVec   // by policy and result
 	calls     *prometheus.HistogramVec // by op and where it was decided
+
+	// The children of decisions and calls met so far, by their labels:
+	// a lookup here is a fraction of WithLabelValues's hashing.
+	decisionChildren sync.Map // decisionLabels → prometheus.Counter
+	callChildren     sync.Map // callLabels → prometheus.Observer
 
 	// Fallback debts (debts.go): each is one fallback admission.
 	debtsRecorded     prometheus.Counter
@@ -76,11 +83,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // "pool") for reason, or allowed when reason is empty. No label is ever
 // empty: an allowed decision's side and reason are "none".
 func (m *metrics) decision(side, reason string, fallback bool) {
-	result := "refused"
+	k := decisionLabels{"refused", side, reason, fallback}
 	if reason == "" {
-		result, side, reason = "allowed", "none", "none"
+		k = decisionLabels{"allowed", "none", "none", fallback}
 	}
-	m.decisions.WithLabelValues(result, side, reason, fmt.Sprint(fallback)).Inc()
+	c, ok := m.decisionChildren.Load(k)
+	if !ok {
+		c, _ = m.decisionChildren.LoadOrStore(k, m.decisions.WithLabelValues(k.result, k.side, k.reason, strconv.FormatBool(fallback)))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+// decisionLabels and callLabels are the label values of a child of
+// decisions and calls.
+type decisionLabels struct {
+	result, side, reason string
+	fallback             bool
+}
+
+type callLabels struct {
+	op    node.Op
+	where string
 }
 
 func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
@@ -92,7 +115,12 @@ func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
 }
 
 func (m *metrics) observe(op node.Op, where string, d time.Duration) {
-	m.calls.WithLabelValues(op.String(), where).Observe(d.Seconds())
+	k := callLabels{op, where}
+	o, ok := m.callChildren.Load(k)
+	if !ok {
+		o, _ = m.callChildren.LoadOrStore(k, m.calls.WithLabelValues(op.String(), where))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 func (m *metrics) debtRecorded(n int64) {
