@@ -151,12 +151,15 @@ func headerLine(line []byte) (name, value []byte, ok bool) {
 }
 
 // tokenByte is a byte of an RFC 9110 token (a header name).
-func tokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
+func tokenByte(c byte) bool { return tokenBytes[c] }
+
+// tokenBytes marks the bytes of an RFC 9110 token.
+var tokenBytes = func() (t [256]bool) {
+	for _, c := range []byte("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+		t[c] = true
 	}
-	return c < 0x80 && bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0
-}
+	return t
+}()
 
 // equalFold reports whether the ASCII name equals lower, ignoring case.
 func equalFold(name []byte, lower string) bool {

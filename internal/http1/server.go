@@ -15,7 +15,9 @@ import (
 // Handler answers a plain request into resp (empty on entry) and returns
 // true, or returns false having changed nothing: the request then goes, with
 // its connection, to the fallback net/http server. req and its slices are
-// valid only during the call.
+// valid only during the call. Its context is never cancelled (a context
+// shared by every call would be a lock every call takes): a Handler bounds
+// its own waits, and a Shutdown that gives up closes the connections.
 type Handler func(ctx context.Context, req *Request, resp *Response) bool
 
 // Config configures a Server. Zero timeouts are no limit, as in
@@ -61,8 +63,6 @@ type Server struct {
 	date     dateCache
 	handoff  *handoffListener
 	shutting atomic.Bool
-	ctx      context.Context // the handlers'; cancelled when Shutdown gives up waiting
-	cancel   context.CancelFunc
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -82,9 +82,8 @@ func NewServer(cfg Config) *Server {
 	if cfg.Closing == nil {
 		cfg.Closing = func() bool { return false }
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, handoff: newHandoffListener(),
-		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}, fb: make(chan struct{})}
+		conns: map[*conn]struct{}{}, fb: make(chan struct{})}
 }
 
 // Serve accepts connections on ln until Shutdown (then it returns
@@ -145,13 +144,11 @@ wait:
 		case <-tick.C:
 		case <-ctx.Done():
 			err = ctx.Err()
-			s.cancel()
 			s.closeConns(false)
 			<-done
 			break wait
 		}
 	}
-	s.cancel()
 	if fbErr := s.cfg.Fallback.Shutdown(ctx); err == nil {
 		err = fbErr
 	}
@@ -263,7 +260,7 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 	}
 	ex.req.Body = raw[n:]
 	ex.resp.reset()
-	if !s.cfg.Handler(s.ctx, &ex.req, &ex.resp) {
+	if !s.cfg.Handler(context.Background(), &ex.req, &ex.resp) {
 		if len(ex.big) > 0 && &raw[0] == &ex.big[0] {
 			return io.MultiReader(bytesReader(raw), br), false, ErrNotPlain
 		}
