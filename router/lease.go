@@ -143,10 +143,14 @@ func (s *leaseSigner) tag(dst []byte, i int, payload []byte) []byte {
 
 // sign returns l's lease text, tagged with the first key.
 func (s *leaseSigner) sign(l lease) string {
-	b := make([]byte, 0, 24+len(l.Tenant)+len(l.Pool)+len(l.Node)+leaseTagLen)
-	b = l.appendPayload(b)
+	bp := bodyBuffers.Get().(*[]byte)
+	defer putBody(bp)
+	b := l.appendPayload((*bp)[:0])
 	b = s.tag(b, 0, b)
-	return base64.RawURLEncoding.EncodeToString(b)
+	n := len(b)
+	b = base64.RawURLEncoding.AppendEncode(b, b)
+	*bp = b
+	return string(b[n:])
 }
 
 // open returns the lease of text: errLease when it is not a lease at all,
