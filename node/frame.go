@@ -119,34 +119,85 @@ type frameWriter struct {
 	limit int // the most bytes of a frame after its length: the cap less the seal's tag
 }
 
-// writeItems writes items, in order, in as few frames as the batch's Max,
-// frameBatchBytes and the cap allow; an item too large for one frame goes
-// in fragments. No frame it writes exceeds the cap.
-func (w *frameWriter) writeItems(items []item) error {
-	if w.bw == nil {
-		w.start()
-	}
-	most := w.batch.max()
+// run reads items from q and writes them, batched per w.batch, until q is
+// closed, stop is closed, or a write fails. It returns the write error, or
+// nil when q or stop was closed. No frame it writes exceeds the cap.
+func (w *frameWriter) run(q <-chan item, stop <-chan struct{}) error {
+	w.start()
+	max := w.batch.max()
 	budget := min(frameBatchBytes, w.limit)
-	for len(items) > 0 {
-		if frameHead+items[0].size() > w.limit {
-			if err := w.writeFragments(items[0]); err != nil {
+	batch := make([]item, 0, max)
+	var carry item // an item that did not fit the previous frame
+	carried := false
+	var timer *time.Timer
+	for {
+		first := carry
+		if !carried {
+			select {
+			case it, ok := <-q:
+				if !ok {
+					return nil
+				}
+				first = it
+			case <-stop:
+				return nil
+			}
+		}
+		carried = false
+		if frameHead+first.size() > w.limit {
+			if err := w.writeFragments(first); err != nil {
 				return err
 			}
-			items = items[1:]
 			continue
 		}
-		n, size := 1, frameHead+items[0].size()
-		for n < len(items) && n < most && size < budget && size+items[n].size() <= w.limit {
-			size += items[n].size()
-			n++
+		batch = append(batch[:0], first)
+		size := frameHead + first.size()
+		// add puts it in the batch if it fits the frame, and otherwise
+		// keeps it for the next one; it reports whether it fit.
+		add := func(it item) bool {
+			if size+it.size() > w.limit {
+				carry, carried = it, true
+				return false
+			}
+			batch = append(batch, it)
+			size += it.size()
+			return true
 		}
-		if err := w.writeFrame(items[:n], n); err != nil {
+		if w.batch.Wait > 0 && max > 1 {
+			if timer == nil {
+				timer = time.NewTimer(w.batch.Wait)
+			} else {
+				timer.Reset(w.batch.Wait)
+			}
+		linger:
+			for len(batch) < max && size < budget {
+				select {
+				case it, ok := <-q:
+					if !ok || !add(it) {
+						break linger
+					}
+				case <-timer.C:
+					break linger
+				}
+			}
+			timer.Stop()
+		} else {
+		drain:
+			for len(batch) < max && size < budget {
+				select {
+				case it, ok := <-q:
+					if !ok || !add(it) {
+						break drain
+					}
+				default:
+					break drain
+				}
+			}
+		}
+		if err := w.writeFrame(batch, len(batch)); err != nil {
 			return err
 		}
-		items = items[n:]
 	}
-	return nil
 }
 
 func (w *frameWriter) start() {

@@ -68,7 +68,7 @@ type result struct {
 // link is one connection of a peerClient and what is known of its liveness.
 type link struct {
 	conn net.Conn
-	w    *connWriter
+	q    chan item
 	done chan struct{} // closed when the connection is torn down
 	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
 	ping uint64        // id of the ping in flight on conn, 0 for none; guarded by peerClient.mu
@@ -257,20 +257,20 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	fw := frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
-	l := &link{conn: conn, w: newConnWriter(fw), done: make(chan struct{})}
+	l := &link{conn: conn, q: make(chan item, 4096), done: make(chan struct{})}
 	p.cur = l
 	if p.self != "" {
 		// Say who we are: the peer counts every frame on this connection
 		// as hearing from us (its lease, fence.go). Nobody waits for the
 		// answer.
 		p.nextID++
-		l.w.post(item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})})
+		l.q <- item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
 	}
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		if err := l.w.run(l.done); err != nil {
+		w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
+		if err := w.run(l.q, l.done); err != nil {
 			p.fail(l, err)
 		}
 	}()
@@ -392,9 +392,8 @@ func (v *liveness) check() (dead bool, next time.Duration) {
 func (v *liveness) doubted() bool { return v.probed && v.l.recv.Load() == v.seen }
 
 // ping sends an OpPing on l unless one is in flight already. It never
-// blocks: the ping is queued for the connection's writer, and a writer too
-// stuck to send it is a sign of a hung peer too; the next check judges by
-// what was received.
+// blocks: a writer too stuck to take it is a sign of a hung peer too, and
+// the next check judges by what was received.
 func (p *peerClient) ping(l *link) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -402,8 +401,12 @@ func (p *peerClient) ping(l *link) {
 		return
 	}
 	p.nextID++
-	l.ping = p.nextID
-	l.w.post(item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing})})
+	it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing})}
+	select {
+	case l.q <- it:
+		l.ping = it.id
+	default:
+	}
 }
 
 // call forwards c and waits for its answer or ctx's end. It gives up on the
@@ -439,14 +442,12 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		break
 	}
 	v := liveness{p: p, l: l, seen: l.recv.Load()}
-	// Written on this goroutine unless another one is writing already
-	// (connWriter): no hand-off to a writer goroutine on the way out.
-	if err := l.w.send(item{id: id, body: body}); err != nil {
-		p.fail(l, err) // answers ch with ErrPeerDown
-	}
 	timer := p.fwd.After(p.fwd.ProbeAfter)
+	q := l.q // nil once the call is queued
 	for {
 		select {
+		case q <- item{id: id, body: body}:
+			q = nil
 		case res := <-ch: // the answer, or ErrPeerDown from fail
 			return res.answer, res.err
 		case <-timer:
@@ -458,7 +459,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			}
 			timer = p.fwd.After(next)
 		case <-ctx.Done():
-			if c.Op == OpAcquire {
+			if q == nil && c.Op == OpAcquire {
 				p.abandon(c.Key, ch)
 			} else {
 				p.forget(id)

@@ -473,10 +473,11 @@ func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 			send, recv = cs.send, ss.recv
 		}
 		sizes := []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
-		var q []item
+		q := make(chan item, len(sizes))
 		for i, n := range sizes {
-			q = append(q, item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)})
+			q <- item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)}
 		}
+		close(q)
 		var wg sync.WaitGroup
 		var largest atomic.Int64
 		wg.Add(1)
@@ -484,7 +485,7 @@ func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 			defer wg.Done()
 			defer client.Close()
 			w := &frameWriter{conn: &measuredConn{Conn: client, largest: &largest}, kind: frameCalls, wire: wire, seal: send}
-			if err := w.writeItems(q); err != nil {
+			if err := w.run(q, nil); err != nil {
 				t.Error(err)
 			}
 		}()

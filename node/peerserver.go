@@ -18,10 +18,8 @@ import (
 
 // The server side of the peer protocol: one goroutine reads each
 // connection's frames, answers pings (and calls cheap enough, see inline)
-// on the spot and writes those answers itself, a frame's worth at once;
-// the other calls run on goroutines of their own, which write their
-// answers the same way (connWriter: answers that arrive while another
-// goroutine writes go out in its next frame).
+// on the spot, runs the other calls on goroutines of their own, and one
+// writer batches the answers into frames.
 
 // peerServer serves forwarded calls on a listener.
 type peerServer struct {
@@ -216,26 +214,44 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := newConnWriter(frameWriter{conn: conn, kind: frameAnswers, batch: s.batch, wire: s.wire, seal: seal})
+	out := make(chan item, 4096)
 	stop := make(chan struct{})
 	var calls sync.WaitGroup // calls running on their own goroutines
 	var writer sync.WaitGroup
 	writer.Add(1)
 	go func() {
 		defer writer.Done()
-		if err := w.run(stop); err != nil {
+		w := &frameWriter{conn: conn, kind: frameAnswers, batch: s.batch, wire: s.wire, seal: seal}
+		if err := w.run(out, stop); err != nil {
 			conn.Close()
+			for { // keep draining so no call blocks in reply
+				select {
+				case <-out:
+				case <-stop:
+					return
+				}
+			}
 		}
 	}()
 	defer func() {
-		conn.Close() // a call blocked writing its answer returns
 		cancel()
 		calls.Wait()
 		close(stop)
 		writer.Wait()
 	}()
+	reply := func(id uint64, a Answer, err error) {
+		it := item{id: id}
+		if err != nil {
+			it.status, it.body = itemError, []byte(err.Error())
+		} else {
+			it.body = AppendAnswer(nil, &a)
+		}
+		select {
+		case out <- it:
+		case <-stop:
+		}
+	}
 	var heard *atomic.Int64 // the caller's, once it said who it is
-	var answers []item      // the answers of one frame's inline calls
 	for {
 		items, err := fr.next()
 		if err != nil {
@@ -245,47 +261,30 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		if heard != nil {
 			heard.Store(time.Now().UnixNano())
 		}
-		answers = answers[:0]
 		for _, it := range items {
 			c, err := DecodeCall(it.body)
 			switch {
 			case err != nil:
-				answers = append(answers, answerItem(it.id, Answer{}, err))
+				reply(it.id, Answer{}, err)
 			case c.Op == OpPing: // a liveness probe: answered at once, whatever else is queued
 				if c.From != "" && heard == nil && s.heard != nil {
 					heard = s.heard(c.From)
 					heard.Store(time.Now().UnixNano())
 				}
-				answers = append(answers, answerItem(it.id, Answer{}, nil))
+				reply(it.id, Answer{}, nil)
 			case s.inline(&c):
 				a, err := s.handle(ctx, &c)
-				answers = append(answers, answerItem(it.id, a, err))
+				reply(it.id, a, err)
 			default:
 				calls.Add(1)
 				go func(id uint64, c Call) {
 					defer calls.Done()
 					a, err := s.handle(ctx, &c)
-					if w.send(answerItem(id, a, err)) != nil {
-						conn.Close()
-					}
+					reply(id, a, err)
 				}(it.id, c)
 			}
 		}
-		// The frame's inline answers leave together, written by this
-		// goroutine unless another one is writing already (connWriter).
-		if len(answers) > 0 && w.send(answers...) != nil {
-			return
-		}
-		clear(answers)
 	}
-}
-
-// answerItem is the answer to call id: a, or err's text.
-func answerItem(id uint64, a Answer, err error) item {
-	if err != nil {
-		return item{id: id, status: itemError, body: []byte(err.Error())}
-	}
-	return item{id: id, body: AppendAnswer(nil, &a)}
 }
 
 // close stops accepting, closes every connection and waits for their goroutines.
