@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,4 +199,63 @@ func BenchmarkHotKey(b *testing.B) {
 			b.ReportMetric(float64(nd.stats.allotted.Load())/float64(b.N), "from-slices/op")
 		})
 	}
+}
+
+// BenchmarkForwardCPU compares the process CPU time (user + system, from
+// getrusage, both nodes included) an acquire costs at its owner with one
+// forwarded to it, at low concurrency (callers goroutines, like an HTTP
+// front's few requests in flight per peer), where frames rarely fill by
+// themselves. CPU time, unlike ns/op, barely moves with what else runs on
+// the machine.
+func BenchmarkForwardCPU(b *testing.B) {
+	for _, callers := range []int{4, 16} {
+		b.Run(fmt.Sprintf("local/c%d", callers), func(b *testing.B) { benchForwardCPU(b, 0, callers) })
+		b.Run(fmt.Sprintf("forwarded/c%d", callers), func(b *testing.B) { benchForwardCPU(b, 1, callers) })
+	}
+}
+
+func benchForwardCPU(b *testing.B, via, callers int) {
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
+	}
+	c := newCluster(b, 2, limits, BatchConfig{}, noReplication)
+	keys := make([]string, 0, 1000)
+	for k := 0; len(keys) < cap(keys); k++ {
+		key := fmt.Sprintf("t:bench-%d", k)
+		if m, _ := c.ring.Owner(key); m.Name == c.nodes[0].Name() {
+			keys = append(keys, key)
+		}
+	}
+	nd := c.nodes[via]
+	var seq atomic.Int64
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := cpuTime()
+	for range callers {
+		wg.Go(func() {
+			for seq.Add(1) <= int64(b.N) {
+				key := keys[seq.Load()%int64(len(keys))]
+				if _, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e3, "cpu-µs/op")
+	if calls, frames := nd.Forwarded(); frames > 0 {
+		b.ReportMetric(float64(calls)/float64(frames), "calls/frame")
+	}
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

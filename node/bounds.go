@@ -18,15 +18,13 @@ func randomID() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// checkReplica rejects a replica of key whose times lie beyond now plus
-// MaxClockSkew (limiter.Budget.CheckClock), so that a forged or corrupt copy
-// cannot displace a good one, or later restore a key refused for years.
+// checkReplica rejects a replica of key that would not restore, or whose
+// times lie beyond now plus MaxClockSkew (limiter.Budget.CheckClock), so
+// that a forged or corrupt copy cannot displace a good one, or later
+// restore a key refused for years. It builds no Budget
+// (limiter.CheckSnapshot): a backup runs it for every key of every round.
 func (n *Node) checkReplica(key string, state []byte, now time.Time) error {
-	b, err := limiter.RestoreBudget(state, n.cfg.LimitsFor(key), &n.cfg.Policy)
-	if err != nil {
-		return fmt.Errorf("replica of %q: %w", key, err)
-	}
-	if err := b.CheckClock(now, n.cfg.MaxClockSkew); err != nil {
+	if err := limiter.CheckSnapshot(state, n.cfg.LimitsFor(key), now, n.cfg.MaxClockSkew); err != nil {
 		return fmt.Errorf("replica of %q: %w", key, err)
 	}
 	return nil

@@ -12,27 +12,29 @@ import (
 // Op is the operation a Call asks a key's owner to perform.
 type Op uint8
 
-// The operations of the decision protocol. Each acts on one key.
+// The operations of the decision protocol. Each acts on one key, except
+// OpReplicateMany.
 const (
-	OpAcquire   Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
-	OpSettle                  // settle a lease with the reported usage and free its slot
-	OpRelease                 // free a lease's slot, keeping its tokens charged as reserved
-	OpCancel                  // roll an admission back completely
-	OpRenew                   // extend a lease's slot
-	OpStatus                  // report the key's limits and usage
-	OpTake                    // retired (per-key handoff, replaced by OpTransfer); the number stays taken
-	OpPut                     // retired, like OpTake
-	OpReplicate               // replication: keep State as the backup copy of the key
-	OpReplica                 // crash recovery: give the backup copy of the key to the caller
-	OpPing                    // liveness probe, answered at once by the connection's reader
-	OpTransfer                // ownership transfer: State carries one encoded transfer message (transfer.go)
-	OpCharge                  // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
-	OpAllot                   // admit Count requests at once for a forwarder to hand out (allot.go): a hot key's slice
-	OpReturn                  // cancel allotted admissions not handed out (State: their lease ids, appendGrant)
+	OpAcquire       Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
+	OpSettle                      // settle a lease with the reported usage and free its slot
+	OpRelease                     // free a lease's slot, keeping its tokens charged as reserved
+	OpCancel                      // roll an admission back completely
+	OpRenew                       // extend a lease's slot
+	OpStatus                      // report the key's limits and usage
+	OpTake                        // retired (per-key handoff, replaced by OpTransfer); the number stays taken
+	OpPut                         // retired, like OpTake
+	OpReplicate                   // replication: keep State as the backup copy of the key
+	OpReplica                     // crash recovery: give the backup copy of the key to the caller
+	OpPing                        // liveness probe, answered at once by the connection's reader
+	OpTransfer                    // ownership transfer: State carries one encoded transfer message (transfer.go)
+	OpCharge                      // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
+	OpAllot                       // admit Count requests at once for a forwarder to hand out (allot.go): a hot key's slice
+	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, appendGrant)
+	OpReplicateMany               // replication of many keys: State holds their snapshots (appendEntry, after a count); Key is empty
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many"}
 
 func (o Op) String() string {
 	if o < opMax {

@@ -318,6 +318,16 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	case OpReplicate:
 		n.replicas.put(c.Key, c.State, n.cfg.Now())
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
+	case OpReplicateMany:
+		now := n.cfg.Now()
+		err := decodeEntries(c.State, func(key string, state []byte) error {
+			n.replicas.put(key, state, now) // a rejected replica is logged, the others kept
+			return nil
+		})
+		if err != nil {
+			return Answer{}, fmt.Errorf("replicate from %s: %w", c.From, err)
+		}
+		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case OpReplica:
 		rep, ok := n.replicas.take(c.Key)
 		if !ok {
@@ -339,7 +349,7 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 // waits for) would wait with it.
 func (n *Node) inline(c *Call) bool {
 	switch {
-	case c.Op == OpReplicate || c.Op == OpReplica:
+	case c.Op == OpReplicate || c.Op == OpReplicateMany || c.Op == OpReplica:
 		return true
 	case c.Op == OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
 		return false

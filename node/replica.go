@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"hash/maphash"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
 )
 
 // Replication: an owner's RAM dies with it, so every ReplicationInterval the
@@ -185,8 +188,7 @@ func (n *Node) replicateOnce() {
 	if n.cfg.Checkpoint != nil {
 		states = make(map[string][]byte, len(keys))
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
+	batches := make(map[string]*replBatch) // by backup peer address
 	for _, key := range keys {
 		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != routeLocal {
 			continue // handed on meanwhile: the new custodian replicates it
@@ -206,18 +208,16 @@ func (n *Node) replicateOnce() {
 		if !toBackup {
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state})
-			if err != nil {
-				n.dirty.mark(key) // try again next round
-				return
-			}
-			n.acked.put(key, backup.Name, state)
-			n.stats.replicated.Add(1)
-		}()
+		b := batches[backup.Peer]
+		if b == nil {
+			b = &replBatch{backup: backup}
+			batches[backup.Peer] = b
+		}
+		b.keys, b.states = append(b.keys, key), append(b.states, state)
+	}
+	var wg sync.WaitGroup
+	for _, b := range batches {
+		wg.Go(func() { n.replicateTo(ctx, b) })
 	}
 	if len(states) > 0 {
 		if err := n.cfg.Checkpoint.Save(ctx, now, states); err != nil {
@@ -229,6 +229,82 @@ func (n *Node) replicateOnce() {
 			n.cpWarn.saved(n.log)
 			n.stats.checkpointed.Add(int64(len(states)))
 		}
+	}
+	wg.Wait()
+}
+
+// replBatchBytes bounds the snapshots one OpReplicateMany carries, in
+// bytes (a single larger snapshot travels alone): a round's copies to one
+// backup go in a few calls instead of one call per key.
+const replBatchBytes = 256 << 10
+
+// replBatch is what one replication round copies to one backup: keys[i]'s
+// snapshot is states[i].
+type replBatch struct {
+	backup ring.Member
+	keys   []string
+	states [][]byte
+}
+
+// replicateTo copies b to its backup in calls of at most replBatchBytes
+// of snapshots, one after the other.
+func (n *Node) replicateTo(ctx context.Context, b *replBatch) {
+	for start := 0; start < len(b.keys); {
+		end, size := start+1, len(b.keys[start])+len(b.states[start])
+		for end < len(b.keys) && size+len(b.keys[end])+len(b.states[end]) <= replBatchBytes {
+			size += len(b.keys[end]) + len(b.states[end])
+			end++
+		}
+		n.replicateChunk(ctx, b.backup, b.keys[start:end], b.states[start:end])
+		start = end
+	}
+}
+
+// replicateChunk copies keys' snapshots to backup in one OpReplicateMany.
+// Once the backup acknowledged them they count as its copies (fence.go);
+// keys it did not acknowledge stay marked for the next round. A backup
+// that answers with an error (a version without OpReplicateMany, in a
+// rolling upgrade) gets them one by one.
+func (n *Node) replicateChunk(ctx context.Context, backup ring.Member, keys []string, states [][]byte) {
+	body := binary.AppendUvarint(nil, uint64(len(keys)))
+	for i, key := range keys {
+		body = appendEntry(body, key, states[i])
+	}
+	_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicateMany, From: n.PeerAddr(), State: body})
+	if err != nil && !errors.Is(err, ErrPeerDown) && ctx.Err() == nil {
+		n.replicateEach(ctx, backup, keys, states)
+		return
+	}
+	if err != nil {
+		for _, key := range keys {
+			n.dirty.mark(key) // try again next round
+		}
+		return
+	}
+	for i, key := range keys {
+		n.acked.put(key, backup.Name, states[i])
+	}
+	n.stats.replicated.Add(int64(len(keys)))
+}
+
+// replicateEach copies keys' snapshots to backup in one OpReplicate each,
+// at most 64 at a time.
+func (n *Node) replicateEach(ctx context.Context, backup ring.Member, keys []string, states [][]byte) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i, key := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: states[i]})
+			if err != nil {
+				n.dirty.mark(key) // try again next round
+				return
+			}
+			n.acked.put(key, backup.Name, states[i])
+			n.stats.replicated.Add(1)
+		}()
 	}
 	wg.Wait()
 }
