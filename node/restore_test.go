@@ -213,3 +213,34 @@ func BenchmarkRestart100kCheckpointedKeys(b *testing.B) {
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/restore")
 	b.ReportMetric(scan.Seconds()/float64(b.N), "s/preload")
 }
+
+// TestLoneNodeKeepsNoRestoreHints: a node alone, without a checkpoint, has
+// nowhere to recover a key from, so its partitions carry no restore hint
+// (each would cost every decision a lookup); with a checkpoint they do.
+func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Window: time.Minute} }
+	hinted := func(nd *Node) (n int) {
+		t := nd.tr.Load()
+		for p := range t.gates {
+			if t.gates[p].restore.Load() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	lone := newNodes(t, 1, limits)[0]
+	lone.SetRing(ringOf(t, lone))
+	if n := hinted(lone); n != 0 {
+		t.Errorf("a lone node without a checkpoint: %d partitions hinted, want 0", n)
+	}
+	if got := admit(t, lone, "t:a", 10); got != 10 {
+		t.Errorf("%d of 10 admitted", got)
+	}
+	cp := newNodes(t, 1, limits, func(c *Config) {
+		c.Checkpoint, c.ReplicationInterval = &memCheckpoint{states: map[string][]byte{}}, time.Hour
+	})[0]
+	cp.SetRing(ringOf(t, cp))
+	if n := hinted(cp); n == 0 {
+		t.Error("a lone node with a checkpoint: no partition hinted")
+	}
+}

@@ -324,6 +324,12 @@ func (t *transfer) noteRestore(p int) {
 			break
 		}
 	}
+	if backup == "" && t.n.cfg.Checkpoint == nil {
+		// Nowhere to recover from (a lone node without a checkpoint): a
+		// hint would only cost every decision a second table lookup.
+		t.gates[p].restore.Store(nil)
+		return
+	}
 	t.gates[p].restore.Store(&restoreHint{backup: backup, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
 }
 
