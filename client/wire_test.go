@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -29,13 +30,42 @@ func TestNodeAnswersTakeTheFastPath(t *testing.T) {
 		}
 	}
 	batch := `{"results":[{"status":200,"body":{"allowed":true,"lease":"x","limits":{}}},{"status":429,"body":{"allowed":false},"retry_after_ms":1000},{"status":400,"body":{"error":"bad"}}]}`
-	var fast, ref batchAnswer
-	if !fastBatch([]byte(batch), &fast) {
+	fast, ok := fastBatch([]byte(batch), nil)
+	if !ok {
 		t.Fatal("a batch answer not read by the fast path")
 	}
-	if err := json.Unmarshal([]byte(batch), &ref); err != nil || !reflect.DeepEqual(fast, ref) {
+	if ref, err := refBatch([]byte(batch)); err != nil || !sameSlots(fast, ref) {
 		t.Fatalf("batch: fast %+v, encoding/json %+v (%v)", fast, ref, err)
 	}
+	want := []slot{{status: 200, answer: answerWire{Allowed: true, Lease: "x"}}, {status: 429, retryAfterMS: 1000},
+		{status: 400, answer: answerWire{Error: "bad"}}}
+	if !sameSlots(fast, want) {
+		t.Fatalf("batch: %+v, want %+v", fast, want)
+	}
+}
+
+// refBatch reads a batch answer with encoding/json only: the slots, then
+// each body (an error when it does not decode).
+func refBatch(b []byte) ([]slot, error) {
+	var in batchAnswer
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	var out []slot
+	for _, r := range in.Results {
+		sl := slot{status: r.Status, retryAfterMS: r.RetryAfterMS}
+		sl.err = json.Unmarshal(r.Body, &sl.answer)
+		out = append(out, sl)
+	}
+	return out, nil
+}
+
+// sameSlots compares slots, their errors by whether there is one.
+func sameSlots(a, b []slot) bool {
+	return slices.EqualFunc(a, b, func(x, y slot) bool {
+		return x.status == y.status && x.retryAfterMS == y.retryAfterMS && (x.err == nil) == (y.err == nil) &&
+			(x.err != nil || reflect.DeepEqual(x.answer, y.answer))
+	})
 }
 
 // FuzzDecodeAnswer: whatever the fast path reads, encoding/json reads too,
@@ -55,11 +85,14 @@ func FuzzDecodeAnswer(f *testing.F) {
 				t.Fatalf("answer %q: fast %+v, encoding/json %+v (%v)", b, fa, ra, err)
 			}
 		}
-		var fb, rb batchAnswer
-		if fastBatch(b, &fb) {
-			if err := json.Unmarshal(b, &rb); err != nil || !reflect.DeepEqual(fb, rb) {
+		if fb, ok := fastBatch(b, nil); ok {
+			if rb, err := refBatch(b); err != nil || !sameSlots(fb, rb) {
 				t.Fatalf("batch %q: fast %+v, encoding/json %+v (%v)", b, fb, rb, err)
 			}
+		}
+		db, err := decodeBatch(b, []slot{{status: 1}})
+		if rb, rerr := refBatch(b); (err == nil) != (rerr == nil) || err == nil && !sameSlots(db[1:], rb) {
+			t.Fatalf("batch %q: decodeBatch %+v (%v), encoding/json %+v (%v)", b, db, err, rb, rerr)
 		}
 	})
 }
@@ -82,13 +115,40 @@ func TestRequestJSONMatchesEncodingJSON(t *testing.T) {
 		if rapid.Bool().Draw(t, "usage") {
 			l.Usage = &Usage{PromptTokens: num.Draw(t, "pt"), CompletionTokens: num.Draw(t, "ct")}
 		}
-		for _, w := range []bodyAppender{a, l, batchWire{Calls: []bodyAppender{a, l}}, batchWire{Calls: []bodyAppender{}}} {
+		for _, w := range []bodyAppender{a, l} {
 			want, err := json.Marshal(w)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := w.appendJSON(nil); !bytes.Equal(got, want) {
 				t.Fatalf("appendJSON wrote\n%s\nencoding/json writes\n%s", got, want)
+			}
+		}
+		// A batch: each call as its single body with "op" first; a single
+		// body without it.
+		pa := &pending{op: opAcquire, acq: a}
+		pl := &pending{op: op(rapid.IntRange(int(opComplete), int(opRenew)).Draw(t, "lease op kind")), lease: l}
+		a.Op, l.Op = "acquire", opNames[pl.op]
+		batch := struct {
+			Calls []any `json:"calls"`
+		}{Calls: []any{a, l}}
+		for _, tc := range []struct {
+			got  []byte
+			want any
+		}{
+			{appendBatch(nil, []*pending{pa, pl}), batch},
+			{appendBatch(nil, nil), struct {
+				Calls []any `json:"calls"`
+			}{Calls: []any{}}},
+			{pa.appendJSON(nil, false), func() acquireWire { w := a; w.Op = ""; return w }()},
+			{pl.appendJSON(nil, false), func() leaseWire { w := l; w.Op = ""; return w }()},
+		} {
+			want, err := json.Marshal(tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(tc.got, want) {
+				t.Fatalf("wrote\n%s\nencoding/json writes\n%s", tc.got, want)
 			}
 		}
 	})
