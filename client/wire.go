@@ -19,8 +19,13 @@ import (
 var answerKeys = []string{"allowed", "lease", "reserved_tokens", "reason", "retry_after_ms", "limits", "pool",
 	"fallback", "owner", "settled", "renewed", "error"}
 
-// decodeAnswer reads an answer's body into a.
+// decodeAnswer reads an answer's body into a (zero): as the node writes
+// it (exactAnswer), else by the scanner, else by encoding/json.
 func decodeAnswer(b []byte, a *answerWire) error {
+	if exactAnswer(b, a) {
+		return nil
+	}
+	*a = answerWire{}
 	if fastAnswer(b, a) {
 		return nil
 	}
@@ -161,7 +166,10 @@ type slot struct {
 // decoded as decodeAnswer decodes it.
 func decodeBatch(b []byte, dst []slot) ([]slot, error) {
 	n := len(dst)
-	if out, ok := fastBatch(b, dst); ok {
+	if out, ok := exactBatch(b, dst); ok {
+		return out, nil
+	}
+	if out, ok := fastBatch(b, dst[:n]); ok {
 		return out, nil
 	}
 	dst = dst[:n]

@@ -29,7 +29,21 @@ func TestNodeAnswersTakeTheFastPath(t *testing.T) {
 			t.Errorf("%s: fast %+v, encoding/json %+v (%v)", body, fast, ref, err)
 		}
 	}
+	for _, body := range []string{nodeAcquire, nodeRefusal, `{"limits":{"requests":{"limit":1,"remaining":1,"reset_ms":0}},"settled":true}`,
+		`{"error":"lease not found: completed, expired or unknown"}` + "\n"} {
+		var exact, ref answerWire
+		if !exactAnswer([]byte(body), &exact) {
+			t.Errorf("%s: not read by the exact path", body)
+		} else if err := json.Unmarshal([]byte(body), &ref); err != nil || !reflect.DeepEqual(exact, ref) {
+			t.Errorf("%s: exact %+v, encoding/json %+v (%v)", body, exact, ref, err)
+		}
+	}
 	batch := `{"results":[{"status":200,"body":{"allowed":true,"lease":"x","limits":{}}},{"status":429,"body":{"allowed":false},"retry_after_ms":1000},{"status":400,"body":{"error":"bad"}}]}`
+	if exact, ok := exactBatch([]byte(batch), nil); !ok {
+		t.Error("a batch answer not read by the exact path")
+	} else if ref, err := refBatch([]byte(batch)); err != nil || !sameSlots(exact, ref) {
+		t.Errorf("batch: exact %+v, encoding/json %+v (%v)", exact, ref, err)
+	}
 	fast, ok := fastBatch([]byte(batch), nil)
 	if !ok {
 		t.Fatal("a batch answer not read by the fast path")
@@ -68,6 +82,12 @@ func sameSlots(a, b []slot) bool {
 	})
 }
 
+// nodeAcquire and nodeRefusal are answers as a node writes them.
+const (
+	nodeAcquire = `{"allowed":true,"lease":"AgCqyd20j9SWkeEBAAJ4MQADYm0xV89ozje0_kdcEPv1FhLCHOl_TDiuCD5_DQfpGb1S6is","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60268},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60268},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"bm1"}`
+	nodeRefusal = `{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":0,"remaining":0,"reset_ms":0}},"fallback":true,"owner":"n2"}`
+)
+
 // FuzzDecodeAnswer: whatever the fast path reads, encoding/json reads too,
 // to the same values; anything else is left to it.
 func FuzzDecodeAnswer(f *testing.F) {
@@ -75,19 +95,32 @@ func FuzzDecodeAnswer(f *testing.F) {
 		`{"allowed":true,"lease":"l","limits":{"requests":{"limit":1,"remaining":0,"reset_ms":5}},"Owner":"x"}`,
 		`{"allowed":true,"allowed":false}`, `{"pool":{"name":"a","Name":"b"}}`, `{"extra":{"a":[1]}}`,
 		`{"results":[{"status":200,"body":{"allowed":true}}]}`, `{"results":[],"Results":null}`, `{"error":"a\"b"}`,
+		`{"retry_after_ms":-5,"limits":{"requests":{"limit":-1,"remaining":-0,"reset_ms":0}}}`, `{"allowed":true }`,
+		nodeAcquire, nodeRefusal, `{"results":[{"status":200,"body":` + nodeAcquire + `},{"status":429,"body":` + nodeRefusal + `,"retry_after_ms":1500}]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var fa, ra answerWire
+		var fa, ea, ra answerWire
 		if fastAnswer(b, &fa) {
 			if err := json.Unmarshal(b, &ra); err != nil || !reflect.DeepEqual(fa, ra) {
 				t.Fatalf("answer %q: fast %+v, encoding/json %+v (%v)", b, fa, ra, err)
 			}
 		}
+		if exactAnswer(b, &ea) {
+			ra = answerWire{}
+			if err := json.Unmarshal(b, &ra); err != nil || !reflect.DeepEqual(ea, ra) {
+				t.Fatalf("answer %q: exact %+v, encoding/json %+v (%v)", b, ea, ra, err)
+			}
+		}
 		if fb, ok := fastBatch(b, nil); ok {
 			if rb, err := refBatch(b); err != nil || !sameSlots(fb, rb) {
 				t.Fatalf("batch %q: fast %+v, encoding/json %+v (%v)", b, fb, rb, err)
+			}
+		}
+		if eb, ok := exactBatch(b, nil); ok {
+			if rb, err := refBatch(b); err != nil || !sameSlots(eb, rb) {
+				t.Fatalf("batch %q: exact %+v, encoding/json %+v (%v)", b, eb, rb, err)
 			}
 		}
 		db, err := decodeBatch(b, []slot{{status: 1}})
