@@ -85,10 +85,10 @@ func (r *exact) bool() (v, ok bool) {
 	return false, false
 }
 
-// object reads {"key":value,...}, calling field for each key with the
-// key's bit (its index in keys); a key not in keys, or one seen before,
-// fails.
-func (r *exact) object(keys []string, field func(k int) bool) bool {
+// object reads {"key":value,...}, calling field for each key with its
+// index by keys (keys returns -1 for a key it does not know, which
+// fails, as does a key seen before).
+func (r *exact) object(keys func(key []byte) int, field func(k int) bool) bool {
 	if !r.next('{') {
 		return false
 	}
@@ -101,11 +101,8 @@ func (r *exact) object(keys []string, field func(k int) bool) bool {
 		if !ok || !r.next(':') {
 			return false
 		}
-		k := 0
-		for k < len(keys) && keys[k] != string(key) {
-			k++
-		}
-		if k == len(keys) || seen&(1<<k) != 0 || !field(k) {
+		k := keys(key)
+		if k < 0 || seen&(1<<k) != 0 || !field(k) {
 			return false
 		}
 		seen |= 1 << k
@@ -118,14 +115,72 @@ func (r *exact) object(keys []string, field func(k int) bool) bool {
 	}
 }
 
-// The keys exact reads, by index.
-var (
-	exactAnswerKeys = []string{"allowed", "lease", "reserved_tokens", "reason", "retry_after_ms", "limits",
-		"fallback", "owner", "settled", "renewed", "error"}
-	exactLimitsKeys = []string{"requests", "tokens", "concurrency"}
-	exactDimKeys    = []string{"limit", "remaining", "reset_ms"}
-	exactSlotKeys   = []string{"status", "body", "retry_after_ms"}
-)
+// The keys exact reads, by index (a switch, not a search: it runs for
+// every key of every answer).
+
+func exactAnswerKeys(key []byte) int {
+	switch string(key) {
+	case "allowed":
+		return 0
+	case "lease":
+		return 1
+	case "reserved_tokens":
+		return 2
+	case "reason":
+		return 3
+	case "retry_after_ms":
+		return 4
+	case "limits":
+		return 5
+	case "fallback":
+		return 6
+	case "owner":
+		return 7
+	case "settled":
+		return 8
+	case "renewed":
+		return 9
+	case "error":
+		return 10
+	}
+	return -1
+}
+
+func exactLimitsKeys(key []byte) int {
+	switch string(key) {
+	case "requests":
+		return 0
+	case "tokens":
+		return 1
+	case "concurrency":
+		return 2
+	}
+	return -1
+}
+
+func exactDimKeys(key []byte) int {
+	switch string(key) {
+	case "limit":
+		return 0
+	case "remaining":
+		return 1
+	case "reset_ms":
+		return 2
+	}
+	return -1
+}
+
+func exactSlotKeys(key []byte) int {
+	switch string(key) {
+	case "status":
+		return 0
+	case "body":
+		return 1
+	case "retry_after_ms":
+		return 2
+	}
+	return -1
+}
 
 // answer reads an answer into a (zero). prev, if not nil, is the answer
 // read before it: its owner and reason are shared when equal.
