@@ -43,9 +43,11 @@ type Config struct {
 	// Token is the client token sent as "Authorization: Bearer <Token>";
 	// empty sends none (a node with no "clients:" configured).
 	Token string
-	// HTTPClient sends the requests. Nil: a client of the Client's own,
-	// keeping connections alive (MaxInFlight idle ones per host), whose
-	// idle connections Close closes.
+	// HTTPClient sends the requests. Nil: against an http:// node each
+	// sender keeps an HTTP/1.1 connection of its own, written and read
+	// without net/http (raw.go), and Status uses a net/http client of the
+	// Client's own (MaxInFlight idle connections per host, closed by
+	// Close); against https://, that client sends everything.
 	HTTPClient *http.Client
 	// MaxBatch is the most calls sent in one request, at most
 	// DefaultMaxBatch (1000, the server's cap). 1 turns batching off: one
@@ -88,6 +90,10 @@ type Client struct {
 	// authorization is the Authorization header's value; nil: none.
 	authorization []string
 	pendings      sync.Pool // of *pending, each with its done channel
+	// rawHost is the node's host (host[:port]) when the senders post
+	// through connections of their own (raw.go); empty: through http.
+	rawHost string
+	rawPath string // the base URL's path, without a trailing slash
 }
 
 // Stats counts what a Client has sent.
@@ -147,6 +153,9 @@ func New(baseURL string, cfg Config) (*Client, error) {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
 	c := &Client{base: strings.TrimRight(baseURL, "/"), cfg: cfg, http: cfg.HTTPClient, queue: newQueue(), closed: make(chan struct{})}
+	if c.http == nil && u.Scheme == "http" {
+		c.rawHost, c.rawPath = u.Host, strings.TrimRight(u.EscapedPath(), "/")
+	}
 	if c.http == nil {
 		c.http, c.ownsHTTP = &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,

@@ -199,10 +199,14 @@ type sender struct {
 	body   []byte          // the current request's JSON
 	answer []byte          // the current answer's bytes
 	slots  []slot          // the current batch answer, decoded
+	raw    *rawConn        // the sender's own connection (raw.go); nil: net/http
 }
 
 func (c *Client) newSender() *sender {
 	s := &sender{c: c}
+	if c.rawHost != "" {
+		s.raw = newRawConn(c.rawHost, c.rawPath, c.cfg.Token)
+	}
 	s.ctx = httptrace.WithClientTrace(c.ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { s.wrote.Store(true) },
 	})
@@ -222,6 +226,9 @@ func (s *sender) run() {
 	for {
 		select {
 		case <-s.c.closed:
+			if s.raw != nil {
+				s.raw.close()
+			}
 			return
 		case <-s.c.queue.kick:
 		}
@@ -312,6 +319,14 @@ var jsonContentType = []string{"application/json"}
 // post sends s.body to path, on the Client's context (ended by Close), and
 // reads the answer into s.answer.
 func (s *sender) post(path string) reply {
+	if s.raw != nil {
+		var rep reply
+		rep, s.answer = s.raw.post(s.c.ctx, path, s.body, s.answer[:0])
+		if rep.err != nil && s.c.ctx.Err() != nil {
+			rep.err = ErrClosed
+		}
+		return rep
+	}
 	s.wrote.Store(false)
 	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.c.base+path, bytes.NewReader(s.body))
 	if err != nil {
