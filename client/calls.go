@@ -74,25 +74,32 @@ type answerWire struct {
 // last refusal with ctx's error). The error is an *APIError for an answer
 // that is not a decision.
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Decision, error) {
-	w := acquireWire{Op: "acquire", Tenant: req.Tenant, Model: req.Model, MaxTokens: req.MaxTokens, WaitMS: req.Wait.Milliseconds()}
+	p := c.get()
+	defer func() { c.put(p) }()
+	p.op = opAcquire
+	p.acq = acquireWire{Tenant: req.Tenant, Model: req.Model, MaxTokens: req.MaxTokens, WaitMS: req.Wait.Milliseconds()}
 	if req.Prompt != "" {
-		w.Prompt = &req.Prompt
+		p.prompt = req.Prompt
+		p.acq.Prompt = &p.prompt
 	} else {
-		w.PromptTokens = &req.PromptTokens
+		p.promptTokens = req.PromptTokens
+		p.acq.PromptTokens = &p.promptTokens
 	}
 	if req.Batch {
-		w.Priority = "batch"
+		p.acq.Priority = "batch"
 	}
 	for {
-		res := c.call(ctx, &pending{op: "acquire", body: w})
-		if res.err != nil {
+		res, done := c.call(ctx, p)
+		if !done {
+			p = nil // abandoned: a sender may hold it still
+		}
+		a := &res.answer
+		switch {
+		case res.err != nil:
 			return Decision{}, res.err
-		}
-		var a answerWire
-		if err := decodeAnswer(res.body, &a); err != nil {
-			return Decision{}, fmt.Errorf("tokenring acquire: decoding a %d answer: %w", res.status, err)
-		}
-		if res.status != http.StatusOK && res.status != http.StatusTooManyRequests {
+		case res.decodeErr != nil:
+			return Decision{}, fmt.Errorf("tokenring acquire: decoding a %d answer: %w", res.status, res.decodeErr)
+		case res.status != http.StatusOK && res.status != http.StatusTooManyRequests:
 			return Decision{}, &APIError{Status: res.status, Message: a.Error, RetryAfter: res.retryAfter}
 		}
 		d := Decision{Allowed: a.Allowed, Lease: a.Lease, ReservedTokens: a.ReservedTokens, Reason: a.Reason,
@@ -114,40 +121,61 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (Decision, err
 // not); with nil usage it releases it. ErrLeaseNotFound: the node no longer
 // held the lease.
 func (c *Client) Complete(ctx context.Context, tenant, lease string, usage *Usage) error {
-	return c.leaseOp(ctx, "complete", leaseWire{Op: "complete", Tenant: tenant, Lease: lease, Usage: usage})
+	return c.leaseOp(ctx, opComplete, leaseWire{Tenant: tenant, Lease: lease, Usage: usage})
 }
 
 // Renew extends a lease's life while its request runs (a lease not renewed
 // expires after its TTL). ErrLeaseNotFound: the node no longer holds it.
 func (c *Client) Renew(ctx context.Context, tenant, lease string) error {
-	return c.leaseOp(ctx, "renew", leaseWire{Op: "renew", Tenant: tenant, Lease: lease})
+	return c.leaseOp(ctx, opRenew, leaseWire{Tenant: tenant, Lease: lease})
 }
 
-func (c *Client) leaseOp(ctx context.Context, op string, w leaseWire) error {
-	res := c.call(ctx, &pending{op: op, body: w})
-	if res.err != nil {
-		return res.err
+func (c *Client) leaseOp(ctx context.Context, op op, w leaseWire) error {
+	p := c.get()
+	p.op, p.lease = op, w
+	res, done := c.call(ctx, p)
+	if done {
+		c.put(p)
 	}
-	var a answerWire
-	if err := decodeAnswer(res.body, &a); err != nil {
-		return fmt.Errorf("tokenring %s: decoding a %d answer: %w", op, res.status, err)
-	}
+	name := opNames[op]
 	switch {
-	case res.status == http.StatusNotFound, res.status == http.StatusOK && op == "complete" && !a.Settled:
+	case res.err != nil:
+		return res.err
+	case res.decodeErr != nil:
+		return fmt.Errorf("tokenring %s: decoding a %d answer: %w", name, res.status, res.decodeErr)
+	case res.status == http.StatusNotFound, res.status == http.StatusOK && op == opComplete && !res.answer.Settled:
 		return ErrLeaseNotFound
 	case res.status != http.StatusOK:
-		return &APIError{Status: res.status, Message: a.Error, RetryAfter: res.retryAfter}
+		return &APIError{Status: res.status, Message: res.answer.Error, RetryAfter: res.retryAfter}
 	}
 	return nil
 }
 
+// get returns a pending from the pool, zero but for its done channel.
+func (c *Client) get() *pending { return c.pendings.Get().(*pending) }
+
+// put returns p to the pool once its caller has its answer (nil: p was
+// abandoned, and is not reused).
+func (c *Client) put(p *pending) {
+	if p == nil {
+		return
+	}
+	done := p.done
+	*p = pending{done: done} // the state too: a fresh use starts at 0
+	c.pendings.Put(p)
+}
+
 // call sends p (batched with others, perhaps) and waits for its answer,
 // sending it again after a 503 with a retry-after or a transport error
-// before the request was written, up to Config.Retries times.
-func (c *Client) call(ctx context.Context, p *pending) result {
+// before the request was written, up to Config.Retries times. done is
+// false when p was abandoned (ctx ended first): a sender may still hold
+// it, so it must not be reused.
+func (c *Client) call(ctx context.Context, p *pending) (res result, done bool) {
 	backoff := c.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
-		res := c.once(ctx, p)
+		if res, done = c.once(ctx, p); !done {
+			return res, false
+		}
 		var wait time.Duration
 		switch {
 		case res.err != nil && !res.written && !errors.Is(res.err, ErrClosed) && ctx.Err() == nil:
@@ -155,43 +183,48 @@ func (c *Client) call(ctx context.Context, p *pending) result {
 		case res.err == nil && res.status == http.StatusServiceUnavailable && res.retryAfter > 0:
 			wait = res.retryAfter
 		default:
-			return res
+			return res, true
 		}
 		if attempt >= c.cfg.Retries {
-			return res
+			return res, true
 		}
 		if err := c.sleep(ctx, wait); err != nil {
-			return result{err: err}
+			return result{err: err}, true
 		}
 	}
 }
 
-// once queues a fresh copy of p and waits for its answer or ctx's end. A
-// call abandoned by its caller may still run; an admission it wins is then
-// released (pending.deliver).
-func (c *Client) once(ctx context.Context, p *pending) result {
-	q := &pending{op: p.op, body: p.body, done: make(chan result, 1), release: c.releaseAbandoned}
+// once queues p and waits for its answer or ctx's end. done is false when
+// p was abandoned: the call may still run, and an admission it wins is
+// then released (Client.deliver).
+func (c *Client) once(ctx context.Context, p *pending) (res result, done bool) {
 	if err := ctx.Err(); err != nil {
-		return result{err: err}
+		return result{err: err}, true
 	}
-	if !c.queue.push(q) {
-		return result{err: ErrClosed}
+	p.state.Store(0)
+	if !c.queue.push(p) {
+		return result{err: ErrClosed}, true
+	}
+	ctxDone := ctx.Done()
+	if ctxDone == nil {
+		return <-p.done, true
 	}
 	select {
-	case res := <-q.done:
-		return res
-	case <-ctx.Done():
-		if q.abandon() {
-			return result{err: ctx.Err()}
+	case res := <-p.done:
+		return res, true
+	case <-ctxDone:
+		if p.abandon() {
+			return result{err: ctx.Err()}, false
 		}
-		return <-q.done // delivered meanwhile
+		return <-p.done, true // delivered meanwhile
 	}
 }
 
 // releaseAbandoned releases the lease of an admission whose caller had
-// gone, so that its slot is not held until the lease's TTL.
+// gone, so that its slot is not held until the lease's TTL. Nobody waits
+// for its answer (its done channel has room for it).
 func (c *Client) releaseAbandoned(tenant, lease string) {
-	c.queue.push(&pending{op: "complete", body: leaseWire{Op: "complete", Tenant: tenant, Lease: lease}, done: make(chan result, 1)})
+	c.queue.push(&pending{op: opComplete, lease: leaseWire{Tenant: tenant, Lease: lease}, done: make(chan result, 1)})
 }
 
 // sleep waits d, or until ctx ends or the Client closes.
@@ -215,16 +248,28 @@ func (c *Client) Status(ctx context.Context, tenant string) (Limits, error) {
 	if err != nil {
 		return Limits{}, fmt.Errorf("tokenring status %s: %w", tenant, err)
 	}
-	res := c.roundTrip(req)
-	if res.err != nil {
-		return Limits{}, fmt.Errorf("tokenring status %s: %w", tenant, res.err)
+	if c.authorization != nil {
+		req.Header["Authorization"] = c.authorization
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Limits{}, fmt.Errorf("tokenring status %s: %w", tenant, err)
+	}
+	defer resp.Body.Close()
+	body, err := readAnswer(nil, resp.Body)
+	if err != nil {
+		return Limits{}, fmt.Errorf("tokenring status %s: reading the answer: %w", tenant, err)
 	}
 	var a answerWire
-	if err := decodeAnswer(res.body, &a); err != nil {
-		return Limits{}, fmt.Errorf("tokenring status %s: decoding a %d answer: %w", tenant, res.status, err)
+	if err := decodeAnswer(body, &a); err != nil {
+		return Limits{}, fmt.Errorf("tokenring status %s: decoding a %d answer: %w", tenant, resp.StatusCode, err)
 	}
-	if res.status != http.StatusOK {
-		return Limits{}, &APIError{Status: res.status, Message: a.Error, RetryAfter: res.retryAfter}
+	if resp.StatusCode != http.StatusOK {
+		retry := retryAfterHeader(resp.Header)
+		if a.RetryAfterMS > 0 {
+			retry = time.Duration(a.RetryAfterMS) * time.Millisecond
+		}
+		return Limits{}, &APIError{Status: resp.StatusCode, Message: a.Error, RetryAfter: retry}
 	}
 	return a.Limits.limits(), nil
 }

@@ -3,12 +3,16 @@
 // ask a tokenring node before each LLM request.
 //
 // Concurrent calls are batched opportunistically, as the nodes batch their
-// peer frames: there is no timer. A call goes out at once when a sender is
-// free (through its single endpoint); the calls that arrive while
-// Config.MaxInFlight requests are in flight wait, and the next free sender
-// takes all of them (up to Config.MaxBatch) as one POST /v1/batch. Under
-// light load every call is one request with no added delay; under heavy load
-// the HTTP and JSON cost is shared by many calls.
+// peer frames: there is no timer. A call made while no request is in
+// flight goes out at once (alone, through its single endpoint). Calls made
+// while requests are in flight queue, and go as one POST /v1/batch (up to
+// Config.MaxBatch calls) when a request returns, or, if a sender is free
+// (fewer than Config.MaxInFlight requests in flight), as soon as as many
+// are queued as a request in flight carries on average. Under light load
+// every call is one request with no added delay; under heavy load each
+// request carries about as many calls as the one before it, so that the
+// HTTP cost (and the node's) is shared by many calls: 32 goroutines calling
+// at once make requests of about 16 calls, two in flight.
 //
 // The package imports nothing else of tokenring's.
 package client
@@ -22,13 +26,14 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Defaults of the zero fields of Config.
 const (
 	DefaultMaxBatch     = 1000 // the server's cap on the calls of one /v1/batch
-	DefaultMaxInFlight  = 4
+	DefaultMaxInFlight  = 2
 	DefaultRetries      = 2
 	DefaultRetryBackoff = 100 * time.Millisecond
 )
@@ -38,16 +43,20 @@ type Config struct {
 	// Token is the client token sent as "Authorization: Bearer <Token>";
 	// empty sends none (a node with no "clients:" configured).
 	Token string
-	// HTTPClient sends the requests. Nil: a client of the Client's own,
-	// keeping connections alive (MaxInFlight idle ones per host), whose
-	// idle connections Close closes.
+	// HTTPClient sends the requests. Nil: against an http:// node each
+	// sender keeps an HTTP/1.1 connection of its own, written and read
+	// without net/http (raw.go), and Status uses a net/http client of the
+	// Client's own (MaxInFlight idle connections per host, closed by
+	// Close); against https://, that client sends everything.
 	HTTPClient *http.Client
 	// MaxBatch is the most calls sent in one request, at most
 	// DefaultMaxBatch (1000, the server's cap). 1 turns batching off: one
 	// HTTP request per call.
 	MaxBatch int
 	// MaxInFlight is the most requests (single calls or batches) in flight
-	// at once. Default DefaultMaxInFlight (4).
+	// at once. Default DefaultMaxInFlight (2): one request being answered
+	// while the next one's calls queue. More in flight makes smaller
+	// batches (more CPU a call, on both sides).
 	MaxInFlight int
 	// Retries is how many times a call is sent again after a 503 with a
 	// retry-after (honouring it) or a transport error before its request
@@ -76,6 +85,30 @@ type Client struct {
 	senders   sync.WaitGroup
 	ctx       context.Context // the senders' requests; cancelled by Close
 	cancel    context.CancelFunc
+	requests  atomic.Int64 // HTTP requests sent (single calls and batches)
+	sent      atomic.Int64 // calls those requests carried
+	// authorization is the Authorization header's value; nil: none.
+	authorization []string
+	pendings      sync.Pool // of *pending, each with its done channel
+	// rawHost is the node's host (host[:port]) when the senders post
+	// through connections of their own (raw.go); empty: through http.
+	rawHost string
+	rawPath string // the base URL's path, without a trailing slash
+}
+
+// Stats counts what a Client has sent.
+type Stats struct {
+	Requests int64 // HTTP requests sent: single calls and batches, retries included
+	Calls    int64 // calls those requests carried
+}
+
+// Stats returns what the Client has sent so far.
+func (c *Client) Stats() Stats { return Stats{Requests: c.requests.Load(), Calls: c.sent.Load()} }
+
+// count counts one request carrying calls calls.
+func (c *Client) count(calls int) {
+	c.requests.Add(1)
+	c.sent.Add(int64(calls))
 }
 
 // ErrClosed is the error of a call made or still queued after Close.
@@ -120,6 +153,9 @@ func New(baseURL string, cfg Config) (*Client, error) {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
 	c := &Client{base: strings.TrimRight(baseURL, "/"), cfg: cfg, http: cfg.HTTPClient, queue: newQueue(), closed: make(chan struct{})}
+	if c.http == nil && u.Scheme == "http" {
+		c.rawHost, c.rawPath = u.Host, strings.TrimRight(u.EscapedPath(), "/")
+	}
 	if c.http == nil {
 		c.http, c.ownsHTTP = &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -128,9 +164,13 @@ func New(baseURL string, cfg Config) (*Client, error) {
 			ForceAttemptHTTP2:   true,
 		}}, true
 	}
+	if cfg.Token != "" {
+		c.authorization = []string{"Bearer " + cfg.Token}
+	}
+	c.pendings.New = func() any { return &pending{done: make(chan result, 1)} }
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for range cfg.MaxInFlight {
-		c.senders.Go(c.send)
+		c.senders.Go(c.newSender().run)
 	}
 	return c, nil
 }
@@ -144,7 +184,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		c.senders.Wait()
 		for _, p := range c.queue.close() {
-			p.deliver(result{err: ErrClosed})
+			c.deliver(p, result{err: ErrClosed})
 		}
 		if c.ownsHTTP {
 			c.http.CloseIdleConnections()

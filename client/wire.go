@@ -19,8 +19,13 @@ import (
 var answerKeys = []string{"allowed", "lease", "reserved_tokens", "reason", "retry_after_ms", "limits", "pool",
 	"fallback", "owner", "settled", "renewed", "error"}
 
-// decodeAnswer reads an answer's body into a.
+// decodeAnswer reads an answer's body into a (zero): as the node writes
+// it (exactAnswer), else by the scanner, else by encoding/json.
 func decodeAnswer(b []byte, a *answerWire) error {
+	if exactAnswer(b, a) {
+		return nil
+	}
+	*a = answerWire{}
 	if fastAnswer(b, a) {
 		return nil
 	}
@@ -31,10 +36,13 @@ func decodeAnswer(b []byte, a *answerWire) error {
 // fastAnswer reads b into a if it is in the scanner's subset.
 func fastAnswer(b []byte, a *answerWire) bool {
 	s := jsonwire.New(b)
-	return s.Object(func(key []byte) bool { return answerField(&s, key, a) }) && s.End()
+	return s.Object(func(key []byte) bool { return answerField(&s, key, a, nil) }) && s.End()
 }
 
-func answerField(s *jsonwire.Scanner, key []byte, a *answerWire) bool {
+// answerField reads the value of key into a. prev, if not nil, is the
+// answer read before a (a batch's previous slot): a string of a equal to
+// prev's is prev's, not a copy (a batch's owner is the same in every slot).
+func answerField(s *jsonwire.Scanner, key []byte, a, prev *answerWire) bool {
 	var ok bool
 	switch string(key) {
 	case "allowed":
@@ -48,9 +56,9 @@ func answerField(s *jsonwire.Scanner, key []byte, a *answerWire) bool {
 	case "lease":
 		a.Lease, ok = s.String()
 	case "reason":
-		a.Reason, ok = s.String()
+		a.Reason, ok = sharedString(s, prev, func(a *answerWire) string { return a.Reason })
 	case "owner":
-		a.Owner, ok = s.String()
+		a.Owner, ok = sharedString(s, prev, func(a *answerWire) string { return a.Owner })
 	case "error":
 		a.Error, ok = s.String()
 	case "reserved_tokens":
@@ -75,6 +83,18 @@ func answerField(s *jsonwire.Scanner, key []byte, a *answerWire) bool {
 		return skipUnknown(s, key, answerKeys...)
 	}
 	return ok
+}
+
+// sharedString reads a string: field(prev) if prev is not nil and it is
+// equal, else a copy.
+func sharedString(s *jsonwire.Scanner, prev *answerWire, field func(*answerWire) string) (string, bool) {
+	b, ok := s.Raw()
+	if prev != nil {
+		if v := field(prev); v == string(b) {
+			return v, ok
+		}
+	}
+	return string(b), ok
 }
 
 // limitsField reads a "limits" object.
@@ -120,51 +140,95 @@ func skipUnknown(s *jsonwire.Scanner, key []byte, known ...string) bool {
 	return ok
 }
 
-// batchAnswer is the 200 answer of /v1/batch.
+// batchAnswer is the 200 answer of /v1/batch, as encoding/json reads it
+// (when the fast path does not).
 type batchAnswer struct {
 	Results []slotWire `json:"results"`
 }
 
-// decodeBatch reads a /v1/batch answer. Each slot's body is a slice of b.
-func decodeBatch(b []byte, out *batchAnswer) error {
-	if fastBatch(b, out) {
-		return nil
-	}
-	*out = batchAnswer{}
-	return json.Unmarshal(b, out)
+// slotWire is one result of /v1/batch, its body undecoded.
+type slotWire struct {
+	Status       int             `json:"status"`
+	Body         json.RawMessage `json:"body"`
+	RetryAfterMS int64           `json:"retry_after_ms"`
 }
 
-// fastBatch reads b into out if it is in the scanner's subset.
-func fastBatch(b []byte, out *batchAnswer) bool {
+// slot is one result of /v1/batch, its body decoded: err when it did not
+// decode (as decodeAnswer would fail on it).
+type slot struct {
+	status       int
+	retryAfterMS int64
+	answer       answerWire
+	err          error
+}
+
+// decodeBatch appends the slots of a /v1/batch answer to dst, each body
+// decoded as decodeAnswer decodes it.
+func decodeBatch(b []byte, dst []slot) ([]slot, error) {
+	n := len(dst)
+	if out, ok := exactBatch(b, dst); ok {
+		return out, nil
+	}
+	if out, ok := fastBatch(b, dst[:n]); ok {
+		return out, nil
+	}
+	dst = dst[:n]
+	var in batchAnswer
+	if err := json.Unmarshal(b, &in); err != nil {
+		return dst, err
+	}
+	for _, r := range in.Results {
+		sl := slot{status: r.Status, retryAfterMS: r.RetryAfterMS}
+		sl.err = decodeAnswer(r.Body, &sl.answer)
+		dst = append(dst, sl)
+	}
+	return dst, nil
+}
+
+// errNoBody is the error of a slot without a body (encoding/json's, for an
+// empty one).
+var errNoBody = json.Unmarshal(nil, &answerWire{})
+
+// fastBatch appends the slots of b to dst, each body read by the scanner
+// into its answer, if b is in the scanner's subset.
+func fastBatch(b []byte, dst []slot) ([]slot, bool) {
 	s := jsonwire.New(b)
 	ok := s.Object(func(key []byte) bool {
 		if string(key) != "results" {
 			return skipUnknown(&s, key, "results")
 		}
-		out.Results = []slotWire{}
 		return s.Array(func() bool {
-			var slot slotWire
+			dst = append(dst, slot{})
+			sl := &dst[len(dst)-1]
+			var prev *answerWire
+			if len(dst) > 1 {
+				prev = &dst[len(dst)-2].answer
+			}
+			body := false
 			ok := s.Object(func(key []byte) bool {
 				var ok bool
 				switch string(key) {
 				case "status":
 					var v int64
 					v, ok = s.Int()
-					slot.Status = int(v)
+					sl.status = int(v)
 				case "body":
-					slot.Body, ok = s.Skip(4)
+					body = true
+					ok = s.Object(func(key []byte) bool { return answerField(&s, key, &sl.answer, prev) })
 				case "retry_after_ms":
-					slot.RetryAfterMS, ok = s.Int()
+					sl.retryAfterMS, ok = s.Int()
 				default:
 					return skipUnknown(&s, key, "status", "body", "retry_after_ms")
 				}
 				return ok
 			})
-			out.Results = append(out.Results, slot)
+			if !body {
+				sl.err = errNoBody
+			}
 			return ok
 		})
 	})
-	return ok && s.End()
+	return dst, ok && s.End()
 }
 
 // bodyAppender is a request body that writes its own JSON: the same
@@ -217,13 +281,14 @@ func (w leaseWire) appendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-func (w batchWire) appendJSON(dst []byte) []byte {
+// appendBatch appends the body of a /v1/batch of calls.
+func appendBatch(dst []byte, calls []*pending) []byte {
 	dst = append(dst, `{"calls":[`...)
-	for i, c := range w.Calls {
+	for i, p := range calls {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = c.appendJSON(dst)
+		dst = p.appendJSON(dst, true)
 	}
 	return append(dst, "]}"...)
 }

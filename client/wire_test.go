@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -28,15 +29,64 @@ func TestNodeAnswersTakeTheFastPath(t *testing.T) {
 			t.Errorf("%s: fast %+v, encoding/json %+v (%v)", body, fast, ref, err)
 		}
 	}
+	for _, body := range []string{nodeAcquire, nodeRefusal, `{"limits":{"requests":{"limit":1,"remaining":1,"reset_ms":0}},"settled":true}`,
+		`{"error":"lease not found: completed, expired or unknown"}` + "\n"} {
+		var exact, ref answerWire
+		if !exactAnswer([]byte(body), &exact) {
+			t.Errorf("%s: not read by the exact path", body)
+		} else if err := json.Unmarshal([]byte(body), &ref); err != nil || !reflect.DeepEqual(exact, ref) {
+			t.Errorf("%s: exact %+v, encoding/json %+v (%v)", body, exact, ref, err)
+		}
+	}
 	batch := `{"results":[{"status":200,"body":{"allowed":true,"lease":"x","limits":{}}},{"status":429,"body":{"allowed":false},"retry_after_ms":1000},{"status":400,"body":{"error":"bad"}}]}`
-	var fast, ref batchAnswer
-	if !fastBatch([]byte(batch), &fast) {
+	if exact, ok := exactBatch([]byte(batch), nil); !ok {
+		t.Error("a batch answer not read by the exact path")
+	} else if ref, err := refBatch([]byte(batch)); err != nil || !sameSlots(exact, ref) {
+		t.Errorf("batch: exact %+v, encoding/json %+v (%v)", exact, ref, err)
+	}
+	fast, ok := fastBatch([]byte(batch), nil)
+	if !ok {
 		t.Fatal("a batch answer not read by the fast path")
 	}
-	if err := json.Unmarshal([]byte(batch), &ref); err != nil || !reflect.DeepEqual(fast, ref) {
+	if ref, err := refBatch([]byte(batch)); err != nil || !sameSlots(fast, ref) {
 		t.Fatalf("batch: fast %+v, encoding/json %+v (%v)", fast, ref, err)
 	}
+	want := []slot{{status: 200, answer: answerWire{Allowed: true, Lease: "x"}}, {status: 429, retryAfterMS: 1000},
+		{status: 400, answer: answerWire{Error: "bad"}}}
+	if !sameSlots(fast, want) {
+		t.Fatalf("batch: %+v, want %+v", fast, want)
+	}
 }
+
+// refBatch reads a batch answer with encoding/json only: the slots, then
+// each body (an error when it does not decode).
+func refBatch(b []byte) ([]slot, error) {
+	var in batchAnswer
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	var out []slot
+	for _, r := range in.Results {
+		sl := slot{status: r.Status, retryAfterMS: r.RetryAfterMS}
+		sl.err = json.Unmarshal(r.Body, &sl.answer)
+		out = append(out, sl)
+	}
+	return out, nil
+}
+
+// sameSlots compares slots, their errors by whether there is one.
+func sameSlots(a, b []slot) bool {
+	return slices.EqualFunc(a, b, func(x, y slot) bool {
+		return x.status == y.status && x.retryAfterMS == y.retryAfterMS && (x.err == nil) == (y.err == nil) &&
+			(x.err != nil || reflect.DeepEqual(x.answer, y.answer))
+	})
+}
+
+// nodeAcquire and nodeRefusal are answers as a node writes them.
+const (
+	nodeAcquire = `{"allowed":true,"lease":"AgCqyd20j9SWkeEBAAJ4MQADYm0xV89ozje0_kdcEPv1FhLCHOl_TDiuCD5_DQfpGb1S6is","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60268},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60268},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"bm1"}`
+	nodeRefusal = `{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":0,"remaining":0,"reset_ms":0}},"fallback":true,"owner":"n2"}`
+)
 
 // FuzzDecodeAnswer: whatever the fast path reads, encoding/json reads too,
 // to the same values; anything else is left to it.
@@ -45,21 +95,37 @@ func FuzzDecodeAnswer(f *testing.F) {
 		`{"allowed":true,"lease":"l","limits":{"requests":{"limit":1,"remaining":0,"reset_ms":5}},"Owner":"x"}`,
 		`{"allowed":true,"allowed":false}`, `{"pool":{"name":"a","Name":"b"}}`, `{"extra":{"a":[1]}}`,
 		`{"results":[{"status":200,"body":{"allowed":true}}]}`, `{"results":[],"Results":null}`, `{"error":"a\"b"}`,
+		`{"retry_after_ms":-5,"limits":{"requests":{"limit":-1,"remaining":-0,"reset_ms":0}}}`, `{"allowed":true }`,
+		nodeAcquire, nodeRefusal, `{"results":[{"status":200,"body":` + nodeAcquire + `},{"status":429,"body":` + nodeRefusal + `,"retry_after_ms":1500}]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var fa, ra answerWire
+		var fa, ea, ra answerWire
 		if fastAnswer(b, &fa) {
 			if err := json.Unmarshal(b, &ra); err != nil || !reflect.DeepEqual(fa, ra) {
 				t.Fatalf("answer %q: fast %+v, encoding/json %+v (%v)", b, fa, ra, err)
 			}
 		}
-		var fb, rb batchAnswer
-		if fastBatch(b, &fb) {
-			if err := json.Unmarshal(b, &rb); err != nil || !reflect.DeepEqual(fb, rb) {
+		if exactAnswer(b, &ea) {
+			ra = answerWire{}
+			if err := json.Unmarshal(b, &ra); err != nil || !reflect.DeepEqual(ea, ra) {
+				t.Fatalf("answer %q: exact %+v, encoding/json %+v (%v)", b, ea, ra, err)
+			}
+		}
+		if fb, ok := fastBatch(b, nil); ok {
+			if rb, err := refBatch(b); err != nil || !sameSlots(fb, rb) {
 				t.Fatalf("batch %q: fast %+v, encoding/json %+v (%v)", b, fb, rb, err)
 			}
+		}
+		if eb, ok := exactBatch(b, nil); ok {
+			if rb, err := refBatch(b); err != nil || !sameSlots(eb, rb) {
+				t.Fatalf("batch %q: exact %+v, encoding/json %+v (%v)", b, eb, rb, err)
+			}
+		}
+		db, err := decodeBatch(b, []slot{{status: 1}})
+		if rb, rerr := refBatch(b); (err == nil) != (rerr == nil) || err == nil && !sameSlots(db[1:], rb) {
+			t.Fatalf("batch %q: decodeBatch %+v (%v), encoding/json %+v (%v)", b, db, err, rb, rerr)
 		}
 	})
 }
@@ -82,13 +148,40 @@ func TestRequestJSONMatchesEncodingJSON(t *testing.T) {
 		if rapid.Bool().Draw(t, "usage") {
 			l.Usage = &Usage{PromptTokens: num.Draw(t, "pt"), CompletionTokens: num.Draw(t, "ct")}
 		}
-		for _, w := range []bodyAppender{a, l, batchWire{Calls: []bodyAppender{a, l}}, batchWire{Calls: []bodyAppender{}}} {
+		for _, w := range []bodyAppender{a, l} {
 			want, err := json.Marshal(w)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := w.appendJSON(nil); !bytes.Equal(got, want) {
 				t.Fatalf("appendJSON wrote\n%s\nencoding/json writes\n%s", got, want)
+			}
+		}
+		// A batch: each call as its single body with "op" first; a single
+		// body without it.
+		pa := &pending{op: opAcquire, acq: a}
+		pl := &pending{op: op(rapid.IntRange(int(opComplete), int(opRenew)).Draw(t, "lease op kind")), lease: l}
+		a.Op, l.Op = "acquire", opNames[pl.op]
+		batch := struct {
+			Calls []any `json:"calls"`
+		}{Calls: []any{a, l}}
+		for _, tc := range []struct {
+			got  []byte
+			want any
+		}{
+			{appendBatch(nil, []*pending{pa, pl}), batch},
+			{appendBatch(nil, nil), struct {
+				Calls []any `json:"calls"`
+			}{Calls: []any{}}},
+			{pa.appendJSON(nil, false), func() acquireWire { w := a; w.Op = ""; return w }()},
+			{pl.appendJSON(nil, false), func() leaseWire { w := l; w.Op = ""; return w }()},
+		} {
+			want, err := json.Marshal(tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(tc.got, want) {
+				t.Fatalf("wrote\n%s\nencoding/json writes\n%s", tc.got, want)
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 
@@ -15,7 +16,14 @@ import (
 
 // batchClients are the batching clients of a -client batch run, by target
 // base URL (and by the route's URLs under -route owner or other).
-type batchClients map[string]*client.Client
+type batchClients map[string]*batchClient
+
+// batchClient is one target's client, and where close reports what it
+// sent (-announce's stderr; nil: nowhere).
+type batchClient struct {
+	*client.Client
+	report io.Writer
+}
 
 // newBatchClients returns the clients of a -client batch run, one per
 // target and per node of routeOf (the routes of -route owner or other), or
@@ -34,14 +42,19 @@ func newBatchClients(c loadConfig, routeOf []string) (batchClients, error) {
 			out.close()
 			return nil, fmt.Errorf("-client batch: %w", err)
 		}
-		out[base] = cl
+		out[base] = &batchClient{Client: cl, report: c.announce}
 	}
 	return out, nil
 }
 
-// close stops every client.
+// close stops every client and, under -announce, prints on stderr what
+// each sent: its calls, its requests, and the calls a request.
 func (b batchClients) close() {
-	for _, cl := range b {
+	for base, cl := range b {
+		if st := cl.Stats(); cl.report != nil && st.Requests > 0 {
+			fmt.Fprintf(cl.report, "tokenring load: batch client %s: %d calls in %d requests, %.1f a request\n",
+				base, st.Calls, st.Requests, float64(st.Calls)/float64(max(st.Requests, 1)))
+		}
 		_ = cl.Close()
 	}
 }
@@ -51,7 +64,7 @@ func (b batchClients) close() {
 // status, any other error as an error.
 func (s *tokenringSystem) acquireBatched(ctx context.Context, base, tenant string) outcome {
 	cl := s.batched[base]
-	c := s.c
+	c := &s.c
 	d, err := cl.Acquire(ctx, client.AcquireRequest{Tenant: tenant, Model: c.model, PromptTokens: int64(c.promptTokens), MaxTokens: int64(c.maxTokens)})
 	var apiErr *client.APIError
 	switch {
@@ -62,8 +75,13 @@ func (s *tokenringSystem) acquireBatched(ctx context.Context, base, tenant strin
 	case !d.Allowed:
 		return outcome{code: http.StatusTooManyRequests, fallback: d.Fallback}
 	}
-	return outcome{code: http.StatusOK, allowed: true, fallback: d.Fallback, complete: func(ctx context.Context) bool {
-		usage := &client.Usage{PromptTokens: int64(c.promptTokens), CompletionTokens: int64(c.maxTokens / 2)}
-		return cl.Complete(ctx, tenant, d.Lease, usage) == nil
-	}}
+	o := outcome{code: http.StatusOK, allowed: true, fallback: d.Fallback}
+	if c.complete { // else no closure to allocate per call
+		lease := d.Lease
+		o.complete = func(ctx context.Context) bool {
+			usage := &client.Usage{PromptTokens: int64(c.promptTokens), CompletionTokens: int64(c.maxTokens / 2)}
+			return cl.Complete(ctx, tenant, lease, usage) == nil
+		}
+	}
+	return o
 }

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -13,7 +18,9 @@ import (
 
 // TestLoadBatchClient: -client batch against a real node counts exactly
 // (2 tenants allowed 30 requests each: 60 admitted and completed, 140
-// refused, whoever answered them) in fewer HTTP requests than calls.
+// refused, whoever answered them) in fewer HTTP requests than calls; under
+// -announce it reports on stderr the calls and requests its client sent,
+// as many as the node saw.
 func TestLoadBatchClient(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30} }
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
@@ -34,9 +41,15 @@ func TestLoadBatchClient(t *testing.T) {
 		r.ServeHTTP(w, req)
 	}))
 	defer hs.Close()
-	res, err := runLoadCLI(t, "-targets", hs.URL, "-client", "batch", "-n", "200", "-c", "32", "-tenants", "2", "-d", "1m")
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"load", "-json", "-announce", "-targets", hs.URL, "-client", "batch",
+		"-n", "200", "-c", "32", "-tenants", "2", "-d", "1m"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var res loadResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout.String(), err)
 	}
 	want := loadResult{Requests: 200, Allowed: 60, Refused: 140, Completions: 60,
 		Codes: map[string]int{"200": 60, "429": 140}, Route: "rr", Workers: 32}
@@ -45,6 +58,10 @@ func TestLoadBatchClient(t *testing.T) {
 	}
 	if got := requests.Load(); got >= 260 || batches.Load() == 0 {
 		t.Fatalf("%d HTTP requests (%d batches) for 260 calls: want fewer, some batched", got, batches.Load())
+	}
+	report := fmt.Sprintf("tokenring load: batch client %s: 260 calls in %d requests", hs.URL, requests.Load())
+	if !strings.Contains(stderr.String(), report) {
+		t.Fatalf("stderr %q, want a line starting %q", stderr.String(), report)
 	}
 	t.Logf("260 calls in %d HTTP requests, %d of them batches", requests.Load(), batches.Load())
 }

@@ -18,25 +18,64 @@ import (
 // key is the trim to the newest -entries (ZREMRANGEBYRANK).
 const zsetWindow = time.Hour
 
-// zsetLimit is the script's limit: above any -entries, so every decision
-// admits.
-const zsetLimit = 1 << 40
+// zsetRPM and zsetTPM are the limits the load run asks the script to
+// enforce: above anything a run reaches, so every decision admits (as
+// tokenring's runs are given limits no run reaches), while the script
+// still does all of its work: it reads every member of the window to sum
+// their tokens before it decides.
+const (
+	zsetRPM = 1 << 40
+	zsetTPM = 1 << 50 // a Lua number (a double) is exact to 2^53
+)
 
-// slidingLog is the classic sorted-set sliding log with one change: the
-// set is trimmed to its newest ARGV[5]-1 members before the new one is
-// added, so that a key holds exactly -entries members whatever the rate.
-// KEYS[1]: the key; ARGV: now (µs), window (µs), limit, a member unique
-// to this call, entries. It returns 1 for an admission, 0 for a refusal.
+// slidingLog is the usual exact sorted-set sliding log, for requests AND
+// tokens in one window as tokenring decides them: each member is
+// "ID:TOKENS", scored by its time in µs. It removes the entries older than
+// the window, then (the one change from the textbook script) trims the set
+// to its newest ARGV[7]-1 members, so that a key holds exactly -entries
+// members after the call whatever the rate; it reads the members left
+// (ZRANGE, O(N) in the members of the window) and sums their tokens, and
+// admits if count < rpm and sum + tokens <= tpm: ZADD of the new member,
+// PEXPIRE of the key by the window.
+//
+// KEYS[1]: the key; ARGV: now (µs), window (µs), rpm, tpm, an ID unique to
+// this call (without ':'), tokens, entries. It returns 1 for an admission,
+// 0 for a refusal.
 var slidingLog = redis.NewScript(`
-local now, window, limit, entries = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rpm, tpm, tokens, entries = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now - window)
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -entries)
-if redis.call('ZCARD', KEYS[1]) < limit then
-  redis.call('ZADD', KEYS[1], now, ARGV[4])
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+local sum = 0
+for i = 1, #members do
+  sum = sum + tonumber(string.match(members[i], ':(%d+)$'))
+end
+if #members < rpm and sum + tokens <= tpm then
+  redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. ARGV[6])
   redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000))
   return 1
 end
 return 0`)
+
+// zsetCall is one decision of the sliding log.
+type zsetCall struct {
+	key      string
+	now      time.Time
+	window   time.Duration // the run's: zsetWindow
+	id       string        // unique to the call, without ':'
+	tokens   int64         // what the call counts against tpm
+	rpm, tpm int64
+	entries  int // the most members the key holds after the call
+}
+
+// zsetDecide runs the sliding log for call by EVALSHA (loaded first by
+// newRedisSystem): true for an admission.
+func zsetDecide(ctx context.Context, rdb *redis.Client, call zsetCall) (bool, error) {
+	ok, err := slidingLog.EvalSha(ctx, rdb, []string{call.key}, call.now.UnixMicro(), call.window.Microseconds(),
+		call.rpm, call.tpm, call.id, call.tokens, call.entries).Int()
+	return ok == 1, err
+}
 
 // incrKey and zsetKey are the Redis keys of a tenant.
 func incrKey(tenant string) string { return "incr:" + tenant }
@@ -74,10 +113,12 @@ func newRedisSystem(ctx context.Context, c loadConfig) (*redisSystem, error) {
 // prefillChunk is how many members one ZADD of the prefill writes.
 const prefillChunk = 1000
 
-// prefill replaces each tenant's sorted set by -entries members "p-J",
-// scored in the microseconds before now.
+// prefill replaces each tenant's sorted set by -entries members
+// "p-J:TOKENS", each carrying the tokens of one call of the run, scored in
+// the microseconds before now.
 func (s *redisSystem) prefill(ctx context.Context, now time.Time) error {
 	base := now.UnixMicro() - int64(s.c.entries)
+	tokens := ":" + strconv.FormatInt(s.tokens(), 10)
 	for ti := range s.c.tenants {
 		key := zsetKey(tenantName(s.c, ti))
 		pipe := s.rdb.Pipeline()
@@ -85,7 +126,7 @@ func (s *redisSystem) prefill(ctx context.Context, now time.Time) error {
 		for j := 0; j < s.c.entries; j += prefillChunk {
 			members := make([]redis.Z, 0, min(prefillChunk, s.c.entries-j))
 			for k := j; k < min(j+prefillChunk, s.c.entries); k++ {
-				members = append(members, redis.Z{Score: float64(base + int64(k)), Member: "p-" + strconv.Itoa(k)})
+				members = append(members, redis.Z{Score: float64(base + int64(k)), Member: "p-" + strconv.Itoa(k) + tokens})
 			}
 			pipe.ZAdd(ctx, key, members...)
 		}
@@ -99,9 +140,14 @@ func (s *redisSystem) prefill(ctx context.Context, now time.Time) error {
 
 func (s *redisSystem) close() { _ = s.rdb.Close() }
 
+// tokens is what one call counts against the sliding log's tpm: its prompt
+// and its completion bound, as tokenring reserves them.
+func (s *redisSystem) tokens() int64 { return int64(s.c.promptTokens + s.c.maxTokens) }
+
 // decider: redis-incr sends INCR (always an admission: the floor any
-// Redis limiter pays), redis-zset the sliding-log script by EVALSHA. A
-// Redis error is a transport error.
+// Redis limiter pays), redis-zset the sliding-log script by EVALSHA, for
+// the run's prompt and completion tokens. A Redis error is a transport
+// error.
 func (s *redisSystem) decider(id int) decideFunc {
 	if s.c.system == "redis-incr" {
 		return func(ctx context.Context, _, _ int, tenant string) outcome {
@@ -113,14 +159,12 @@ func (s *redisSystem) decider(id int) decideFunc {
 	}
 	prefix := strconv.Itoa(id) + "-"
 	return func(ctx context.Context, i, _ int, tenant string) outcome {
-		now := time.Now().UnixMicro()
-		member := prefix + strconv.Itoa(i)
-		ok, err := slidingLog.EvalSha(ctx, s.rdb, []string{zsetKey(tenant)},
-			now, zsetWindow.Microseconds(), zsetLimit, member, s.c.entries).Int()
+		ok, err := zsetDecide(ctx, s.rdb, zsetCall{key: zsetKey(tenant), now: time.Now(), window: zsetWindow, id: prefix + strconv.Itoa(i),
+			tokens: s.tokens(), rpm: zsetRPM, tpm: zsetTPM, entries: s.c.entries})
 		switch {
 		case err != nil:
 			return outcome{err: err}
-		case ok == 1:
+		case ok:
 			return outcome{code: http.StatusOK, allowed: true}
 		}
 		return outcome{code: http.StatusTooManyRequests}

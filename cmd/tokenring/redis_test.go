@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tokenring/tokenring/internal/redistest"
@@ -49,8 +51,10 @@ func TestLoadRedisIncr(t *testing.T) {
 
 // -system redis-zset -entries 10: -n 200 decisions, all admitted; after the
 // run every tenant's sorted set holds exactly 10 members (prefilled, then
-// trimmed to the newest 10 at each decision), and the run's 200 members
-// are the newest of their keys: a key that got k of them keeps min(k, 10).
+// trimmed to the newest 10 at each decision), each carrying the 200 tokens
+// of a call (-prompt-tokens 100 + -max-tokens 100), and the run's 200
+// members are the newest of their keys: a key that got k of them keeps
+// min(k, 10).
 func TestLoadRedisZset(t *testing.T) {
 	addr := startRedis(t)
 	const tenants, entries = 20, 10
@@ -81,6 +85,9 @@ func TestLoadRedisZset(t *testing.T) {
 		}
 		ran := 0
 		for _, m := range members {
+			if !strings.HasSuffix(m, ":200") {
+				t.Errorf("%s: member %q does not carry the call's 200 tokens", key, m)
+			}
 			if !strings.HasPrefix(m, "p-") {
 				ran++
 			}
@@ -89,6 +96,58 @@ func TestLoadRedisZset(t *testing.T) {
 			t.Errorf("%s holds %d members, %d of them the run's; want %d, %d (it got %d decisions)",
 				key, len(members), ran, entries, min(perTenant[i], entries), perTenant[i])
 		}
+	}
+}
+
+// The sliding log decides requests AND tokens exactly: within rpm 3 and
+// tpm 500, calls of 200 tokens are admitted while the window's sum stays
+// within 500 (2 of them), a call of 100 then fills it to exactly 500, and
+// the next is refused by rpm (3 members) whatever its tokens; entries older
+// than the window are removed and count for nothing; a refusal adds no
+// member. Each admission adds one member "ID:TOKENS".
+func TestSlidingLogDecidesRequestsAndTokens(t *testing.T) {
+	addr := startRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := slidingLog.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration, id string, tokens int64) bool {
+		t.Helper()
+		ok, err := zsetDecide(ctx, rdb, zsetCall{key: "zset:exact", now: t0.Add(d), window: time.Minute,
+			id: id, tokens: tokens, rpm: 3, tpm: 500, entries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	steps := []struct {
+		at     time.Duration
+		id     string
+		tokens int64
+		want   bool
+	}{
+		{0, "a", 200, true},                            // 200
+		{time.Second, "b", 200, true},                  // 400
+		{2 * time.Second, "c", 200, false},             // 600 > tpm 500
+		{3 * time.Second, "d", 100, true},              // exactly 500
+		{4 * time.Second, "e", 0, false},               // 3 members: rpm
+		{time.Minute + time.Second, "f", 300, true},    // a and b expired: d's 100 + 300
+		{time.Minute + 2*time.Second, "g", 101, false}, // 400 + 101 > 500
+	}
+	for _, st := range steps {
+		if got := at(st.at, st.id, st.tokens); got != st.want {
+			t.Fatalf("call %s (%d tokens) at +%v: admitted %v, want %v", st.id, st.tokens, st.at, got, st.want)
+		}
+	}
+	members, err := rdb.ZRange(ctx, "zset:exact", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"d:100", "f:300"}; !slices.Equal(members, want) {
+		t.Fatalf("the key holds %q, want %q", members, want)
 	}
 }
 
