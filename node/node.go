@@ -359,7 +359,10 @@ func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Ans
 		g.mu.RUnlock()
 		return Answer{}, errNotHere
 	}
-	start := n.cfg.Now()
+	var start time.Time
+	if c.Req.Wait > 0 { // only a call that may queue needs its start
+		start = n.cfg.Now()
+	}
 	a, ch, err := n.local.start(c)
 	g.mu.RUnlock()
 	if ch != nil && err == nil {

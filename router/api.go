@@ -325,7 +325,10 @@ func retryAfterSeconds(ms int64) int64 { return max(1, (ms+999)/1000) }
 // admit runs a validated acquire: the tenant's key first, then the pool's;
 // a pool refusal rolls the tenant's admission back.
 func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, error) {
-	start := r.cfg.Now()
+	var start time.Time
+	if adm.req.Wait > 0 { // only a waiting call spends part of its wait on the tenant
+		start = r.cfg.Now()
+	}
 	tc := node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req}
 	to, err := r.decide(ctx, &tc, adm.req.PromptTokens+adm.req.MaxTokens)
 	if err != nil {
@@ -343,7 +346,9 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 	if pool, ok := r.cfg.PoolFor(adm.model); ok {
 		preq := adm.req
 		preq.Reserve = td.Reserved
-		preq.Wait = max(0, adm.req.Wait-r.cfg.Now().Sub(start))
+		if adm.req.Wait > 0 {
+			preq.Wait = max(0, adm.req.Wait-r.cfg.Now().Sub(start))
+		}
 		pc := node.Call{Op: node.OpAcquire, Key: PoolKey(pool), Req: preq}
 		po, err := r.decide(ctx, &pc, td.Reserved)
 		if err != nil || !po.answer.Decision.Allowed {
