@@ -162,6 +162,16 @@ func (openAI) fail(w http.ResponseWriter, e apiError) {
 }
 
 func (openAI) readAnswer(s *usageSeen, raw []byte) bool {
+	var u struct {
+		Usage *openAIUsage `json:"usage"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return false
+	}
+	if u.Usage != nil { // the usage is final: the content need not be counted
+		u.Usage.addTo(s)
+		return true
+	}
 	var m openAIAnswer
 	if json.Unmarshal(raw, &m) != nil {
 		return false
