@@ -3,6 +3,7 @@ package prompt
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
 )
@@ -61,7 +62,7 @@ func (c *Counter) Messages(model string, msgs []Message) int {
 	if len(msgs) == 0 {
 		return 0
 	}
-	ct := contentCounter{c.enc(model)}
+	ct := c.contentCounter(Encoding(model))
 	n := replyPriming
 	for i := range msgs {
 		m := &msgs[i]
@@ -94,8 +95,7 @@ func (c *Counter) AnthropicMessages(model, system string, msgs []Message) int {
 	if system == "" && len(msgs) == 0 {
 		return 0
 	}
-	tk, _ := c.cl100k.get(Cl100kBase)
-	ct := contentCounter{tk}
+	ct := c.contentCounter(Cl100kBase)
 	n := replyPriming
 	if system != "" {
 		n += tokensPerMessage + ct.count("system") + ct.count(system)
@@ -107,13 +107,25 @@ func (c *Counter) AnthropicMessages(model, system string, msgs []Message) int {
 	return n
 }
 
-// contentCounter counts message content in one encoding (nil: the fallback
-// estimate, see Counter.Text).
+// contentCounter counts message content in one encoding (tk nil: the
+// fallback estimate, see Counter.Text), remembering the counts in cache.
 type contentCounter struct {
-	tk *tiktoken.Tiktoken
+	tk    *tiktoken.Tiktoken
+	cache *countCache
 }
 
-func (ct contentCounter) count(s string) int { return count(ct.tk, s) }
+// count returns the tokens of s, from the cache when s was counted lately.
+func (ct contentCounter) count(s string) int {
+	if s == "" || ct.tk == nil {
+		return count(ct.tk, s)
+	}
+	if n, ok := ct.cache.get(s); ok {
+		return n
+	}
+	n := count(ct.tk, s)
+	ct.cache.put(s, n)
+	return n
+}
 
 // part is the union of the content part and block shapes that are counted.
 type part struct {
@@ -134,6 +146,9 @@ func (ct contentCounter) content(raw json.RawMessage, depth int) int {
 	}
 	switch raw[0] {
 	case '"':
+		if s, ok := plainJSONString(raw); ok {
+			return ct.count(s)
+		}
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			return ct.count(s)
@@ -149,6 +164,25 @@ func (ct contentCounter) content(raw json.RawMessage, depth int) int {
 		}
 	}
 	return ct.count(string(raw))
+}
+
+// plainJSONString returns the value of raw when raw is a JSON string
+// without escapes, whose value is its bytes between the quotes; false
+// otherwise (json.Unmarshal then decodes it).
+func plainJSONString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	for _, b := range body {
+		if b == '\\' || b == '"' || b < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(body) { // json.Unmarshal would replace the invalid bytes
+		return "", false
+	}
+	return string(body), true
 }
 
 // part counts one element of a content array.

@@ -73,11 +73,13 @@ func Encoding(model string) string {
 // tiktoken-go keeps its loader in a global.
 var loaderOnce sync.Once
 
-// encoding is one lazily loaded tiktoken encoding.
+// encoding is one lazily loaded tiktoken encoding, with the counts of the
+// prompt texts it counted lately.
 type encoding struct {
-	once sync.Once
-	tk   *tiktoken.Tiktoken // nil when loading failed
-	err  error
+	once   sync.Once
+	tk     *tiktoken.Tiktoken // nil when loading failed
+	err    error
+	counts countCache
 }
 
 func (e *encoding) get(name string) (*tiktoken.Tiktoken, error) {
@@ -104,6 +106,11 @@ func (e *encoding) get(name string) (*tiktoken.Tiktoken, error) {
 // maxRun bytes with no such space (long whitespace runs, base64 blobs, CJK text
 // without spaces) is cut elsewhere, which can shift the count by about one
 // token per cut.
+//
+// Messages and AnthropicMessages remember the counts of the texts they
+// counted (roles, contents, names), up to about 8 MiB of text per encoding
+// (countCache), so that what prompts repeat is encoded once: a count read
+// back is the count itself. Text, which counts completions, does not.
 type Counter struct {
 	cl100k encoding
 	o200k  encoding
@@ -126,12 +133,18 @@ func (c *Counter) Load() error {
 
 // enc returns the encoding of model, or nil if it failed to load.
 func (c *Counter) enc(model string) *tiktoken.Tiktoken {
-	if Encoding(model) == O200kBase {
-		tk, _ := c.o200k.get(O200kBase)
-		return tk
+	return c.contentCounter(Encoding(model)).tk
+}
+
+// contentCounter returns the counter of prompt content in the encoding
+// named name (O200kBase or Cl100kBase).
+func (c *Counter) contentCounter(name string) contentCounter {
+	e := &c.cl100k
+	if name == O200kBase {
+		e = &c.o200k
 	}
-	tk, _ := c.cl100k.get(Cl100kBase)
-	return tk
+	tk, _ := e.get(name)
+	return contentCounter{tk: tk, cache: &e.counts}
 }
 
 // Text returns the number of tokens of text, a plain prompt, in the encoding

@@ -33,17 +33,26 @@ var hopHeaders = map[string]bool{
 // copyHeader copies src's end-to-end headers into dst, except those skip
 // names (canonical names).
 func copyHeader(dst, src http.Header, skip func(string) bool) {
-	conn := map[string]bool{}
+	var conn map[string]bool // nil: no Connection header (the usual case)
 	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
+		for f := range strings.SplitSeq(v, ",") {
+			if conn == nil {
+				conn = map[string]bool{}
+			}
 			conn[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
 		}
 	}
+	n := 0
+	for _, vv := range src {
+		n += len(vv)
+	}
+	values := make([]string, 0, n) // one backing array for every value copied
 	for k, vv := range src {
 		if hopHeaders[k] || conn[k] || skip(k) {
 			continue
 		}
-		dst[k] = append([]string(nil), vv...)
+		values = append(values, vv...)
+		dst[k] = values[len(values)-len(vv) : len(values) : len(values)]
 	}
 }
 
@@ -122,7 +131,7 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 
 // relayBody relays a non-streaming answer: read it whole, settle, write it.
 func (x *exchange) relayBody(w http.ResponseWriter, req *http.Request, resp *http.Response) {
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	raw, err := readAnswer(resp)
 	if err != nil {
 		x.finish(node.OpRelease, limiter.Usage{})
 		if req.Context().Err() == nil {
@@ -151,4 +160,28 @@ func (x *exchange) relayBody(w http.ResponseWriter, req *http.Request, resp *htt
 		return
 	}
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// readAnswer reads resp's body whole, up to maxAnswer+1 bytes, into a
+// buffer of its Content-Length when it has one.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	body := io.LimitReader(resp.Body, maxAnswer+1)
+	n := resp.ContentLength
+	if n < 0 || n > maxAnswer {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, 0, n+1) // +1: room for the read that finds EOF
+	for {
+		m, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		case len(b) == cap(b): // longer than announced: the rest as it comes
+			rest, err := io.ReadAll(body)
+			return append(b, rest...), err
+		}
+	}
 }

@@ -58,7 +58,7 @@ func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
 	}
 	c.promptTokens = countPrompt(k, body, func(k Counter) int { return k.Messages(in.Model, in.Messages) })
 	if in.Stream && (in.StreamOptions == nil || !in.StreamOptions.IncludeUsage) {
-		b, err := withIncludeUsage(body)
+		b, err := withIncludeUsage(body, in.StreamOptions == nil)
 		if err != nil {
 			return err
 		}
@@ -68,8 +68,14 @@ func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
 }
 
 // withIncludeUsage returns body with stream_options.include_usage set to
-// true, keeping every other field.
-func withIncludeUsage(body []byte) ([]byte, error) {
+// true, keeping every other field. noOptions says that body, a JSON
+// object, has no stream_options or a null one.
+func withIncludeUsage(body []byte, noOptions bool) ([]byte, error) {
+	if noOptions {
+		if b, ok := appendIncludeUsage(body); ok {
+			return b, nil
+		}
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil {
 		return nil, fmt.Errorf("invalid JSON body: %v", err)
@@ -86,6 +92,32 @@ func withIncludeUsage(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	return marshalRaw(obj)
+}
+
+// includeUsage is the member appendIncludeUsage adds.
+const includeUsage = `"stream_options":{"include_usage":true}`
+
+// appendIncludeUsage adds includeUsage as the last member of body, a JSON
+// object without a stream_options member or with a null one, keeping the
+// rest byte for byte; false when the name "stream_options" appears in body
+// (the member may be there: withIncludeUsage rewrites the object) or body
+// does not end its object with '}' after a member. A null member the name
+// does not show (its key escaped) comes before the one added, and a JSON
+// object's last member of a name is the one that counts.
+func appendIncludeUsage(body []byte) ([]byte, bool) {
+	if bytes.Contains(body, []byte(`"stream_options"`)) {
+		return nil, false
+	}
+	obj := bytes.TrimRight(body, " \t\r\n")
+	last := bytes.TrimRight(obj[:max(len(obj)-1, 0)], " \t\r\n")
+	if len(obj) == 0 || obj[len(obj)-1] != '}' || len(last) == 0 || last[len(last)-1] == '{' {
+		return nil, false
+	}
+	b := make([]byte, 0, len(obj)+len(includeUsage)+1)
+	b = append(b, obj[:len(obj)-1]...)
+	b = append(b, ',')
+	b = append(b, includeUsage...)
+	return append(b, '}'), true
 }
 
 // marshalRaw marshals v without escaping <, > and &, so that text passes
@@ -130,6 +162,16 @@ func (openAI) fail(w http.ResponseWriter, e apiError) {
 }
 
 func (openAI) readAnswer(s *usageSeen, raw []byte) bool {
+	var u struct {
+		Usage *openAIUsage `json:"usage"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return false
+	}
+	if u.Usage != nil { // the usage is final: the content need not be counted
+		u.Usage.addTo(s)
+		return true
+	}
 	var m openAIAnswer
 	if json.Unmarshal(raw, &m) != nil {
 		return false

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -247,7 +248,9 @@ func (x *exchange) finish(op node.Op, u limiter.Usage) {
 	x.finished = true
 	x.stopRenew()
 	ok, _, _ := x.r.leaseCall(x.ctx, x.l, op, u)
-	x.r.log.Debug("proxy: finished", "tenant", x.l.Tenant, "op", op.String(), "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "found", ok)
+	if x.r.log.Enabled(x.ctx, slog.LevelDebug) { // the arguments cost allocations even when not logged
+		x.r.log.Debug("proxy: finished", "tenant", x.l.Tenant, "op", op.String(), "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "found", ok)
+	}
 }
 
 // settleSeen settles from what the answer showed (see usageSeen.usage).

@@ -28,28 +28,64 @@ func (r *Router) renewInterval(tl limiter.Limits, l lease) time.Duration {
 }
 
 // renewEvery renews l every interval until the returned stop is called; stop
-// returns once the renewing goroutine has ended.
+// returns once no renewal is running and none will start. Between renewals
+// nothing runs: a timer calls renewer.renew when one is due, so a request
+// that ends within the interval (most do) costs no goroutine.
 func (r *Router) renewEvery(l lease, every time.Duration) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if ok, _, _ := r.leaseCall(ctx, l, node.OpRenew, limiter.Usage{}); !ok && ctx.Err() == nil {
-					r.log.Warn("proxy: renewing a streaming request's lease failed; its slot may expire", "tenant", l.Tenant)
-				}
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		wg.Wait()
+	rn := &renewer{r: r, l: l, every: every}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	rn.t = time.AfterFunc(every, rn.renew)
+	return rn.stop
+}
+
+// renewer renews one lease on a timer (see Router.renewEvery).
+type renewer struct {
+	r     *Router
+	l     lease
+	every time.Duration
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	cancel  context.CancelFunc // cancels the renewal running, if any
+	running sync.WaitGroup     // the renewal running, if any
+}
+
+// renew renews the lease once and sets the timer for the next renewal,
+// every after this one was due.
+func (rn *renewer) renew() {
+	due := time.Now()
+	rn.mu.Lock()
+	if rn.stopped {
+		rn.mu.Unlock()
+		return
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn.cancel = cancel
+	rn.running.Add(1)
+	rn.mu.Unlock()
+	defer rn.running.Done()
+	defer cancel()
+	if ok, _, _ := rn.r.leaseCall(ctx, rn.l, node.OpRenew, limiter.Usage{}); !ok && ctx.Err() == nil {
+		rn.r.log.Warn("proxy: renewing a streaming request's lease failed; its slot may expire", "tenant", rn.l.Tenant)
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if !rn.stopped {
+		rn.t.Reset(max(time.Until(due.Add(rn.every)), 0))
+	}
+}
+
+// stop ends the renewals: it cancels the one running, if any, and waits
+// for it to return.
+func (rn *renewer) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.t.Stop()
+	if rn.cancel != nil {
+		rn.cancel()
+	}
+	rn.mu.Unlock()
+	rn.running.Wait()
 }

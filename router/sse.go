@@ -8,30 +8,46 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 )
 
 // maxEvent is the bytes of one stream event parsed; larger ones pass
 // through unparsed.
 const maxEvent = 1 << 20
 
-// relayStream relays an event stream event by event, flushing each, and
-// settles before the terminal event or at the end.
+// headerDelay is how long a stream's headers wait for its first event, so
+// that both leave in one write (and reach the client in one read); the
+// headers of a stream whose first event comes later are sent alone then.
+const headerDelay = 10 * time.Millisecond
+
+// relayStream relays an event stream event by event and settles before the
+// terminal event or at the end. Every event written is flushed before the
+// relay next waits on the upstream (events that arrived together leave
+// together, the first one at once).
 func (x *exchange) relayStream(w http.ResponseWriter, req *http.Request, resp *http.Response) {
 	rc := http.NewResponseController(w)
 	w.WriteHeader(resp.StatusCode)
-	if err := rc.Flush(); err != nil { // the client is gone
-		x.settleSeen()
-		return
-	}
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	hf := sendHeadersAfter(rc, headerDelay)
+	defer hf.claim() // also on the panic below: the timer must not touch w after the handler
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	var ev []byte        // the current event, while it is at most maxEvent bytes
 	passthrough := false // the current event outgrew maxEvent: written as it comes, unparsed
 	lineStart := true    // the next fragment starts a line
+	claimed, pending, flushed := false, false, false
 	var werr error
 	write := func(b []byte) {
-		if werr == nil && len(b) > 0 {
-			_, werr = w.Write(b)
+		if werr != nil || len(b) == 0 {
+			return
 		}
+		if !claimed {
+			claimed = true
+			if werr = hf.claim(); werr != nil { // the client is gone
+				return
+			}
+		}
+		_, werr = w.Write(b)
+		pending = true
 	}
 	for werr == nil {
 		frag, rerr := br.ReadSlice('\n')
@@ -51,8 +67,8 @@ func (x *exchange) relayStream(w http.ResponseWriter, req *http.Request, resp *h
 				write(ev)
 			}
 			ev, passthrough = ev[:0], false
-			if werr == nil {
-				werr = rc.Flush()
+			if werr == nil && pending && (!flushed || rerr != nil || !eventBuffered(br)) {
+				werr, pending, flushed = rc.Flush(), false, true
 			}
 		}
 		if rerr == nil || rerr == bufio.ErrBufferFull {
@@ -69,6 +85,49 @@ func (x *exchange) relayStream(w http.ResponseWriter, req *http.Request, resp *h
 		return
 	}
 	x.settleSeen() // the client went away
+}
+
+// eventBuffered reports whether br holds a whole event (up to its blank
+// line), which the relay can read without waiting on the upstream.
+func eventBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// headerFlush sends a stream's headers on their own if its first event is
+// late (see headerDelay). Until claim, the timer may flush w; after it,
+// w is the relay's alone.
+type headerFlush struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	claimed bool
+	err     error // the timer's flush failed: the client is gone
+}
+
+// sendHeadersAfter flushes rc's headers after d unless claimed first.
+func sendHeadersAfter(rc *http.ResponseController, d time.Duration) *headerFlush {
+	hf := &headerFlush{}
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	hf.t = time.AfterFunc(d, func() {
+		hf.mu.Lock()
+		defer hf.mu.Unlock()
+		if !hf.claimed {
+			hf.claimed, hf.err = true, rc.Flush()
+		}
+	})
+	return hf
+}
+
+// claim stops the timer, waiting for a flush it has started, and returns
+// that flush's error. Calls after the first return nil.
+func (hf *headerFlush) claim() error {
+	hf.t.Stop()
+	hf.mu.Lock()
+	defer hf.mu.Unlock()
+	err := hf.err
+	hf.claimed, hf.err = true, nil
+	return err
 }
 
 // observeEvent reads one stream event's usage and content into x.seen,

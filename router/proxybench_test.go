@@ -1,0 +1,99 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/test/fakeupstream"
+)
+
+// BenchmarkProxyAdded times sequential chat completions over loopback
+// sockets, as `tokenring load -system proxy -c 1` does: to the fake
+// upstream directly and through a node's proxy (its own upstream client,
+// the real prompt counter, gpt-4o-mini), whole answers and streams (the
+// time to the first byte of the body; the rest is read untimed). The
+// proxy's added latency is "through" minus "direct" of the same run:
+//
+//	go test -run '^$' -bench ProxyAdded -benchtime 20000x -count 5 ./router/
+func BenchmarkProxyAdded(b *testing.B) {
+	if err := counter.Load(); err != nil {
+		b.Fatal(err)
+	}
+	up := httptest.NewServer(fakeupstream.New(""))
+	defer up.Close()
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, Window: time.Minute}
+	}
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	r, err := router.New(n, router.Config{
+		Limits:  limits,
+		Counter: counter,
+		Proxy: router.ProxyConfig{
+			Tenant: func(key string) (string, bool) { return "bench", key == clientKey },
+			OpenAI: router.Upstream{BaseURL: up.URL + "/v1"},
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	for _, stream := range []bool{false, true} {
+		for _, t := range []struct{ name, url string }{{"direct", up.URL}, {"through", hs.URL}} {
+			name := fmt.Sprintf("%s/stream=%t", t.name, stream)
+			b.Run(name, func(b *testing.B) {
+				body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":100,"stream":%t,"messages":[{"role":"user","content":"Say hello."}]}`, stream)
+				for b.Loop() {
+					benchCompletion(b, client, t.url, body, stream)
+				}
+			})
+		}
+	}
+}
+
+// benchCompletion posts one chat completion to base and reads its answer:
+// whole, or under stream its first byte timed and the rest with the timer
+// stopped.
+func benchCompletion(b *testing.B, client *http.Client, base, body string, stream bool) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+clientKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+	if stream {
+		var first [1]byte
+		if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		defer b.StartTimer()
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		b.Fatal(err)
+	}
+}
