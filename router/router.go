@@ -300,14 +300,11 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		return outcome{}, &tableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
 	}
 	if err == nil {
-		// Every answer carries the key's status: remember what another
-		// owner reported as remaining, for the degraded share should it
-		// become unreachable. (This node's own keys need no hint: they
-		// fall back only once owned elsewhere, and the first answer from
-		// there reports.)
-		if where == "forwarded" {
-			r.degraded.report(c.Key, a.Decision.Status, end)
-		}
+		// Every answer carries the key's status: remember what the owner
+		// reported as remaining, for the degraded share. (Also this
+		// node's own: cut off from the cluster, it falls back for the
+		// keys it owned, and must not hand out what is already spent.)
+		r.degraded.report(c.Key, a.Decision.Status, end)
 		return outcome{answer: a}, nil
 	}
 	if ctx.Err() != nil {
