@@ -10,28 +10,37 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
 )
 
-// BenchmarkHTTPAcquireComplete measures the decision API's handler cost
-// without the network: one acquire and one complete per op, over 10,000
-// tenants, through the real router and node (no sockets).
-func BenchmarkHTTPAcquireComplete(b *testing.B) {
+// benchRouter is one node alone and its router, with limits no benchmark
+// reaches; the node closes when b ends.
+func benchRouter(b *testing.B) *Router {
+	b.Helper()
 	limits := func(string) limiter.Limits {
-		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
+		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Minute}
 	}
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer n.Close()
+	b.Cleanup(func() { n.Close() })
 	r, err := New(n, Config{Limits: limits})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return r
+}
+
+// BenchmarkHTTPAcquireComplete measures the decision API's handler cost
+// without the network: one acquire and one complete per op, over 10,000
+// tenants, through the real router and node (no sockets).
+func BenchmarkHTTPAcquireComplete(b *testing.B) {
+	r := benchRouter(b)
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -185,18 +185,7 @@ func TestServePlainDeclinesUntouched(t *testing.T) {
 // decision's cost, without HTTP parsing or sockets (compare with
 // BenchmarkHTTPAcquireComplete's net/http handler path).
 func BenchmarkServePlainAcquire(b *testing.B) {
-	limits := func(string) limiter.Limits {
-		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Minute}
-	}
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	r, err := New(n, Config{Limits: limits})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := benchRouter(b)
 	bodies := make([][]byte, 10_000)
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"tenant":"t%d","model":"gpt-4o-mini","prompt_tokens":100,"max_tokens":100}`, i)
