@@ -112,6 +112,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		cn := &conn{Conn: c}
 		s.mu.Lock()
+		if s.shutting.Load() { // accepted as Shutdown closed the listener: its wait has begun
+			s.mu.Unlock()
+			_ = c.Close()
+			return http.ErrServerClosed
+		}
 		s.conns[cn] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
