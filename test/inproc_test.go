@@ -348,7 +348,7 @@ func TestInProcOwnerCrashFallsBack(t *testing.T) {
 	if o := mustOwner(t, client, c, 2, tenant); o != newOwner || newOwner == victim {
 		t.Fatalf("new owner of %s: %s at %s, %s at %s (victim %s)", tenant, newOwner, c.Member(0).Name, o, c.Member(2).Name, victim)
 	}
-	var before, during, byNew, after int
+	var before, during, byNew, after, bySlice int
 	var slowest time.Duration
 	var lastFallback time.Time
 	for _, a := range answers {
@@ -375,6 +375,13 @@ func TestInProcOwnerCrashFallsBack(t *testing.T) {
 				t.Errorf("fallback via %s at +%v, after every ring had dropped %s (+%v)",
 					a.via, a.start.Sub(crashAt), victim, convergedAt.Sub(crashAt))
 			}
+		case a.owner == victim && a.start.Before(convergedAt):
+			// An admission the victim granted before the crash, in a hot
+			// key's slice (node/allot.go), handed out by a survivor that
+			// had not yet seen the owner's connection drop: counted by
+			// the victim when granted, so no more than async replication
+			// may lose anyway. Never once the rings dropped the victim.
+			bySlice++
 		default:
 			if a.owner != newOwner {
 				t.Fatalf("answer via %s at +%v from %s after the crash, want the new owner %s",
@@ -390,8 +397,8 @@ func TestInProcOwnerCrashFallsBack(t *testing.T) {
 		t.Fatalf("answers before the crash %d, by fallback %d, by the new owner once converged %d: want all three phases",
 			before, during, after)
 	}
-	t.Logf("%d answers, all 200/429, slowest %v: %d from %s before the crash, %d by fallback (the last %v after the crash), %d from the new owner %s (%d after convergence); every ring dropped %s %v after the crash",
-		len(answers), slowest, before, victim, during, lastFallback.Sub(crashAt), byNew, newOwner, after, victim, convergedAt.Sub(crashAt))
+	t.Logf("%d answers, all 200/429, slowest %v: %d from %s before the crash, %d by fallback (the last %v after the crash), %d from its slices after it, %d from the new owner %s (%d after convergence); every ring dropped %s %v after the crash",
+		len(answers), slowest, before, victim, during, lastFallback.Sub(crashAt), bySlice, byNew, newOwner, after, victim, convergedAt.Sub(crashAt))
 }
 
 // forwardLatency summarises the routers' tokenring_call_seconds histogram
