@@ -22,13 +22,7 @@ func benchDecisions(b *testing.B, batch BatchConfig, via int, opts ...func(*Conf
 		opts = []func(*Config){noReplication} // measure forwarding alone
 	}
 	c := newCluster(b, 2, limits, batch, opts...)
-	keys := make([]string, 0, 1000)
-	for k := 0; len(keys) < cap(keys); k++ {
-		key := fmt.Sprintf("t:bench-%d", k)
-		if m, _ := c.ring.Owner(key); m.Name == c.nodes[0].Name() {
-			keys = append(keys, key)
-		}
-	}
+	keys := ownedByFirst(c, 1000)
 	nd := c.nodes[via]
 	var seq atomic.Int64
 	ctx := context.Background()
@@ -219,13 +213,7 @@ func benchForwardCPU(b *testing.B, via, callers int) {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
 	}
 	c := newCluster(b, 2, limits, BatchConfig{}, noReplication)
-	keys := make([]string, 0, 1000)
-	for k := 0; len(keys) < cap(keys); k++ {
-		key := fmt.Sprintf("t:bench-%d", k)
-		if m, _ := c.ring.Owner(key); m.Name == c.nodes[0].Name() {
-			keys = append(keys, key)
-		}
-	}
+	keys := ownedByFirst(c, 1000)
 	nd := c.nodes[via]
 	var seq atomic.Int64
 	ctx := context.Background()
@@ -258,4 +246,9 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ownedByFirst returns n keys that c's first node owns.
+func ownedByFirst(c *cluster, n int) []string {
+	return keysWhere(n, func(k string) bool { m, _ := c.ring.Owner(k); return m.Name == c.nodes[0].Name() })
 }

@@ -65,7 +65,7 @@ func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	set, deny := r.callerTenants(req)
-	if deny != nil && len(in.Calls) <= maxBatchCalls {
+	if deny != nil && len(in.Calls) <= maxBatchCalls { // an oversized batch is batchAnswer's 400 first
 		deny.write(w)
 		return
 	}

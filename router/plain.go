@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"strconv"
 
 	"github.com/tokenring/tokenring/internal/http1"
@@ -31,8 +30,9 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
 			return false
 		}
-		set, deny := r.plainCaller(req)
-		if a = deny; deny.status == 0 {
+		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
+			a = *deny
+		} else {
 			a = r.acquireCall(ctx, set, &in)
 		}
 	case "/v1/complete", "/v1/renew":
@@ -40,10 +40,10 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		if !decodeFast(req.Body, &in) {
 			return false
 		}
-		set, deny := r.plainCaller(req)
+		set, deny := r.tenantsOf(string(req.Authorization))
 		switch {
-		case deny.status != 0:
-			a = deny
+		case deny != nil:
+			a = *deny
 		case string(req.Path) == "/v1/complete":
 			a = r.completeCall(ctx, set, &in)
 		default:
@@ -54,8 +54,9 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		if bytes.Contains(req.Body, []byte("wait_ms")) || !decodeFast(req.Body, &in) {
 			return false
 		}
-		set, deny := r.plainCaller(req)
-		if a = deny; deny.status == 0 {
+		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
+			a = *deny
+		} else {
 			a = r.batchAnswer(ctx, set, &in)
 		}
 	default:
@@ -63,21 +64,6 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 	}
 	a.appendPlain(resp)
 	return true
-}
-
-// plainCaller returns the tenants req's client token may act for, or (in
-// deny, status not 0) the 401 that ServeHTTP answers before reading the
-// body.
-func (r *Router) plainCaller(req *http1.Request) (set tenantSet, deny apiAnswer) {
-	if r.clients == nil {
-		return tenantSet{all: true}, apiAnswer{}
-	}
-	set, err := r.clients.of(string(req.Authorization))
-	if err != nil {
-		deny = errorAnswer(err.code, err.msg)
-		deny.wwwAuth = err.code == http.StatusUnauthorized
-	}
-	return set, deny
 }
 
 // appendPlain writes a into resp as write writes it to a ResponseWriter.
