@@ -1,7 +1,6 @@
 package http1
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -53,9 +52,6 @@ type replayConn struct {
 }
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// bytesReader reads b.
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // CloseWrite half-closes the connection when it can, as net/http does
 // before closing a connection after an error answer, so that the client

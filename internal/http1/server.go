@@ -2,6 +2,7 @@ package http1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -276,7 +277,7 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 	ex.resp.reset()
 	if !s.cfg.Handler(context.Background(), &ex.req, &ex.resp) {
 		if len(ex.big) > 0 && &raw[0] == &ex.big[0] {
-			return io.MultiReader(bytesReader(raw), br), false, ErrNotPlain
+			return io.MultiReader(bytes.NewReader(raw), br), false, ErrNotPlain
 		}
 		return br, false, ErrNotPlain
 	}
