@@ -124,7 +124,7 @@ func New(cfg Config) (*Node, error) {
 	n.replicas.check = n.checkReplica
 	n.replicas.log = n.log
 	n.local.sweepEvery = cfg.SweepInterval
-	n.local.changed = n.dirty.mark
+	n.local.changed = n.changed
 	n.local.guard = n.guard
 	n.server = &peerServer{
 		ln:       ln,

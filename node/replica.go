@@ -155,6 +155,20 @@ func (r *replicaStore) len() int {
 // Replicas reports how many keys this node holds replicas of, as a backup.
 func (n *Node) Replicas() int { return n.replicas.len() }
 
+// changed marks key for the next replication round, unless no round would
+// copy it: without a checkpoint store, a node alone (or before its first
+// ring) has no backup to copy to, and replicateOnce would drop the mark.
+// A node that joins later gets the key's state on its next change, as it
+// would have from a mark dropped by the round before the join.
+func (n *Node) changed(key string) {
+	if n.cfg.Checkpoint == nil {
+		if r := n.ring.Load(); r == nil || r.Len() < 2 {
+			return
+		}
+	}
+	n.dirty.mark(key)
+}
+
 // Unreplicated reports the changed keys not yet copied to their backup (and
 // checkpoint), plus one for each replication round under way. Zero means
 // every change made so far is copied.

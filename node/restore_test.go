@@ -216,7 +216,8 @@ func BenchmarkRestart100kCheckpointedKeys(b *testing.B) {
 
 // TestLoneNodeKeepsNoRestoreHints: a node alone, without a checkpoint, has
 // nowhere to recover a key from, so its partitions carry no restore hint
-// (each would cost every decision a lookup); with a checkpoint they do.
+// (each would cost every decision a lookup), and nowhere to copy a key to,
+// so its decisions mark nothing to replicate; with a checkpoint they do.
 func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Window: time.Minute} }
 	hinted := func(nd *Node) (n int) {
@@ -228,7 +229,8 @@ func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
 		}
 		return n
 	}
-	lone := newNodes(t, 1, limits)[0]
+	hour := func(c *Config) { c.ReplicationInterval = time.Hour } // no round drains the marks
+	lone := newNodes(t, 1, limits, hour)[0]
 	lone.SetRing(ringOf(t, lone))
 	if n := hinted(lone); n != 0 {
 		t.Errorf("a lone node without a checkpoint: %d partitions hinted, want 0", n)
@@ -236,11 +238,20 @@ func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
 	if got := admit(t, lone, "t:a", 10); got != 10 {
 		t.Errorf("%d of 10 admitted", got)
 	}
+	if n := lone.Unreplicated(); n != 0 {
+		t.Errorf("a lone node without a checkpoint marked %d keys to replicate, want 0: no round would copy them", n)
+	}
 	cp := newNodes(t, 1, limits, func(c *Config) {
 		c.Checkpoint, c.ReplicationInterval = &memCheckpoint{states: map[string][]byte{}}, time.Hour
 	})[0]
 	cp.SetRing(ringOf(t, cp))
 	if n := hinted(cp); n == 0 {
 		t.Error("a lone node with a checkpoint: no partition hinted")
+	}
+	if got := admit(t, cp, "t:a", 10); got != 10 {
+		t.Errorf("%d of 10 admitted", got)
+	}
+	if n := cp.Unreplicated(); n != 1 {
+		t.Errorf("a lone node with a checkpoint: %d keys to checkpoint, want 1", n)
 	}
 }

@@ -377,6 +377,9 @@ func (r *Ring) at(table []int32, p int) (Member, bool) {
 	return r.members[i], true
 }
 
+// Len is the number of members.
+func (r *Ring) Len() int { return len(r.members) }
+
 // Members returns a copy of the members, sorted by name.
 func (r *Ring) Members() []Member {
 	return slices.Clone(r.members)

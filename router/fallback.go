@@ -102,7 +102,10 @@ type keyState struct {
 	owedAt           time.Time
 
 	key        string    // the entry's key in its shard's map
-	prev, next *keyState // the shard's recency list, most recent first
+	prev, next *keyState // the shard's list, newest (or latest given a second chance) first
+	// used is set by every hit since the entry last passed the list's
+	// tail: such an entry gets a second chance (CLOCK) rather than evicted.
+	used bool
 }
 
 // newDegraded returns an empty degraded holding at most about maxKeys

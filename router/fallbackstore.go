@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// stateShard is one part of degraded's entries: a map and a recency list
-// (most recently used first), under one mutex. Invariant: every entry of m
-// is in the list exactly once and the list holds nothing else; hwm ≥ len(m).
+// stateShard is one part of degraded's entries: a map and a list, under
+// one mutex. The list approximates recency as CLOCK does: a hit only marks
+// its entry used (no list work: hits are every decision's), and an entry
+// reaching the tail marked used moves to the front unmarked, a second
+// chance. Invariant: every entry of m is in the list exactly once and the
+// list holds nothing else; hwm ≥ len(m).
 type stateShard struct {
 	mu   sync.Mutex
 	m    map[string]*keyState
@@ -52,18 +55,18 @@ func (s *stateShard) pushFront(e *keyState) {
 	s.list.next = e
 }
 
-// get returns key's entry, made the most recent, after the amortised sweep
-// (dropStale). A key without an entry gets a new one if the shard holds
-// fewer than limit entries, or can make room by evicting an entry that
-// holds nothing (evict); otherwise get returns nil. limit lookup (0) never
-// creates, uncapped always does. The caller holds s.mu.
+// get returns key's entry, marked used. A key without an entry gets a new
+// one if the shard holds fewer than limit entries, or can make room by
+// evicting an entry that holds nothing (evict); otherwise get returns nil.
+// limit lookup (0) never creates, uncapped always does. A miss first runs
+// the amortised sweep (dropStale): the keys a shard gains pay for the
+// entries it drops. The caller holds s.mu.
 func (s *stateShard) get(key string, now time.Time, limit int) *keyState {
-	s.dropStale(now)
 	if e := s.m[key]; e != nil {
-		s.unlink(e)
-		s.pushFront(e)
+		e.used = true
 		return e
 	}
+	s.dropStale(now)
 	if limit == lookup || (len(s.m) >= limit && !s.evict(now)) {
 		return nil
 	}
@@ -86,9 +89,10 @@ func (e *keyState) stale(now time.Time) bool {
 	return e.holdsNothing(now) && !e.req.fresh(now) && !e.tok.fresh(now)
 }
 
-// dropStale looks at up to staleScan least recently used entries: a stale
-// one is dropped, any other is moved to the front, so that the next calls
-// look at others.
+// dropStale looks at up to staleScan entries at the list's tail: a stale
+// one is dropped (used or not: stale means it holds nothing and its reports
+// no longer count), any other is moved to the front unmarked, so that the
+// next misses look at others.
 func (s *stateShard) dropStale(now time.Time) {
 	for range staleScan {
 		e := s.list.prev
@@ -100,29 +104,42 @@ func (s *stateShard) dropStale(now time.Time) {
 			delete(s.m, e.key)
 			continue
 		}
+		e.used = false
 		s.pushFront(e)
 	}
 	s.shrink()
 }
 
-// evict drops one entry among the evictScan least recently used that holds
+// evict drops one entry among the evictScan at the list's tail that holds
 // nothing (its report, if fresh, is forgotten: the share falls back to
 // limit ÷ members, as for a key never reported), reporting whether it
-// found one. Entries it passes over move to the front.
+// found one: the first not used since it last passed the tail, else the
+// first of them. Entries it passes over move to the front unmarked.
 func (s *stateShard) evict(now time.Time) bool {
+	var spare *keyState // the first that holds nothing but was used
 	for range evictScan {
 		e := s.list.prev
-		if e == &s.list {
-			return false
+		if e == &s.list || e == spare {
+			break
 		}
-		s.unlink(e)
-		if e.holdsNothing(now) {
+		if e.holdsNothing(now) && !e.used {
+			s.unlink(e)
 			delete(s.m, e.key)
 			return true
 		}
+		if spare == nil && e.holdsNothing(now) {
+			spare = e
+		}
+		s.unlink(e)
+		e.used = false
 		s.pushFront(e)
 	}
-	return false
+	if spare == nil {
+		return false
+	}
+	s.unlink(spare)
+	delete(s.m, spare.key)
+	return true
 }
 
 // shrink rebuilds s.m once it fell below a quarter of its high-water mark.

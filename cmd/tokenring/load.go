@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,11 +43,12 @@ type loadConfig struct {
 	seed         uint64
 	json         bool
 
-	system    string // what decides: tokenring, redis-incr, redis-zset or proxy (see systems)
-	redisAddr string // host:port of the redis-server of the redis-* systems
-	entries   int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
-	stream    bool   // proxy: stream the completion; the latency is then the time to its first byte
-	apiKey    string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
+	system     string // what decides: tokenring, redis-incr, redis-zset or proxy (see systems)
+	redisAddr  string // host:port of the redis-server of the redis-* systems
+	entries    int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
+	stream     bool   // proxy: stream the completion; the latency is then the time to its first byte
+	apiKey     string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
+	cpuProfile string // -cpuprofile: where the generator's own CPU profile of the run is written ("" for none)
 	// announce, when not nil, gets the line loadStartedLine as the run's
 	// clock starts (after routes, connections and any prefill), and
 	// loadStoppedLine when its workers have stopped: -announce.
@@ -115,8 +118,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	res, err := load(ctx, c)
+	stop, err := startCPUProfile(c.cpuProfile)
 	if err != nil {
+		return err
+	}
+	res, err := load(ctx, c)
+	if err := errors.Join(err, stop()); err != nil {
 		return err
 	}
 	if c.json {
@@ -154,6 +161,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
 	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill), and \""+loadStoppedLine+"\" when its workers have stopped")
 	fs.StringVar(&c.apiKey, "api-key", "", "proxy: API `key` sent as Authorization: Bearer (a key of the node's keys: config)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile of the run to `file` (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: tokenring load [flags]\n\n%s\n\nflags:\n", loadAbout)
 		fs.PrintDefaults()
@@ -468,4 +476,24 @@ func post(ctx context.Context, client *http.Client, url, body string) (int, deci
 	}
 	_ = json.Unmarshal(raw, &d)
 	return resp.StatusCode, d, nil
+}
+
+// startCPUProfile starts the process's CPU profile into path, unless path is
+// empty; the function it returns stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
