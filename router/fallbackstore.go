@@ -91,8 +91,8 @@ func (e *keyState) stale(now time.Time) bool {
 
 // dropStale looks at up to staleScan entries at the list's tail: a stale
 // one is dropped (used or not: stale means it holds nothing and its reports
-// no longer count), any other is moved to the front unmarked, so that the
-// next misses look at others.
+// no longer count), any other is moved to the front, keeping its mark for
+// evict, so that the next misses look at others.
 func (s *stateShard) dropStale(now time.Time) {
 	for range staleScan {
 		e := s.list.prev
@@ -104,7 +104,6 @@ func (s *stateShard) dropStale(now time.Time) {
 			delete(s.m, e.key)
 			continue
 		}
-		e.used = false
 		s.pushFront(e)
 	}
 	s.shrink()

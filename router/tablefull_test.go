@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,46 @@ func TestFallbackLeaseIDsRandom(t *testing.T) {
 	if small > 1 {
 		t.Fatalf("%d of 32 fallback lease ids below 2^32", small)
 	}
+}
+
+// TestFallbackEvictionSparesUsedEntries: a hit marks its entry used, and a
+// full shard evicts, among its oldest entries, one not used since it last
+// passed the tail (a second chance, as CLOCK gives); when every candidate
+// was used, the first that holds nothing goes.
+func TestFallbackEvictionSparesUsedEntries(t *testing.T) {
+	now := time.Unix(1000, 0)
+	st := limiter.Status{Requests: limiter.DimStatus{Limit: 10, Remaining: 5, Reset: 10 * time.Second}}
+	var s stateShard
+	s.init()
+	for _, k := range []string{"a", "b", "c"} { // fresh reports: the sweep keeps them
+		e := s.get(k, now, uncapped)
+		if e == nil {
+			t.Fatalf("%s not created", k)
+		}
+		e.setReport(st, now)
+	}
+	tail := s.list.prev
+	spared := tail.key
+	for _, e := range s.m {
+		e.used = e != tail.prev // the entry next to the tail alone unused
+	}
+	unused := tail.prev.key
+	if !s.evict(now) || s.m[spared] == nil || s.m[unused] != nil || len(s.m) != 2 {
+		t.Fatalf("entries %v after evict: want %s (used, at the tail) kept and %s (unused) evicted", keysOf(s.m), spared, unused)
+	}
+	for _, e := range s.m {
+		e.used = true
+	}
+	if !s.evict(now) || len(s.m) != 1 {
+		t.Fatalf("entries %v: with every entry used, evict must still drop one holding nothing", keysOf(s.m))
+	}
+}
+
+func keysOf(m map[string]*keyState) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
