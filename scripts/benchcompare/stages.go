@@ -196,21 +196,29 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return err
 	}
-	nodes, err := startCluster(ctx, o.bin, cfg, 1)
-	if err != nil {
-		return err
+	// fresh measures p on a node of its own; args are its flags given the
+	// node's base URL.
+	fresh := func(p planned, args func(target string) []string) error {
+		return o.onFresh(ctx, cfg, 1, func(nodes servers) (err error) {
+			*p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args("http://"+nodes[0].addr)...)
+			return err
+		})
 	}
-	defer nodes.stop()
-	target := "http://" + nodes[0].addr
-	single := []string{"-targets", target, "-tenants", "1000", "-complete=false"}
-	raw := slices.Concat(single, []string{"-client", "raw"})
-	for _, p := range []planned{
-		{"tokenring 1 node", &r.single, "single-", raw},
-		{"tokenring 1 node, batching client", &r.batch, "batch-", slices.Concat(single, []string{"-client", "batch"})},
-		{"tokenring 1 node, 16 workers", &r.single16, "single16-", slices.Concat(raw, []string{"-c", "16"})},
-		{"tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-", single},
+	single := func(more ...string) func(string) []string {
+		return func(target string) []string {
+			return slices.Concat([]string{"-targets", target, "-tenants", "1000", "-complete=false"}, more)
+		}
+	}
+	for _, p := range []struct {
+		planned
+		args func(string) []string
+	}{
+		{planned{"tokenring 1 node", &r.single, "single-", nil}, single("-client", "raw")},
+		{planned{"tokenring 1 node, batching client", &r.batch, "batch-", nil}, single("-client", "batch")},
+		{planned{"tokenring 1 node, 16 workers", &r.single16, "single16-", nil}, single("-client", "raw", "-c", "16")},
+		{planned{"tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-", nil}, single()},
 	} {
-		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, p.args...); err != nil {
+		if err := fresh(p.planned, p.args); err != nil {
 			return err
 		}
 	}
@@ -218,13 +226,31 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 		f := &r.flat[i]
 		f.tenants = flatTenants(r.single.res.PerSecond, o.duration.Seconds(), f.perKey)
 		name := fmt.Sprintf("tokenring 1 node, %d requests a key", f.perKey)
-		f.tokenring, err = o.measure(ctx, name, nodes.pids(), fmt.Sprintf("flat%d-", f.perKey),
-			"-targets", target, "-client", "raw", "-complete=false", "-tenants", strconv.Itoa(f.tenants))
-		if err != nil {
+		p := planned{name, &f.tokenring, fmt.Sprintf("flat%d-", f.perKey), nil}
+		args := func(target string) []string {
+			return []string{"-targets", target, "-client", "raw", "-complete=false", "-tenants", strconv.Itoa(f.tenants)}
+		}
+		if err := fresh(p, args); err != nil {
 			return err
 		}
 	}
-	return o.proxyRuns(ctx, r, "http://"+llm.addr, target)
+	return o.onFresh(ctx, cfg, 1, func(nodes servers) error {
+		return o.proxyRuns(ctx, r, "http://"+llm.addr, "http://"+nodes[0].addr)
+	})
+}
+
+// onFresh starts n nodes on cfg, runs f against them, and stops them.
+// Each tokenring measurement gets nodes of its own, as each Redis one gets
+// a flushed server: the runs do not complete their leases, so nodes kept
+// from one measurement to the next would make the later ones carry the
+// earlier ones' leases (held for lease_ttl) in their heap.
+func (o options) onFresh(ctx context.Context, cfg string, n int, f func(servers) error) error {
+	nodes, err := startCluster(ctx, o.bin, cfg, n)
+	if err != nil {
+		return err
+	}
+	defer nodes.stop()
+	return f(nodes)
 }
 
 // flatTenants is how many tenants a run at perSecond decisions for seconds
@@ -266,19 +292,18 @@ func (o options) clusterStage(ctx context.Context, dir string, r *report) error 
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return err
 	}
-	nodes, err := startCluster(ctx, o.bin, cfg, 3)
-	if err != nil {
-		return err
-	}
-	defer nodes.stop()
-	targets := "http://" + nodes[0].addr + ",http://" + nodes[1].addr + ",http://" + nodes[2].addr
 	for _, p := range []planned{
 		{"tokenring 3 nodes, -route owner", &r.local, "owner-", []string{"-route", "owner", "-tenants", "1000"}},
 		{"tokenring 3 nodes, -route other", &r.forwarded, "other-", []string{"-route", "other", "-tenants", "1000"}},
 		{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}},
 	} {
-		args := append([]string{"-targets", targets, "-client", "raw", "-complete=false"}, p.args...)
-		if *p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args...); err != nil {
+		err := o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
+			targets := "http://" + nodes[0].addr + ",http://" + nodes[1].addr + ",http://" + nodes[2].addr
+			args := append([]string{"-targets", targets, "-client", "raw", "-complete=false"}, p.args...)
+			*p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args...)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
