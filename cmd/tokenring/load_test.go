@@ -14,6 +14,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -475,5 +477,29 @@ func TestLoadRoutes(t *testing.T) {
 	a.ring = a.ring[:1]
 	if _, err := runLoadCLI(t, "-targets", targets, "-route", "other", "-n", "10", "-d", "1m"); err == nil || !strings.Contains(err.Error(), "at least two members") {
 		t.Fatalf("-route other on a one-member ring: %v", err)
+	}
+}
+
+// TestStartCPUProfile: -cpuprofile writes a profile pprof can read, and a
+// path that cannot be created is an error before any load is sent.
+func TestStartCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gen.prof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // pprof writes gzipped protobuf
+		t.Fatalf("profile %d bytes (%v), want a gzipped pprof profile", len(b), err)
+	}
+	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "missing", "gen.prof")); err == nil {
+		t.Fatal("a profile path in a missing directory: no error")
+	}
+	stop, err = startCPUProfile("")
+	if err != nil || stop() != nil {
+		t.Fatalf("no -cpuprofile: %v", err)
 	}
 }
