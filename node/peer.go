@@ -68,6 +68,10 @@ type result struct {
 // link is one connection of a peerClient and what is known of its liveness.
 type link struct {
 	conn net.Conn
+	// snd writes the calls from the goroutines that make them; nil when
+	// the batch lingers (BatchConfig.Wait), and a writer goroutine takes
+	// them from q instead.
+	snd  *frameSender
 	q    chan item
 	done chan struct{} // closed when the connection is torn down
 	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
@@ -257,23 +261,35 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	l := &link{conn: conn, q: make(chan item, 4096), done: make(chan struct{})}
+	l := &link{conn: conn, done: make(chan struct{})}
+	if p.batch.Wait <= 0 {
+		l.snd = newFrameSender(conn, frameCalls, p.batch, p.wire, sess.sender(), p.stats.frame)
+		l.snd.writeTimeout = p.fwd.ProbeAfter + p.fwd.Liveness
+	} else {
+		l.q = make(chan item, 4096)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
+			if err := w.run(l.q, l.done); err != nil {
+				p.fail(l, err)
+			}
+		}()
+	}
 	p.cur = l
 	if p.self != "" {
 		// Say who we are: the peer counts every frame on this connection
 		// as hearing from us (its lease, fence.go). Nobody waits for the
-		// answer.
+		// answer; it goes out with the first call.
 		p.nextID++
-		l.q <- item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
-	}
-	p.wg.Add(2)
-	go func() {
-		defer p.wg.Done()
-		w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
-		if err := w.run(l.q, l.done); err != nil {
-			p.fail(l, err)
+		it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
+		if l.snd != nil {
+			l.snd.queue(it)
+		} else {
+			l.q <- it
 		}
-	}()
+	}
+	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		p.fail(l, p.readAnswers(l, sess.receiver()))
@@ -402,6 +418,19 @@ func (p *peerClient) ping(l *link) {
 	}
 	p.nextID++
 	it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing})}
+	if l.snd != nil {
+		// Written by a goroutine of its own: a write the peer does not
+		// take must not hold up the check that judges it.
+		l.ping = it.id
+		p.abandoned.Add(1)
+		go func() {
+			defer p.abandoned.Done()
+			if err := l.snd.send(it); err != nil {
+				p.fail(l, err)
+			}
+		}()
+		return
+	}
 	select {
 	case l.q <- it:
 		l.ping = it.id
@@ -442,8 +471,16 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		break
 	}
 	v := liveness{p: p, l: l, seen: l.recv.Load()}
-	timer := p.fwd.After(p.fwd.ProbeAfter)
 	q := l.q // nil once the call is queued
+	if l.snd != nil {
+		// Written by this goroutine, unless another is writing (then
+		// that one writes it too). A failed write fails the connection,
+		// which answers ch with ErrPeerDown.
+		if err := l.snd.send(item{id: id, body: body}); err != nil {
+			p.fail(l, err)
+		}
+	}
+	timer := p.fwd.After(p.fwd.ProbeAfter)
 	for {
 		select {
 		case q <- item{id: id, body: body}:

@@ -1,0 +1,88 @@
+package node
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// A frame sender with a cap writes no frame over it, whatever the items,
+// and the reader gives them back whole, sealed or not.
+func TestFrameSenderFragmentsUnderCap(t *testing.T) {
+	for _, secret := range []bool{false, true} {
+		client, server := net.Pipe()
+		wire := wireLimits{maxFrame: MinMaxFrame}
+		var send, recv *aeadStream
+		if secret {
+			key := &clusterKey{secret: secretNew, auth: secretNew}
+			cs, _ := newSession(key, []byte("transcript"), true)
+			ss, _ := newSession(key, []byte("transcript"), false)
+			send, recv = cs.send, ss.recv
+		}
+		sizes := []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
+		var frames []int
+		var largest atomic.Int64
+		snd := newFrameSender(&frameConn{Conn: client, largest: &largest}, frameCalls, BatchConfig{}, wire, send, func(n int) { frames = append(frames, n) })
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			defer client.Close()
+			for i, n := range sizes[:len(sizes)-1] {
+				snd.queue(item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)})
+			}
+			i := len(sizes) - 1
+			if err := snd.send(item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, sizes[i])}); err != nil {
+				t.Error(err)
+			}
+		})
+		fr := newFrameReader(server, frameCalls, wire, recv)
+		var got []int
+		for len(got) < len(sizes) {
+			items, err := fr.next()
+			if err != nil {
+				t.Fatalf("sealed %v: after %d items: %v", secret, len(got), err)
+			}
+			for _, it := range items {
+				i := int(it.id - 1)
+				if len(it.body) != sizes[i] || it.status != byte(i%2) || (len(it.body) > 0 && it.body[len(it.body)-1] != byte(i)) {
+					t.Fatalf("item %d: %d bytes status %d, want %d bytes status %d", i, len(it.body), it.status, sizes[i], i%2)
+				}
+				got = append(got, sizes[i])
+			}
+		}
+		wg.Wait()
+		server.Close()
+		if largest.Load() > int64(wire.maxFrame)+4 {
+			t.Fatalf("sealed %v: a frame of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.maxFrame)
+		}
+		counted := 0
+		for _, n := range frames {
+			counted += n
+		}
+		if counted != len(sizes) {
+			t.Fatalf("sealed %v: frames counted %d items (%v), want %d", secret, counted, frames, len(sizes))
+		}
+	}
+}
+
+// frameConn records the largest frame among its writes (a sender writes
+// several frames at once).
+type frameConn struct {
+	net.Conn
+	largest *atomic.Int64
+}
+
+func (c *frameConn) Write(b []byte) (int, error) {
+	for rest := b; len(rest) >= 4; {
+		n := int(rest[0])<<24 | int(rest[1])<<16 | int(rest[2])<<8 | int(rest[3])
+		if int64(n+4) > c.largest.Load() {
+			c.largest.Store(int64(n + 4))
+		}
+		if n+4 > len(rest) {
+			break
+		}
+		rest = rest[4+n:]
+	}
+	return c.Conn.Write(b)
+}
