@@ -264,7 +264,7 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 	l := &link{conn: conn, done: make(chan struct{})}
 	if p.batch.Wait <= 0 {
 		l.snd = newFrameSender(conn, frameCalls, p.batch, p.wire, sess.sender(), p.stats.frame)
-		l.snd.writeTimeout = p.fwd.ProbeAfter + p.fwd.Liveness
+		l.snd.writeTimeout, l.snd.yield = p.fwd.ProbeAfter+p.fwd.Liveness, true
 	} else {
 		l.q = make(chan item, 4096)
 		p.wg.Add(1)

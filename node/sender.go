@@ -2,6 +2,7 @@ package node
 
 import (
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -27,6 +28,15 @@ type frameSender struct {
 	// writeTimeout, if positive, bounds each write: a peer that does not
 	// take our bytes for that long fails the write (and the connection).
 	writeTimeout time.Duration
+	// yield, if set, makes the goroutine that takes the turn let the
+	// other runnable goroutines run before it writes (runtime.Gosched),
+	// so the calls they are about to send join its frame: forwarded
+	// calls come from many request goroutines made runnable together, and
+	// one frame for several of them saves the write, the peer's read and
+	// the peer's wakeup of each of the others. Measured (BenchmarkForwardCPU,
+	// c4 and c16): 1.1 and 1.5 calls per frame without, 3.3 and 10 with;
+	// the CPU per forwarded call fell by a third.
+	yield bool
 
 	mu    sync.Mutex // guards q, spare, busy and err
 	q     []item     // items waiting for the turn's next write
@@ -54,7 +64,9 @@ func newFrameSender(conn net.Conn, kind byte, batch BatchConfig, wire wireLimits
 // goroutine holding the turn, writes it.
 func (s *frameSender) queue(it item) {
 	s.mu.Lock()
-	s.q = append(s.q, it)
+	if s.err == nil {
+		s.q = append(s.q, it)
+	}
 	s.mu.Unlock()
 }
 
@@ -63,7 +75,9 @@ func (s *frameSender) queue(it item) {
 // error, if any write failed (this one or an earlier one).
 func (s *frameSender) send(it item) error {
 	s.mu.Lock()
-	s.q = append(s.q, it)
+	if s.err == nil {
+		s.q = append(s.q, it)
+	}
 	return s.turn()
 }
 
@@ -82,6 +96,11 @@ func (s *frameSender) turn() error {
 		return err
 	}
 	s.busy = true
+	if s.yield {
+		s.mu.Unlock()
+		runtime.Gosched()
+		s.mu.Lock()
+	}
 	for len(s.q) > 0 && s.err == nil {
 		batch := s.q
 		s.q = s.spare[:0]

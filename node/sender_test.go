@@ -86,3 +86,80 @@ func (c *frameConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// Items sent at once from many goroutines all arrive, each exactly once,
+// in frames of at most BatchConfig.Max items, whether the goroutine that
+// writes yields first or not.
+func TestFrameSenderConcurrentSendsArriveOnce(t *testing.T) {
+	for _, yield := range []bool{false, true} {
+		client, server := net.Pipe()
+		const senders, each, most = 8, 300, 7
+		var mu sync.Mutex
+		var frames, counted int
+		snd := newFrameSender(client, frameCalls, BatchConfig{Max: most}, wireLimits{}, nil, func(n int) {
+			mu.Lock()
+			frames, counted = frames+1, counted+n
+			mu.Unlock()
+		})
+		snd.yield = yield
+		var wg sync.WaitGroup
+		for g := range senders {
+			wg.Go(func() {
+				for i := range each {
+					id := uint64(g*each + i + 1)
+					if err := snd.send(item{id: id, body: []byte{byte(id)}}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		fr := newFrameReader(server, frameCalls, wireLimits{}, nil)
+		seen := make(map[uint64]bool)
+		for len(seen) < senders*each {
+			items, err := fr.next()
+			if err != nil {
+				t.Fatalf("yield %v: after %d items: %v", yield, len(seen), err)
+			}
+			if len(items) > most {
+				t.Fatalf("yield %v: a frame of %d items, want at most %d", yield, len(items), most)
+			}
+			for _, it := range items {
+				if seen[it.id] || len(it.body) != 1 || it.body[0] != byte(it.id) {
+					t.Fatalf("yield %v: item %d again or altered (%v)", yield, it.id, it.body)
+				}
+				seen[it.id] = true
+			}
+		}
+		wg.Wait()
+		client.Close()
+		server.Close()
+		if counted != senders*each || frames > counted {
+			t.Fatalf("yield %v: %d frames counted %d items, want %d items", yield, frames, counted, senders*each)
+		}
+	}
+}
+
+// A failed write sticks: the send that met it and every later one return
+// it, and nothing more is written.
+func TestFrameSenderWriteErrorSticks(t *testing.T) {
+	client, server := net.Pipe()
+	server.Close()
+	snd := newFrameSender(client, frameCalls, BatchConfig{}, wireLimits{}, nil, nil)
+	first := snd.send(item{id: 1, body: []byte("a")})
+	if first == nil {
+		t.Fatal("a send on a closed pipe succeeded")
+	}
+	snd.queue(item{id: 2, body: []byte("b")})
+	if err := snd.flush(); err != first {
+		t.Fatalf("flush after a failed write: %v, want %v", err, first)
+	}
+	if err := snd.send(item{id: 3, body: []byte("c")}); err != first {
+		t.Fatalf("send after a failed write: %v, want %v", err, first)
+	}
+	snd.mu.Lock()
+	defer snd.mu.Unlock()
+	if len(snd.q) != 0 {
+		t.Fatalf("%d items kept after the connection failed", len(snd.q))
+	}
+}
