@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"slices"
@@ -155,18 +156,36 @@ func (s *frameSender) write(items []item) error {
 	if err != nil {
 		return err
 	}
-	if s.writeTimeout > 0 {
-		if err := w.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
-			return err
-		}
-	}
-	if _, err := w.conn.Write(buf); err != nil {
+	if err := s.writeOut(buf); err != nil {
 		return err
 	}
 	if w.onFrame != nil {
 		for _, n := range counts {
 			w.onFrame(n)
 		}
+	}
+	return nil
+}
+
+// writeChunk is how many bytes of a write must leave within writeTimeout:
+// a handoff's megabytes are timed by their progress, not as a whole.
+const writeChunk = 256 << 10
+
+// writeOut writes b, in chunks each within writeTimeout when there is one.
+func (s *frameSender) writeOut(b []byte) error {
+	if s.writeTimeout <= 0 {
+		_, err := s.w.conn.Write(b)
+		return err
+	}
+	for len(b) > 0 {
+		if err := s.w.conn.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
+			return err
+		}
+		n, err := s.w.conn.Write(b[:min(len(b), writeChunk)])
+		if err != nil {
+			return fmt.Errorf("peer write, %d bytes left (each chunk due within %v): %w", len(b)-n, s.writeTimeout, err)
+		}
+		b = b[n:]
 	}
 	return nil
 }

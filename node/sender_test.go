@@ -2,10 +2,16 @@ package node
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
 
 // A frame sender with a cap writes no frame over it, whatever the items,
@@ -162,4 +168,43 @@ func TestFrameSenderWriteErrorSticks(t *testing.T) {
 	if len(snd.q) != 0 {
 		t.Fatalf("%d items kept after the connection failed", len(snd.q))
 	}
+}
+
+// A caller that writes its own call is not held by a peer that takes no
+// bytes (its socket buffers full, its process stopped): the write is due
+// within ProbeAfter+Liveness, and the call fails with ErrPeerDown then,
+// even with no other call on the connection to notice the silence.
+func TestPeerCallToDeafPeerFailsWhileWriting(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn // held open, never read
+		}
+	}()
+	var d net.Dialer
+	const liveness = 200 * time.Millisecond
+	p := newPeerClient(ln.Addr().String(), d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: liveness},
+		slog.New(slog.DiscardHandler), &peerStats{})
+	defer p.close()
+	done := make(chan error, 1)
+	go func() {
+		// More than loopback's socket buffers hold: the write blocks.
+		_, err := p.call(context.Background(), &Call{Op: OpReplicate, Key: "t:acme", State: make([]byte, maxItem-1024)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPeerDown) {
+			t.Fatalf("call to a peer that reads nothing: %v, want ErrPeerDown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call still writing 10 s after it began")
+	}
+	(<-accepted).Close()
 }
