@@ -69,9 +69,11 @@ func (it *item) size() int { return itemHead + len(it.body) }
 // BatchConfig controls how a peer connection batches items into frames.
 type BatchConfig struct {
 	// Wait is how long the writer lingers for more items after the first one
-	// before it writes the frame. Zero writes as soon as the queue is drained
-	// (opportunistic batching: whatever accumulated while the previous write
-	// was in flight). Gubernator's default is 500µs.
+	// before it writes the frame (a writer goroutine per connection direction
+	// then). Zero writes at once, from the goroutine that sends (frameSender):
+	// opportunistic batching, whatever accumulated while the previous write
+	// was in flight, and for calls whatever the goroutines runnable at the
+	// time add. Gubernator's default is 500µs.
 	Wait time.Duration
 	// Max is the most items in one frame. Zero means 1000 (Gubernator's default).
 	// One disables batching: one item per frame and per write.

@@ -79,7 +79,8 @@ type link struct {
 }
 
 // peerClient is the persistent, multiplexed connection to one peer. Calls
-// from many goroutines share it; the writer batches them into frames.
+// from many goroutines share it; each caller writes its own call, or has
+// it written with others' by the caller writing at the time (frameSender).
 type peerClient struct {
 	addr  string
 	dial  Dialer
@@ -101,7 +102,7 @@ type peerClient struct {
 	closed  bool
 	// dialFailed is when the last dial failed; zero once one succeeds.
 	dialFailed time.Time
-	wg         sync.WaitGroup // the connection's reader and writer
+	wg         sync.WaitGroup // the connection's reader, and its writer if it has one
 	abandoned  sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
 
 	// heard is when a frame last arrived from the peer (unix ns); a new
@@ -255,7 +256,8 @@ func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session,
 	return conn, sess, nil
 }
 
-// install makes conn the live connection and starts its writer and reader.
+// install makes conn the live connection and starts its reader (and its
+// writer, when the batch lingers).
 // Callers hold p.mu.
 func (p *peerClient) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
@@ -408,8 +410,9 @@ func (v *liveness) check() (dead bool, next time.Duration) {
 func (v *liveness) doubted() bool { return v.probed && v.l.recv.Load() == v.seen }
 
 // ping sends an OpPing on l unless one is in flight already. It never
-// blocks: a writer too stuck to take it is a sign of a hung peer too, and
-// the next check judges by what was received.
+// blocks (the write runs on a goroutine of its own): a connection too
+// stuck to take it is a sign of a hung peer too, and the next check
+// judges by what was received.
 func (p *peerClient) ping(l *link) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -18,8 +18,12 @@ import (
 
 // The server side of the peer protocol: one goroutine reads each
 // connection's frames, answers pings (and calls cheap enough, see inline)
-// on the spot, runs the other calls on goroutines of their own, and one
-// writer batches the answers into frames.
+// on the spot, runs the other calls on goroutines of their own. The
+// reader writes the answers it made itself when it is about to wait for
+// the connection, all those of the frames one read brought in one write;
+// a call on its own goroutine writes its answer itself, or has it written
+// by whoever is writing (frameSender). Only a lingering batch
+// (BatchConfig.Wait) keeps a writer goroutine.
 
 // peerServer serves forwarded calls on a listener.
 type peerServer struct {
