@@ -222,6 +222,7 @@ func (s *peerServer) serveConn(conn net.Conn) {
 	var calls sync.WaitGroup // calls running on their own goroutines
 	defer func() {
 		cancel()
+		out.end()
 		calls.Wait()
 		out.close()
 	}()
@@ -252,6 +253,11 @@ func (s *peerServer) serveConn(conn net.Conn) {
 				}
 				out.queue(answerItem(it.id, Answer{}, nil))
 			case s.inline(&c):
+				if len(c.State) > 0 {
+					// A call carrying state (a replication) may take a
+					// while: the answers before it do not wait for it.
+					out.flush()
+				}
 				a, err := s.handle(ctx, &c)
 				out.queue(answerItem(it.id, a, err))
 			default:
@@ -281,7 +287,8 @@ type answerOut interface {
 	queue(item)
 	send(item)
 	flush()
-	close()
+	end()   // the reader has ended: answers not yet written may be dropped
+	close() // every call has answered
 }
 
 // answers returns the way conn's answers are written: by the goroutines
@@ -319,6 +326,10 @@ type sendAnswers struct {
 
 func (a *sendAnswers) queue(it item) { a.snd.queue(it) }
 func (a *sendAnswers) close()        {}
+
+// end closes the connection, so no call's answer waits on a write to a
+// peer that stopped reading: the connection is over.
+func (a *sendAnswers) end() { a.conn.Close() }
 func (a *sendAnswers) send(it item) {
 	if err := a.snd.send(it); err != nil {
 		a.conn.Close()
@@ -339,6 +350,7 @@ type chanAnswers struct {
 
 func (a *chanAnswers) queue(it item) { a.send(it) }
 func (a *chanAnswers) flush()        {}
+func (a *chanAnswers) end()          {}
 func (a *chanAnswers) send(it item) {
 	select {
 	case a.out <- it:
