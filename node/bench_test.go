@@ -219,7 +219,7 @@ func benchForwardCPU(b *testing.B, via, callers int) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	start := cpuTime()
+	start, switches := cpuTime(), contextSwitches()
 	for range callers {
 		wg.Go(func() {
 			for seq.Add(1) <= int64(b.N) {
@@ -234,9 +234,20 @@ func benchForwardCPU(b *testing.B, via, callers int) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e3, "cpu-µs/op")
+	b.ReportMetric(float64(contextSwitches()-switches)/float64(b.N), "ctxsw/op")
 	if calls, frames := nd.Forwarded(); frames > 0 {
 		b.ReportMetric(float64(calls)/float64(frames), "calls/frame")
 	}
+}
+
+// contextSwitches is how many times the process's threads gave up the CPU
+// so far, voluntarily (to sleep: a futex, epoll) or not.
+func contextSwitches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 // cpuTime is the process's user + system CPU time so far.

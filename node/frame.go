@@ -69,9 +69,11 @@ func (it *item) size() int { return itemHead + len(it.body) }
 // BatchConfig controls how a peer connection batches items into frames.
 type BatchConfig struct {
 	// Wait is how long the writer lingers for more items after the first one
-	// before it writes the frame. Zero writes as soon as the queue is drained
-	// (opportunistic batching: whatever accumulated while the previous write
-	// was in flight). Gubernator's default is 500µs.
+	// before it writes the frame (a writer goroutine per connection direction
+	// then). Zero writes at once, from the goroutine that sends (frameSender):
+	// opportunistic batching, whatever accumulated while the previous write
+	// was in flight, and for calls whatever the goroutines runnable at the
+	// time add. Gubernator's default is 500µs.
 	Wait time.Duration
 	// Max is the most items in one frame. Zero means 1000 (Gubernator's default).
 	// One disables batching: one item per frame and per write.
@@ -269,6 +271,10 @@ type frameReader struct {
 	wire wireLimits
 	open *aeadStream // nil: plaintext
 
+	// idle, if not nil, is called whenever the reader is about to wait
+	// for bytes from the connection (all it has buffered is read).
+	idle func()
+
 	armed    bool // a read deadline is set on conn
 	starting bool // the deadline set by expectBy bounds the wait for the first frame
 	buf      []byte
@@ -304,6 +310,14 @@ func (f *frameReader) next() ([]item, error) {
 	}
 }
 
+// waiting tells f.idle that the reader is about to wait for the
+// connection.
+func (f *frameReader) waiting() {
+	if f.idle != nil {
+		f.idle()
+	}
+}
+
 // arm starts the read timeout of a frame under way, unless it is running.
 func (f *frameReader) arm() error {
 	if f.armed || f.wire.readTimeout <= 0 {
@@ -318,6 +332,7 @@ func (f *frameReader) arm() error {
 // said otherwise); the rest must follow within the read timeout.
 func (f *frameReader) readFrame() error {
 	if f.r.Buffered() == 0 {
+		f.waiting()
 		if f.armed && !f.starting {
 			if err := f.conn.SetReadDeadline(time.Time{}); err != nil {
 				return err
@@ -331,6 +346,7 @@ func (f *frameReader) readFrame() error {
 	f.starting = false
 	var hdr [4]byte
 	if f.r.Buffered() < len(hdr) {
+		f.waiting()
 		if err := f.arm(); err != nil {
 			return err
 		}
@@ -347,6 +363,7 @@ func (f *frameReader) readFrame() error {
 		return fmt.Errorf("frame of %d bytes, want %d to %d", n, low, f.wire.frameCap())
 	}
 	if f.r.Buffered() < int(n) {
+		f.waiting()
 		if err := f.arm(); err != nil {
 			return err
 		}

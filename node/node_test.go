@@ -179,11 +179,20 @@ func (c *cluster) keyOwnedBy(t testing.TB, i int) string {
 	return ""
 }
 
+// Forwarded acquires are decided exactly at the owner, whoever writes the
+// frames: the calling goroutines (opportunistic batching, with frames of
+// any size or of one call) or a writer goroutine that lingers.
 func TestForwardedDecisionsAreExact(t *testing.T) {
+	for _, batch := range []BatchConfig{{}, {Max: 1}, {Wait: 100 * time.Microsecond}} {
+		t.Run(fmt.Sprintf("wait=%v,max=%d", batch.Wait, batch.Max), func(t *testing.T) { testForwardedDecisionsAreExact(t, batch) })
+	}
+}
+
+func testForwardedDecisionsAreExact(t *testing.T, batch BatchConfig) {
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 300, Tokens: 1 << 40, Concurrency: 1 << 20}
 	}
-	c := newCluster(t, 3, limits, BatchConfig{})
+	c := newCluster(t, 3, limits, batch)
 	key := c.keyOwnedBy(t, 0)
 	var allowed, refused atomic.Int64
 	var wg sync.WaitGroup

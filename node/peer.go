@@ -68,6 +68,10 @@ type result struct {
 // link is one connection of a peerClient and what is known of its liveness.
 type link struct {
 	conn net.Conn
+	// snd writes the calls from the goroutines that make them; nil when
+	// the batch lingers (BatchConfig.Wait), and a writer goroutine takes
+	// them from q instead.
+	snd  *frameSender
 	q    chan item
 	done chan struct{} // closed when the connection is torn down
 	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
@@ -75,7 +79,8 @@ type link struct {
 }
 
 // peerClient is the persistent, multiplexed connection to one peer. Calls
-// from many goroutines share it; the writer batches them into frames.
+// from many goroutines share it; each caller writes its own call, or has
+// it written with others' by the caller writing at the time (frameSender).
 type peerClient struct {
 	addr  string
 	dial  Dialer
@@ -97,7 +102,7 @@ type peerClient struct {
 	closed  bool
 	// dialFailed is when the last dial failed; zero once one succeeds.
 	dialFailed time.Time
-	wg         sync.WaitGroup // the connection's reader and writer
+	wg         sync.WaitGroup // the connection's reader, and its writer if it has one
 	abandoned  sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
 
 	// heard is when a frame last arrived from the peer (unix ns); a new
@@ -251,29 +256,42 @@ func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session,
 	return conn, sess, nil
 }
 
-// install makes conn the live connection and starts its writer and reader.
+// install makes conn the live connection and starts its reader (and its
+// writer, when the batch lingers).
 // Callers hold p.mu.
 func (p *peerClient) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	l := &link{conn: conn, q: make(chan item, 4096), done: make(chan struct{})}
+	l := &link{conn: conn, done: make(chan struct{})}
+	if p.batch.Wait <= 0 {
+		l.snd = newFrameSender(conn, frameCalls, p.batch, p.wire, sess.sender(), p.stats.frame)
+		l.snd.writeTimeout, l.snd.yield = p.fwd.ProbeAfter+p.fwd.Liveness, true
+	} else {
+		l.q = make(chan item, 4096)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
+			if err := w.run(l.q, l.done); err != nil {
+				p.fail(l, err)
+			}
+		}()
+	}
 	p.cur = l
 	if p.self != "" {
 		// Say who we are: the peer counts every frame on this connection
 		// as hearing from us (its lease, fence.go). Nobody waits for the
-		// answer.
+		// answer; it goes out with the first call.
 		p.nextID++
-		l.q <- item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
-	}
-	p.wg.Add(2)
-	go func() {
-		defer p.wg.Done()
-		w := &frameWriter{conn: conn, kind: frameCalls, batch: p.batch, wire: p.wire, seal: sess.sender(), onFrame: p.stats.frame}
-		if err := w.run(l.q, l.done); err != nil {
-			p.fail(l, err)
+		it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
+		if l.snd != nil {
+			l.snd.queue(it)
+		} else {
+			l.q <- it
 		}
-	}()
+	}
+	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		p.fail(l, p.readAnswers(l, sess.receiver()))
@@ -392,8 +410,9 @@ func (v *liveness) check() (dead bool, next time.Duration) {
 func (v *liveness) doubted() bool { return v.probed && v.l.recv.Load() == v.seen }
 
 // ping sends an OpPing on l unless one is in flight already. It never
-// blocks: a writer too stuck to take it is a sign of a hung peer too, and
-// the next check judges by what was received.
+// blocks (the write runs on a goroutine of its own): a connection too
+// stuck to take it is a sign of a hung peer too, and the next check
+// judges by what was received.
 func (p *peerClient) ping(l *link) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -402,6 +421,19 @@ func (p *peerClient) ping(l *link) {
 	}
 	p.nextID++
 	it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing})}
+	if l.snd != nil {
+		// Written by a goroutine of its own: a write the peer does not
+		// take must not hold up the check that judges it.
+		l.ping = it.id
+		p.abandoned.Add(1)
+		go func() {
+			defer p.abandoned.Done()
+			if err := l.snd.send(it); err != nil {
+				p.fail(l, err)
+			}
+		}()
+		return
+	}
 	select {
 	case l.q <- it:
 		l.ping = it.id
@@ -442,8 +474,16 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		break
 	}
 	v := liveness{p: p, l: l, seen: l.recv.Load()}
-	timer := p.fwd.After(p.fwd.ProbeAfter)
 	q := l.q // nil once the call is queued
+	if l.snd != nil {
+		// Written by this goroutine, unless another is writing (then
+		// that one writes it too). A failed write fails the connection,
+		// which answers ch with ErrPeerDown.
+		if err := l.snd.send(item{id: id, body: body}); err != nil {
+			p.fail(l, err)
+		}
+	}
+	timer := p.fwd.After(p.fwd.ProbeAfter)
 	for {
 		select {
 		case q <- item{id: id, body: body}:

@@ -18,8 +18,12 @@ import (
 
 // The server side of the peer protocol: one goroutine reads each
 // connection's frames, answers pings (and calls cheap enough, see inline)
-// on the spot, runs the other calls on goroutines of their own, and one
-// writer batches the answers into frames.
+// on the spot, runs the other calls on goroutines of their own. The
+// reader writes the answers it made itself when it is about to wait for
+// the connection, all those of the frames one read brought in one write;
+// a call on its own goroutine writes its answer itself, or has it written
+// by whoever is writing (frameSender). Only a lingering batch
+// (BatchConfig.Wait) keeps a writer goroutine.
 
 // peerServer serves forwarded calls on a listener.
 type peerServer struct {
@@ -214,43 +218,19 @@ func (s *peerServer) serveConn(conn net.Conn) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan item, 4096)
-	stop := make(chan struct{})
+	out := s.answers(conn, seal)
 	var calls sync.WaitGroup // calls running on their own goroutines
-	var writer sync.WaitGroup
-	writer.Add(1)
-	go func() {
-		defer writer.Done()
-		w := &frameWriter{conn: conn, kind: frameAnswers, batch: s.batch, wire: s.wire, seal: seal}
-		if err := w.run(out, stop); err != nil {
-			conn.Close()
-			for { // keep draining so no call blocks in reply
-				select {
-				case <-out:
-				case <-stop:
-					return
-				}
-			}
-		}
-	}()
 	defer func() {
 		cancel()
+		out.end()
 		calls.Wait()
-		close(stop)
-		writer.Wait()
+		out.close()
 	}()
-	reply := func(id uint64, a Answer, err error) {
-		it := item{id: id}
-		if err != nil {
-			it.status, it.body = itemError, []byte(err.Error())
-		} else {
-			it.body = AppendAnswer(nil, &a)
-		}
-		select {
-		case out <- it:
-		case <-stop:
-		}
-	}
+	reply := func(id uint64, a Answer, err error) { out.send(answerItem(id, a, err)) }
+	// The reader answers the calls it decides itself into the queue, and
+	// writes them whenever it is about to wait for the connection: the
+	// answers to all the frames one read brought go out in one write.
+	fr.idle = out.flush
 	var heard *atomic.Int64 // the caller's, once it said who it is
 	for {
 		items, err := fr.next()
@@ -265,16 +245,21 @@ func (s *peerServer) serveConn(conn net.Conn) {
 			c, err := DecodeCall(it.body)
 			switch {
 			case err != nil:
-				reply(it.id, Answer{}, err)
+				out.queue(answerItem(it.id, Answer{}, err))
 			case c.Op == OpPing: // a liveness probe: answered at once, whatever else is queued
 				if c.From != "" && heard == nil && s.heard != nil {
 					heard = s.heard(c.From)
 					heard.Store(time.Now().UnixNano())
 				}
-				reply(it.id, Answer{}, nil)
+				out.queue(answerItem(it.id, Answer{}, nil))
 			case s.inline(&c):
+				if len(c.State) > 0 {
+					// A call carrying state (a replication) may take a
+					// while: the answers before it do not wait for it.
+					out.flush()
+				}
 				a, err := s.handle(ctx, &c)
-				reply(it.id, a, err)
+				out.queue(answerItem(it.id, a, err))
 			default:
 				calls.Add(1)
 				go func(id uint64, c Call) {
@@ -285,6 +270,96 @@ func (s *peerServer) serveConn(conn net.Conn) {
 			}
 		}
 	}
+}
+
+// answerItem is the item that answers call id with a or err.
+func answerItem(id uint64, a Answer, err error) item {
+	if err != nil {
+		return item{id: id, status: itemError, body: []byte(err.Error())}
+	}
+	return item{id: id, body: AppendAnswer(nil, &a)}
+}
+
+// answerOut is where a connection's answers go: queue holds one back for
+// the next flush (the reader answers a frame's calls, then writes them
+// together), send writes it as soon as it can.
+type answerOut interface {
+	queue(item)
+	send(item)
+	flush()
+	end()   // the reader has ended: answers not yet written may be dropped
+	close() // every call has answered
+}
+
+// answers returns the way conn's answers are written: by the goroutines
+// that make them (sendAnswers), or, when the batch lingers for more items
+// (BatchConfig.Wait), by a writer goroutine (chanAnswers).
+func (s *peerServer) answers(conn net.Conn, seal *aeadStream) answerOut {
+	if s.batch.Wait <= 0 {
+		return &sendAnswers{snd: newFrameSender(conn, frameAnswers, s.batch, s.wire, seal, nil), conn: conn}
+	}
+	a := &chanAnswers{out: make(chan item, 4096), stop: make(chan struct{})}
+	a.writer.Add(1)
+	go func() {
+		defer a.writer.Done()
+		w := &frameWriter{conn: conn, kind: frameAnswers, batch: s.batch, wire: s.wire, seal: seal}
+		if err := w.run(a.out, a.stop); err != nil {
+			conn.Close()
+			for { // keep draining so no call blocks in reply
+				select {
+				case <-a.out:
+				case <-a.stop:
+					return
+				}
+			}
+		}
+	}()
+	return a
+}
+
+// sendAnswers writes answers through a frameSender; a write that fails
+// closes the connection, which ends its reader.
+type sendAnswers struct {
+	snd  *frameSender
+	conn net.Conn
+}
+
+func (a *sendAnswers) queue(it item) { a.snd.queue(it) }
+func (a *sendAnswers) close()        {}
+
+// end closes the connection, so no call's answer waits on a write to a
+// peer that stopped reading: the connection is over.
+func (a *sendAnswers) end() { a.conn.Close() }
+func (a *sendAnswers) send(it item) {
+	if err := a.snd.send(it); err != nil {
+		a.conn.Close()
+	}
+}
+func (a *sendAnswers) flush() {
+	if err := a.snd.flush(); err != nil {
+		a.conn.Close()
+	}
+}
+
+// chanAnswers hands answers to a writer goroutine.
+type chanAnswers struct {
+	out    chan item
+	stop   chan struct{}
+	writer sync.WaitGroup
+}
+
+func (a *chanAnswers) queue(it item) { a.send(it) }
+func (a *chanAnswers) flush()        {}
+func (a *chanAnswers) end()          {}
+func (a *chanAnswers) send(it item) {
+	select {
+	case a.out <- it:
+	case <-a.stop:
+	}
+}
+func (a *chanAnswers) close() {
+	close(a.stop)
+	a.writer.Wait()
 }
 
 // close stops accepting, closes every connection and waits for their goroutines.
@@ -337,9 +412,9 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	case OpTake, OpPut, OpPing:
 		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
+	lazy, cancel := withLazyTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
 	defer cancel()
-	return n.Do(ctx, c)
+	return n.Do(lazy, c)
 }
 
 // inline reports whether a forwarded call is cheap enough to run on the
