@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"golang.org/x/time/rate"
 )
@@ -412,7 +413,7 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	case OpTake, OpPut, OpPing:
 		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}
-	lazy, cancel := withLazyTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
+	lazy, cancel := lazyctx.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
 	defer cancel()
 	return n.Do(lazy, c)
 }

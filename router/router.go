@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
@@ -283,7 +284,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	if c.Op == node.OpAcquire {
 		wait += c.Req.Wait
 	}
-	cctx, cancel := withLazyTimeout(ctx, wait)
+	cctx, cancel := lazyctx.WithTimeout(ctx, wait)
 	start := r.cfg.Now()
 	a, err := r.cluster.Do(cctx, c)
 	cancel()

@@ -1,4 +1,4 @@
-package node
+package lazyctx
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestLazyTimeoutIsATimeout: asked for, the lazy context ends at its
+// TestTimeoutIsATimeout: asked for, the lazy context ends at its
 // timeout like context.WithTimeout's; released unasked, it is cancelled
 // (and made no timer); released after it was made, its timer stops.
-func TestLazyTimeoutIsATimeout(t *testing.T) {
-	ctx, release := withLazyTimeout(context.Background(), 20*time.Millisecond)
+func TestTimeoutIsATimeout(t *testing.T) {
+	ctx, release := WithTimeout(context.Background(), 20*time.Millisecond)
 	if ctx.ctx != nil {
 		t.Fatal("made before anybody asked")
 	}
@@ -28,14 +28,14 @@ func TestLazyTimeoutIsATimeout(t *testing.T) {
 	}
 	release()
 
-	ctx, release = withLazyTimeout(context.Background(), time.Hour)
+	ctx, release = WithTimeout(context.Background(), time.Hour)
 	release()
-	if ctx.ctx != cancelledCtx || !errors.Is(ctx.Err(), context.Canceled) {
+	if ctx.ctx != cancelled || !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("released unasked: %v, want cancelled without a timer", ctx.Err())
 	}
 
 	parent, cancelParent := context.WithCancel(context.Background())
-	ctx, release = withLazyTimeout(parent, time.Hour)
+	ctx, release = WithTimeout(parent, time.Hour)
 	defer release()
 	done := ctx.Done()
 	cancelParent()
@@ -44,7 +44,7 @@ func TestLazyTimeoutIsATimeout(t *testing.T) {
 		t.Fatalf("parent cancelled: %v", ctx.Err())
 	}
 	type key struct{}
-	vctx, vrelease := withLazyTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
+	vctx, vrelease := WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
 	defer vrelease()
 	if v := vctx.Value(key{}); v != "v" {
 		t.Fatalf("value %v, want the parent's", v)
