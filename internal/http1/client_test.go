@@ -16,12 +16,13 @@ import (
 
 // upstream is a scripted HTTP/1.1 server: it reads each request with
 // net/http's parser, records it, and writes the raw answer its script
-// gives for the request's number (0, 1, ... across connections). An
+// gives for the request's number (0, 1, ... across connections) and its
+// connection's (0, 1, ... in the order accepted). An
 // answer of "" closes the connection without answering.
 type upstream struct {
 	t      *testing.T
 	ln     net.Listener
-	script func(n int) (answer string, closeAfter bool)
+	script func(n, conn int) (answer string, closeAfter bool)
 	mu     sync.Mutex
 	conns  int
 	reqs   []recorded
@@ -36,7 +37,7 @@ type recorded struct {
 	body string
 }
 
-func startUpstream(t *testing.T, script func(n int) (string, bool)) *upstream {
+func startUpstream(t *testing.T, script func(n, conn int) (string, bool)) *upstream {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func (u *upstream) serve(c net.Conn, id int) {
 		n := len(u.reqs)
 		u.reqs = append(u.reqs, recorded{id, req, string(body)})
 		u.mu.Unlock()
-		answer, closeAfter := u.script(n)
+		answer, closeAfter := u.script(n, id)
 		if answer != "" {
 			if _, err := io.WriteString(c, answer); err != nil {
 				return
@@ -148,11 +149,14 @@ func TestClientReadsEachBodyShapeOnOneConnection(t *testing.T) {
 		{"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: to the end\n\n", "data: to the end\n\n"},
 		{"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nnew", "new"},
 	}
-	u := startUpstream(t, func(n int) (string, bool) { return answers[n].raw, n == 4 })
+	u := startUpstream(t, func(n, _ int) (string, bool) { return answers[n].raw, n == 4 })
 	c := newClient(t)
 	for i, a := range answers {
 		if i == 5 {
 			<-u.closed // the close-delimited answer's connection is gone
+			if n := len(c.idle[u.ln.Addr().String()]); n != 0 {
+				t.Fatalf("%d idle connections after a close-delimited answer, want 0", n)
+			}
 		}
 		_, body, err := clientPost(context.Background(), c, u.url()+"/v1/x", `{"n":1}`)
 		if err != nil || body != a.body {
@@ -176,7 +180,7 @@ func TestClientReadsEachBodyShapeOnOneConnection(t *testing.T) {
 // headers, Content-Length and the body; a header value with a line break
 // is refused before any connection.
 func TestClientWritesTheRequest(t *testing.T) {
-	u := startUpstream(t, func(int) (string, bool) { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false })
+	u := startUpstream(t, func(int, int) (string, bool) { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false })
 	c := newClient(t)
 	req, err := http.NewRequest(http.MethodPost, u.url()+"/v1/chat/completions?a=b%20c", strings.NewReader(`{"model":"m"}`))
 	if err != nil {
@@ -218,7 +222,7 @@ func TestClientWritesTheRequest(t *testing.T) {
 // answer fails and is not sent again.
 func TestClientSendsAgainOnlyWhatWasNotWritten(t *testing.T) {
 	ok := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-	u := startUpstream(t, func(n int) (string, bool) {
+	u := startUpstream(t, func(n, _ int) (string, bool) {
 		switch n {
 		case 0:
 			return ok, true // answers, then closes the idle connection
@@ -257,7 +261,7 @@ func TestClientSendsAgainOnlyWhatWasNotWritten(t *testing.T) {
 // body's read.
 func TestClientCancelCutsTheWaitAndTheBody(t *testing.T) {
 	release := make(chan struct{})
-	u := startUpstream(t, func(n int) (string, bool) {
+	u := startUpstream(t, func(n, _ int) (string, bool) {
 		if n == 0 {
 			<-release // no answer until the test ends
 			return "", true
@@ -298,9 +302,20 @@ func TestClientCancelCutsTheWaitAndTheBody(t *testing.T) {
 }
 
 // TestClientClosedBodyDropsTheConnection: a body closed before its end
-// closes its connection (the rest is never read as the next answer).
+// closes its connection (the rest is never read as the next answer). The
+// server sends the first answer's rest only with the next answer on its
+// connection, so a connection kept would read it as the next head.
 func TestClientClosedBodyDropsTheConnection(t *testing.T) {
-	u := startUpstream(t, func(int) (string, bool) { return "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef", false })
+	const whole = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef"
+	u := startUpstream(t, func(n, conn int) (string, bool) {
+		switch {
+		case n == 0:
+			return whole[:len(whole)-4], false
+		case conn == 0:
+			return "cdef" + whole, false
+		}
+		return whole, false
+	})
 	c := newClient(t)
 	req, _ := http.NewRequest(http.MethodPost, u.url(), strings.NewReader("x"))
 	resp, err := c.RoundTrip(req)
@@ -326,7 +341,7 @@ func TestClientClosedBodyDropsTheConnection(t *testing.T) {
 // TestClientRefusesAHeadItDoesNotRead: an answer outside
 // ParseResponseHead's subset fails the request and closes the connection.
 func TestClientRefusesAHeadItDoesNotRead(t *testing.T) {
-	u := startUpstream(t, func(int) (string, bool) {
+	u := startUpstream(t, func(int, int) (string, bool) {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", false
 	})
 	c := newClient(t)
