@@ -62,14 +62,15 @@ func (t UpstreamTimeouts) withDefaults() UpstreamTimeouts {
 // Requests to an http:// upstream go over internal/http1's Client (each
 // call written and its answer's head read by the calling goroutine, with
 // no gzip asked for); https:// ones, and any the http1 Client does not
-// take, over net/http's Transport.
+// take (among them those HTTP_PROXY sends through a proxy), over
+// net/http's Transport.
 func NewUpstreamClient(t UpstreamTimeouts) *http.Client {
 	t = t.withDefaults()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: t.Dial, KeepAlive: upstreamKeepAlive}).DialContext
 	tr.TLSHandshakeTimeout = t.TLS
 	tr.MaxIdleConnsPerHost = 256
-	plain := &http1.Client{DialTimeout: t.Dial, KeepAlive: upstreamKeepAlive, MaxIdlePerHost: 256, Fallback: tr}
+	plain := &http1.Client{DialTimeout: t.Dial, KeepAlive: upstreamKeepAlive, MaxIdlePerHost: 256, Fallback: tr, Proxy: tr.Proxy}
 	return &http.Client{Transport: plain}
 }
 

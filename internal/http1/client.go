@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,8 +42,9 @@ const maxPooledBuffer = 64 << 10
 
 // Client is an http.RoundTripper that sends a request of known length to an
 // http:// URL over a kept-alive HTTP/1.1 connection of its own pool. Other
-// requests (https, a body of unknown length, Expect, Upgrade, a Connection
-// or Transfer-Encoding header, Close, URL credentials, trailers) go to
+// requests (https, HEAD and CONNECT, a body of unknown length, Expect,
+// Upgrade, a Connection or Transfer-Encoding header, Close, URL
+// credentials, trailers, those Proxy sends through a proxy) go to
 // Fallback.
 //
 // How it differs from net/http's Transport, apart from its goroutines: it
@@ -79,6 +81,10 @@ type Client struct {
 	// Fallback sends the requests the Client does not take. Nil: they
 	// fail.
 	Fallback http.RoundTripper
+	// Proxy, when not nil, names the HTTP proxy of a request (as
+	// http.Transport.Proxy does, e.g. http.ProxyFromEnvironment); a
+	// request it names one for goes to Fallback.
+	Proxy func(*http.Request) (*url.URL, error)
 
 	mu   sync.Mutex
 	idle map[string][]*clientConn // by host:port, the most recently freed last
@@ -94,7 +100,7 @@ type clientConn struct {
 
 // RoundTrip implements http.RoundTripper.
 func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !takes(req) {
+	if !takes(req) || c.proxied(req) {
 		if c.Fallback == nil {
 			closeBody(req)
 			return nil, fmt.Errorf("http1: %s %s: not a request this client sends, and no fallback", req.Method, req.URL.Redacted())
@@ -324,7 +330,7 @@ func ctxError(ctx context.Context, err error) error {
 // takes reports whether the Client sends req itself.
 func takes(req *http.Request) bool {
 	known := req.ContentLength > 0 || (req.ContentLength == 0 && (req.Body == nil || req.Body == http.NoBody))
-	if req.URL == nil || req.URL.Scheme != "http" || req.URL.User != nil || !known || req.Close ||
+	if req.URL == nil || req.URL.Scheme != "http" || req.Method == http.MethodHead || req.Method == http.MethodConnect || req.URL.User != nil || !known || req.Close ||
 		len(req.TransferEncoding) > 0 || req.Trailer != nil {
 		return false
 	}
@@ -334,6 +340,16 @@ func takes(req *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// proxied reports whether Proxy names a proxy for req (or fails, which
+// Fallback then reports).
+func (c *Client) proxied(req *http.Request) bool {
+	if c.Proxy == nil {
+		return false
+	}
+	u, err := c.Proxy(req)
+	return u != nil || err != nil
 }
 
 // hostPort is the address to dial for req: its URL's host, port 80 when

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -360,22 +361,30 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	return &http.Response{StatusCode: 299, Body: http.NoBody, Request: req}, nil
 }
 
-// TestClientLeavesTheRestToFallback: https, a body of unknown length and an
-// Expect go to Fallback; without one they fail.
+// TestClientLeavesTheRestToFallback: https, a body of unknown length, an
+// Expect, a HEAD and a request Proxy sends through a proxy go to
+// Fallback; without one they fail.
 func TestClientLeavesTheRestToFallback(t *testing.T) {
 	fb := &countingTransport{}
-	c := &Client{Fallback: fb}
+	c := &Client{Fallback: fb, Proxy: func(req *http.Request) (*url.URL, error) {
+		if req.URL.Host == "proxied:80" {
+			return url.Parse("http://proxy:3128")
+		}
+		return nil, nil
+	}}
 	unknown, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/x", io.NopCloser(bytes.NewReader([]byte("x"))))
 	expect, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/x", strings.NewReader("x"))
 	expect.Header.Set("Expect", "100-continue")
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:1/x", strings.NewReader("x"))
-	for _, req := range []*http.Request{unknown, expect, tls} {
+	head, _ := http.NewRequest(http.MethodHead, "http://127.0.0.1:1/x", nil)
+	proxied, _ := http.NewRequest(http.MethodPost, "http://proxied:80/x", strings.NewReader("x"))
+	for _, req := range []*http.Request{unknown, expect, tls, head, proxied} {
 		if resp, err := c.RoundTrip(req); err != nil || resp.StatusCode != 299 {
 			t.Fatalf("%v: %v", req.URL, err)
 		}
 	}
-	if fb.n != 3 {
-		t.Fatalf("fallback sent %d, want 3", fb.n)
+	if fb.n != 5 {
+		t.Fatalf("fallback sent %d, want 5", fb.n)
 	}
 	if _, err := (&Client{}).RoundTrip(tls); err == nil {
 		t.Fatal("https without a fallback succeeded")
