@@ -238,9 +238,9 @@ func (u *openAIUsage) addTo(s *usageSeen) {
 // openAIDelta is the part of a streamed delta, or of a whole message, whose
 // text counts as completion.
 type openAIDelta struct {
-	Content          string `json:"content"`
-	Refusal          string `json:"refusal"`
-	ReasoningContent string `json:"reasoning_content"`
+	Content          string           `json:"content"`
+	Refusal          string           `json:"refusal"`
+	ReasoningContent string           `json:"reasoning_content"`
 	ToolCalls        []openAIToolCall `json:"tool_calls"`
 }
 
