@@ -18,8 +18,9 @@ import (
 // the server's within one scheduler: 79 allocations a call to 47, but
 // about 40 µs of CPU to 55 on a 2-core machine); across processes, as the
 // proxy runs, the Client takes about 15% off the node's CPU time per
-// proxied call and 20-60 µs off its p50 (see the brief's bench-compare
-// runs), so this benchmark guards the allocations, not the speed:
+// proxied call and 20-60 µs off its p50 (same-minute
+// runs of tokenring load -system proxy against a node with each client),
+// so this benchmark guards the allocations, not the speed:
 //
 //	go test -run '^$' -bench UpstreamRoundTrip -benchtime 20000x -count 5 ./internal/http1/
 func BenchmarkUpstreamRoundTrip(b *testing.B) {
