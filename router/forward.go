@@ -61,7 +61,6 @@ func copyHeader(dst, src http.Header, skip func(string) bool) {
 func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream, path string) {
 	c := x.c
 	if req.Context().Err() != nil { // gone while queued or admitted: nothing was sent
-		x.setRateHeaders()
 		x.finish(node.OpCancel, limiter.Usage{})
 		return
 	}
@@ -74,13 +73,9 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 	var sent atomic.Bool // the whole request was written: the upstream may act on it
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		sent.Store(i.Err == nil)
-		if i.Err == nil {
-			x.setRateHeaders() // while the upstream works on the request
-		}
 	}})
 	up, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(c.body))
 	if err != nil {
-		x.setRateHeaders()
 		x.finish(node.OpCancel, limiter.Usage{})
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "bad upstream URL: " + err.Error()})
 		return
@@ -104,7 +99,6 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 	headers := time.AfterFunc(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
 	resp, err := x.r.upstreamClient(u).Do(up)
 	headers.Stop()
-	x.setRateHeaders() // if the trace hook did not: the answer's headers are the handler's from here on
 	if err != nil {
 		var op *net.OpError
 		unsent := !sent.Load() || (errors.As(err, &op) && op.Op == "dial")

@@ -44,7 +44,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -147,14 +146,13 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 		return
 	}
 	tl := r.cfg.Limits(TenantKey(tenant))
-	rateHeaders := func() { setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window) }
+	setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window)
 	if !res.Allowed {
-		rateHeaders()
 		r.refuse(w, &c, res)
 		return
 	}
 	l := res.lease
-	x := &exchange{r: r, c: &c, l: l, ctx: context.WithoutCancel(req.Context()), rateHeaders: rateHeaders}
+	x := &exchange{r: r, c: &c, l: l, ctx: context.WithoutCancel(req.Context())}
 	x.seen.countText = textCounter(r.cfg.Counter, c.model)
 	x.stopRenew = r.renewEvery(l, r.renewInterval(tl, l))
 	defer x.finish(node.OpRelease, limiter.Usage{}) // a safety net: a no-op once finished
@@ -240,17 +238,7 @@ type exchange struct {
 	stopRenew func()
 	finished  bool
 	seen      usageSeen
-	// rateHeaders sets the answer's rate-limit headers. forward calls it
-	// (through headersOnce) while the upstream works, and at the latest
-	// when the upstream call returns, before anything touches the answer.
-	rateHeaders func()
-	headersOnce sync.Once
 }
-
-// setRateHeaders sets the answer's rate-limit headers, once. Concurrent
-// calls (an upstream client's trace hook on another goroutine) are safe:
-// each returns after the headers are set.
-func (x *exchange) setRateHeaders() { x.headersOnce.Do(x.rateHeaders) }
 
 // finish ends the lease with op, once; later calls do nothing.
 func (x *exchange) finish(op node.Op, u limiter.Usage) {

@@ -417,13 +417,8 @@ func TestProxyNonStreaming(t *testing.T) {
 func TestProxyNonStreamingWithoutUsage(t *testing.T) {
 	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Tokens: 10_000}, netHTTP: true})
 	e.up.SetReply(fakeupstream.UpstreamReply{NoUsage: true})
-	a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":500`))
-	if a.code != 200 {
+	if a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":500`)); a.code != 200 {
 		t.Fatalf("%d %s", a.code, a.body)
-	}
-	// Set by net/http's write goroutine while the upstream worked, or after.
-	if got := a.header.Get("x-ratelimit-limit-tokens"); got != "10000" {
-		t.Errorf("x-ratelimit-limit-tokens = %q, want 10000", got)
 	}
 	want := 10_000 - promptTokens(t, false) - int64(counter.Text(model, "Hello there!"))
 	if st := e.status(t); st.Tokens.Remaining != want {
@@ -760,11 +755,7 @@ func TestProxyUpstreamErrors(t *testing.T) {
 	dead := "http://" + ln.Addr().String() + "/v1"
 	ln.Close()
 	e2 := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 1}, upstream: dead})
-	a = e2.post(t, "/v1/messages", clientKey, claudeBody(""))
-	checkAnthropicError(t, a, 502, "api_error")
-	if got := a.header.Get("x-ratelimit-limit-requests"); got != "10" { // set although nothing was sent
-		t.Errorf("x-ratelimit-limit-requests = %q on the 502, want 10", got)
-	}
+	checkAnthropicError(t, e2.post(t, "/v1/messages", clientKey, claudeBody("")), 502, "api_error")
 	if st := e2.status(t); st.Tokens.Remaining != 10_000 || st.Requests.Remaining != 10 || st.Concurrency.Remaining != 1 {
 		t.Fatalf("after an unreachable upstream: %+v, want nothing charged", st)
 	}
