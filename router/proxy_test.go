@@ -755,7 +755,11 @@ func TestProxyUpstreamErrors(t *testing.T) {
 	dead := "http://" + ln.Addr().String() + "/v1"
 	ln.Close()
 	e2 := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 1}, upstream: dead})
-	checkAnthropicError(t, e2.post(t, "/v1/messages", clientKey, claudeBody("")), 502, "api_error")
+	a = e2.post(t, "/v1/messages", clientKey, claudeBody(""))
+	checkAnthropicError(t, a, 502, "api_error")
+	if got := a.header.Get("x-ratelimit-limit-requests"); got != "10" { // set although nothing was sent
+		t.Errorf("x-ratelimit-limit-requests = %q on the 502, want 10", got)
+	}
 	if st := e2.status(t); st.Tokens.Remaining != 10_000 || st.Requests.Remaining != 10 || st.Concurrency.Remaining != 1 {
 		t.Fatalf("after an unreachable upstream: %+v, want nothing charged", st)
 	}
