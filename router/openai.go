@@ -42,7 +42,14 @@ type openAIRequest struct {
 
 func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
 	var in openAIRequest
-	if err := decodeChat(body, &in, &in.chatRequest); err != nil {
+	var err error
+	if decodeOpenAIRequest(body, &in) { // the plainest requests, without encoding/json
+		err = checkChat(&in.chatRequest)
+	} else {
+		in = openAIRequest{}
+		err = decodeChat(body, &in, &in.chatRequest)
+	}
+	if err != nil {
 		return err
 	}
 	c.model, c.stream, c.body = in.Model, in.Stream, body
