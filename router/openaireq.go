@@ -76,12 +76,13 @@ func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
 	})
 }
 
-// rawMessage reads any value into v, a copy of its bytes, as
-// encoding/json fills a json.RawMessage (a null included).
+// rawMessage reads any value into v, its bytes as encoding/json fills a
+// json.RawMessage (a null included), in place: a request's body is never
+// changed (a body the proxy rewrites is a new one).
 func (s *fastJSON) rawMessage(v *json.RawMessage) bool {
 	b, ok := s.raw()
 	if ok {
-		*v = append(json.RawMessage(nil), b...)
+		*v = b
 	}
 	return ok
 }

@@ -42,6 +42,7 @@ func TestDecodeOpenAIRequestLeavesTheRest(t *testing.T) {
 		`{"model":"m","max_tokens":1.5}`,
 		`{"model":"m","messages":[{"content":"x\q"}]}`,
 		`{"model":"m","messages":[{"content":"\u12"}]}`,
+		`{"model":"m","messages":[{"content":"\uzzzz"}]}`,
 		`{"model":"m",}`,
 		`{"model":"m"}{}`,
 	} {
