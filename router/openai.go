@@ -42,7 +42,14 @@ type openAIRequest struct {
 
 func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
 	var in openAIRequest
-	if err := decodeChat(body, &in, &in.chatRequest); err != nil {
+	var err error
+	if decodeOpenAIRequest(body, &in) { // the plainest requests, without encoding/json
+		err = checkChat(&in.chatRequest)
+	} else {
+		in = openAIRequest{}
+		err = decodeChat(body, &in, &in.chatRequest)
+	}
+	if err != nil {
 		return err
 	}
 	c.model, c.stream, c.body = in.Model, in.Stream, body
@@ -162,19 +169,21 @@ func (openAI) fail(w http.ResponseWriter, e apiError) {
 }
 
 func (openAI) readAnswer(s *usageSeen, raw []byte) bool {
-	var u struct {
-		Usage *openAIUsage `json:"usage"`
-	}
-	if json.Unmarshal(raw, &u) != nil {
-		return false
-	}
-	if u.Usage != nil { // the usage is final: the content need not be counted
-		u.Usage.addTo(s)
-		return true
-	}
 	var m openAIAnswer
-	if json.Unmarshal(raw, &m) != nil {
-		return false
+	if !decodeOpenAIAnswer(raw, &m) {
+		var u struct {
+			Usage *openAIUsage `json:"usage"`
+		}
+		if json.Unmarshal(raw, &u) != nil {
+			return false
+		}
+		if m = (openAIAnswer{Usage: u.Usage}); u.Usage == nil && json.Unmarshal(raw, &m) != nil {
+			return false
+		}
+	}
+	if m.Usage != nil { // the usage is final: the content need not be counted
+		m.Usage.addTo(s)
+		return true
 	}
 	m.addTo(s)
 	return true
@@ -187,8 +196,10 @@ func (openAI) readEvent(c *proxyCall, s *usageSeen, data []byte) (end, pass bool
 		return true, true
 	}
 	var chunk openAIAnswer
-	if json.Unmarshal(data, &chunk) != nil {
-		return false, true
+	if !decodeOpenAIAnswer(data, &chunk) {
+		if chunk = (openAIAnswer{}); json.Unmarshal(data, &chunk) != nil {
+			return false, true
+		}
 	}
 	chunk.addTo(s)
 	return false, chunk.Usage == nil || !(c.stripUsage && len(chunk.Choices) == 0)
@@ -196,12 +207,17 @@ func (openAI) readEvent(c *proxyCall, s *usageSeen, data []byte) (end, pass bool
 
 // openAIAnswer is what the proxy reads of an OpenAI answer: a whole
 // completion (choices[].message) or a stream chunk (choices[].delta).
+// decodeOpenAIAnswer (openaijson.go) decodes the plainest ones without
+// encoding/json, to the same values.
 type openAIAnswer struct {
-	Choices []struct {
-		Message openAIDelta `json:"message"`
-		Delta   openAIDelta `json:"delta"`
-	} `json:"choices"`
-	Usage *openAIUsage `json:"usage"`
+	Choices []openAIChoice `json:"choices"`
+	Usage   *openAIUsage   `json:"usage"`
+}
+
+// openAIChoice is one of an answer's choices.
+type openAIChoice struct {
+	Message openAIDelta `json:"message"`
+	Delta   openAIDelta `json:"delta"`
 }
 
 // addTo adds the answer's content and usage to s.
@@ -229,15 +245,18 @@ func (u *openAIUsage) addTo(s *usageSeen) {
 // openAIDelta is the part of a streamed delta, or of a whole message, whose
 // text counts as completion.
 type openAIDelta struct {
-	Content          string `json:"content"`
-	Refusal          string `json:"refusal"`
-	ReasoningContent string `json:"reasoning_content"`
-	ToolCalls        []struct {
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
+	Content          string           `json:"content"`
+	Refusal          string           `json:"refusal"`
+	ReasoningContent string           `json:"reasoning_content"`
+	ToolCalls        []openAIToolCall `json:"tool_calls"`
+}
+
+// openAIToolCall is a tool call of a message or a delta.
+type openAIToolCall struct {
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 func (d *openAIDelta) addTo(s *usageSeen) {

@@ -98,6 +98,11 @@ func decodeChat(body []byte, in any, common *chatRequest) error {
 	if err := json.Unmarshal(body, in); err != nil {
 		return fmt.Errorf("invalid JSON body: %v", err)
 	}
+	return checkChat(common)
+}
+
+// checkChat checks the common fields of a decoded request but max_tokens.
+func checkChat(common *chatRequest) error {
 	if err := checkName("model", common.Model, true); err != nil {
 		return err
 	}

@@ -61,12 +61,12 @@ type proxyEnv struct {
 }
 
 type proxyOpts struct {
-	tenant    limiter.Limits            // acme's limits
-	pools     map[string]limiter.Limits // by model
-	upstream  string                    // base URL; empty: the fake upstream
-	timeouts  router.UpstreamTimeouts   // of both upstreams
-	ownClient bool                      // the router's own clients (NewUpstreamClient), not the fake upstream's
-	maxKeys   int                       // the node's MaxKeys; 0: its default
+	tenant   limiter.Limits            // acme's limits
+	pools    map[string]limiter.Limits // by model
+	upstream string                    // base URL; empty: the fake upstream
+	timeouts router.UpstreamTimeouts   // of both upstreams
+	netHTTP  bool                      // the fake upstream's net/http client, not the router's own (NewUpstreamClient, as tokenringd runs)
+	maxKeys  int                       // the node's MaxKeys; 0: its default
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -89,9 +89,9 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 	if base == "" {
 		base = up.URL()
 	}
-	client := up.Client()
-	if o.ownClient {
-		client = nil
+	var client *http.Client // the router's own clients
+	if o.netHTTP {
+		client = up.Client()
 	}
 	r, err := router.New(n, router.Config{
 		Limits: limits,
@@ -412,8 +412,10 @@ func TestProxyNonStreaming(t *testing.T) {
 	}
 }
 
+// TestProxyNonStreamingWithoutUsage runs through a ProxyConfig.Client of
+// net/http's (the other tests through the router's own).
 func TestProxyNonStreamingWithoutUsage(t *testing.T) {
-	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Tokens: 10_000}})
+	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Tokens: 10_000}, netHTTP: true})
 	e.up.SetReply(fakeupstream.UpstreamReply{NoUsage: true})
 	if a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":500`)); a.code != 200 {
 		t.Fatalf("%d %s", a.code, a.body)
@@ -753,7 +755,11 @@ func TestProxyUpstreamErrors(t *testing.T) {
 	dead := "http://" + ln.Addr().String() + "/v1"
 	ln.Close()
 	e2 := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 1}, upstream: dead})
-	checkAnthropicError(t, e2.post(t, "/v1/messages", clientKey, claudeBody("")), 502, "api_error")
+	a = e2.post(t, "/v1/messages", clientKey, claudeBody(""))
+	checkAnthropicError(t, a, 502, "api_error")
+	if got := a.header.Get("x-ratelimit-limit-requests"); got != "10" { // set although nothing was sent
+		t.Errorf("x-ratelimit-limit-requests = %q on the 502, want 10", got)
+	}
 	if st := e2.status(t); st.Tokens.Remaining != 10_000 || st.Requests.Remaining != 10 || st.Concurrency.Remaining != 1 {
 		t.Fatalf("after an unreachable upstream: %+v, want nothing charged", st)
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/http1"
 )
 
 // UpstreamTimeouts bound how long the proxy waits on an upstream, so that a
@@ -57,14 +59,23 @@ func (t UpstreamTimeouts) withDefaults() UpstreamTimeouts {
 // ProxyConfig.Client is nil: t's dial and TLS timeouts, keep-alive with up
 // to 256 idle connections per host, and no overall timeout (streams run
 // long; forward bounds the wait for headers and each silence itself).
+// Requests to an http:// upstream go over internal/http1's Client (each
+// call written and its answer's head read by the calling goroutine, with
+// no gzip asked for); https:// ones, and any the http1 Client does not
+// take (among them those HTTP_PROXY sends through a proxy), over
+// net/http's Transport.
 func NewUpstreamClient(t UpstreamTimeouts) *http.Client {
 	t = t.withDefaults()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: t.Dial, KeepAlive: 30 * time.Second}).DialContext
+	tr.DialContext = (&net.Dialer{Timeout: t.Dial, KeepAlive: upstreamKeepAlive}).DialContext
 	tr.TLSHandshakeTimeout = t.TLS
 	tr.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: tr}
+	plain := &http1.Client{DialTimeout: t.Dial, KeepAlive: upstreamKeepAlive, MaxIdlePerHost: 256, Fallback: tr, Proxy: tr.Proxy}
+	return &http.Client{Transport: plain}
 }
+
+// upstreamKeepAlive is the TCP keep-alive period of upstream connections.
+const upstreamKeepAlive = 30 * time.Second
 
 // upstreamTimeout is the cause with which forward cancels an upstream
 // request that stayed silent too long.

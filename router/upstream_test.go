@@ -68,7 +68,7 @@ func TestProxyUpstreamTimeouts(t *testing.T) {
 			}
 		}()
 		defer func() { ln.Close(); <-done }()
-		e := startProxy(t, proxyOpts{tenant: limits, upstream: "https://" + ln.Addr().String() + "/v1", ownClient: true,
+		e := startProxy(t, proxyOpts{tenant: limits, upstream: "https://" + ln.Addr().String() + "/v1",
 			timeouts: router.UpstreamTimeouts{TLS: 200 * time.Millisecond}})
 		a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":500`))
 		checkOpenAIError(t, a, 502, "server_error", nil)

@@ -1,0 +1,132 @@
+package router
+
+import (
+	"encoding/json"
+
+	"github.com/tokenring/tokenring/prompt"
+)
+
+// decodeOpenAIRequest decodes a chat completion request into in, a zero
+// openAIRequest, as encoding/json would (see openaijson.go for the subset
+// it takes); false leaves the body to encoding/json (in is then undefined:
+// decode into a fresh one). A message's content and tool calls are kept
+// raw, so their text may hold escapes and any UTF-8.
+func decodeOpenAIRequest(b []byte, in *openAIRequest) bool {
+	s := fastJSON{b: b}
+	if s.peek() != '{' || !s.request(in) {
+		return false
+	}
+	s.space()
+	return s.i == len(s.b)
+}
+
+func (s *fastJSON) request(in *openAIRequest) bool {
+	var f fields
+	dup := false
+	return s.object(func(key []byte) bool {
+		switch {
+		case f.is(key, 0, "model", &dup):
+			return !dup && s.text(&in.Model)
+		case f.is(key, 1, "messages", &dup):
+			return !dup && s.messages(&in.Messages)
+		case f.is(key, 2, "max_tokens", &dup):
+			return !dup && s.intPointer(&in.MaxTokens)
+		case f.is(key, 3, "stream", &dup):
+			return !dup && s.boolean(&in.Stream)
+		case f.is(key, 4, "max_completion_tokens", &dup):
+			return !dup && s.intPointer(&in.MaxCompletionTokens)
+		case f.is(key, 5, "n", &dup):
+			return !dup && s.intPointer(&in.N)
+		case f.is(key, 6, "stream_options", &dup):
+			return !dup && s.streamOptions(in)
+		}
+		return s.skip(maxFastDepth)
+	})
+}
+
+func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
+	if s.null() {
+		*msgs = nil
+		return true
+	}
+	*msgs = []prompt.Message{}
+	return s.array(func() bool {
+		*msgs = append(*msgs, prompt.Message{})
+		m := &(*msgs)[len(*msgs)-1]
+		if s.null() {
+			return true
+		}
+		var f fields
+		dup := false
+		return s.object(func(key []byte) bool {
+			switch {
+			case f.is(key, 0, "role", &dup):
+				return !dup && s.text(&m.Role)
+			case f.is(key, 1, "name", &dup):
+				return !dup && s.text(&m.Name)
+			case f.is(key, 2, "content", &dup):
+				return !dup && s.rawMessage(&m.Content)
+			case f.is(key, 3, "tool_calls", &dup):
+				return !dup && s.rawMessage(&m.ToolCalls)
+			case f.is(key, 4, "tool_call_id", &dup):
+				return !dup && s.text(&m.ToolCallID)
+			}
+			return s.skip(maxFastDepth)
+		})
+	})
+}
+
+// rawMessage reads any value into v, its bytes as encoding/json fills a
+// json.RawMessage (a null included), in place: a request's body is never
+// changed (a body the proxy rewrites is a new one).
+func (s *fastJSON) rawMessage(v *json.RawMessage) bool {
+	b, ok := s.raw()
+	if ok {
+		*v = b
+	}
+	return ok
+}
+
+// intPointer reads an integer into a new *v, or a null, which sets v nil.
+func (s *fastJSON) intPointer(v **int64) bool {
+	if s.null() {
+		*v = nil
+		return true
+	}
+	n := new(int64)
+	*v = n
+	return s.peek() != 'n' && s.int(n)
+}
+
+// boolean reads true or false into v, or a null, which leaves v.
+func (s *fastJSON) boolean(v *bool) bool {
+	switch s.peek() {
+	case 't':
+		*v = true
+		return s.literal("true")
+	case 'f':
+		*v = false
+		return s.literal("false")
+	case 'n':
+		return s.literal("null")
+	}
+	return false
+}
+
+func (s *fastJSON) streamOptions(in *openAIRequest) bool {
+	if s.null() {
+		in.StreamOptions = nil
+		return true
+	}
+	in.StreamOptions = &struct {
+		IncludeUsage bool `json:"include_usage"`
+	}{}
+	var f fields
+	dup := false
+	return s.object(func(key []byte) bool {
+		if f.is(key, 0, "include_usage", &dup) {
+			return !dup && s.boolean(&in.StreamOptions.IncludeUsage)
+		}
+		return s.skip(maxFastDepth)
+	})
+}
