@@ -20,6 +20,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/idleconn"
 )
 
 // rawIdleCheck is how long a connection may sit idle before a request
@@ -88,7 +90,10 @@ func (r *rawConn) ready(ctx context.Context) error {
 
 // alive reports whether an idle connection is still open, with nothing to
 // read (an answer with no request is as bad as a close).
-func (r *rawConn) alive() bool { return r.br.Buffered() == 0 && peekOpen(r.conn) }
+func (r *rawConn) alive() bool {
+	open, known := idleconn.Open(r.conn)
+	return r.br.Buffered() == 0 && open && known // where it cannot tell, the connection is dropped
+}
 
 // post sends body to path and reads the answer into answer. written
 // reports that the request was written (whole or in part) before err.

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/idleconn"
 )
 
 // DefaultMaxIdlePerHost is a Client's bound on idle connections per host
@@ -249,7 +251,7 @@ func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, reused b
 		list[len(list)-1] = nil
 		c.idle[addr] = list[:len(list)-1]
 		c.mu.Unlock()
-		if cc.br.Buffered() == 0 && idleOpen(cc.conn) {
+		if cc.br.Buffered() == 0 && idleOpenOrUnknown(cc.conn) {
 			return cc, true, nil
 		}
 		_ = cc.conn.Close()
@@ -435,4 +437,11 @@ func validValue(s string) bool {
 		}
 	}
 	return true
+}
+
+// idleOpenOrUnknown takes an idle connection to be open where it cannot
+// peek (idleconn.Open).
+func idleOpenOrUnknown(conn net.Conn) bool {
+	open, known := idleconn.Open(conn)
+	return open || !known
 }

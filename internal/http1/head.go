@@ -1,6 +1,7 @@
 // Package http1 serves the plainest HTTP/1.1 requests straight from a
 // connection's bytes, and hands every other request, with its connection,
-// to a net/http server.
+// to a net/http server; and its Client sends requests to plain http://
+// upstreams the same way (client.go).
 //
 // A decision-API call is a small POST with a Content-Length body on a
 // keep-alive connection. net/http spends most of a decision's CPU time on
