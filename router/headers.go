@@ -50,45 +50,106 @@ const (
 	hdrOpenAIPrefix    = "x-ratelimit-"
 )
 
+// rateLimitDims are the dimensions of the rate-limit headers, in order,
+// with their header names canonicalised once (so that setting them skips
+// net/http's canonicalisation): OpenAI's limit, remaining and reset names
+// for the windowed two.
+var rateLimitDims = [...]struct {
+	name, unit string // the IETF policy's name and its qu ("": requests)
+	windowed   bool
+	openAI     [3]string // x-ratelimit-{limit,remaining,reset}-<name>, canonical
+}{
+	{name: "requests", windowed: true, openAI: openAINames("requests")},
+	{name: "tokens", unit: "tokens", windowed: true, openAI: openAINames("tokens")},
+	{name: "concurrency", unit: "concurrent-requests"},
+}
+
+var (
+	canonRateLimit       = http.CanonicalHeaderKey(hdrRateLimit)
+	canonRateLimitPolicy = http.CanonicalHeaderKey(hdrRateLimitPolicy)
+)
+
+func openAINames(dim string) [3]string {
+	return [3]string{
+		http.CanonicalHeaderKey(hdrOpenAIPrefix + "limit-" + dim),
+		http.CanonicalHeaderKey(hdrOpenAIPrefix + "remaining-" + dim),
+		http.CanonicalHeaderKey(hdrOpenAIPrefix + "reset-" + dim),
+	}
+}
+
 // setRateLimitHeaders writes the OpenAI and IETF rate-limit headers for a
-// tenant whose status is st, counted over window.
+// tenant whose status is st, counted over window. The values are built in
+// one buffer and share one backing string: a proxied call sets them all.
 func setRateLimitHeaders(h http.Header, st limiter.Status, window time.Duration) {
 	if window <= 0 {
 		window = limiter.DefaultWindow
 	}
 	w := ceilSeconds(window)
-	var policy, state []string
-	for _, d := range []struct {
-		name, unit string
-		s          limiter.DimStatus
-		windowed   bool
-	}{
-		{"requests", "", st.Requests, true},
-		{"tokens", "tokens", st.Tokens, true},
-		{"concurrency", "concurrent-requests", st.Concurrency, false},
-	} {
-		if d.s.Limit <= 0 {
+	dims := [len(rateLimitDims)]limiter.DimStatus{st.Requests, st.Tokens, st.Concurrency}
+	var buf [512]byte
+	b := buf[:0]
+	var ends [len(rateLimitDims)*3 + 2]int // the end in b of each value, in the order written
+	vals := ends[:0]
+	var policy, state []byte
+	var scratch [256]byte
+	policy, state = scratch[:0:128], scratch[128:128]
+	for i, d := range rateLimitDims {
+		s := dims[i]
+		if s.Limit <= 0 {
 			continue
 		}
 		if d.windowed {
-			h.Set(hdrOpenAIPrefix+"limit-"+d.name, strconv.FormatInt(d.s.Limit, 10))
-			h.Set(hdrOpenAIPrefix+"remaining-"+d.name, strconv.FormatInt(d.s.Remaining, 10))
-			h.Set(hdrOpenAIPrefix+"reset-"+d.name, openAIDuration(d.s.Reset))
+			b = strconv.AppendInt(b, s.Limit, 10)
+			vals = append(vals, len(b))
+			b = strconv.AppendInt(b, s.Remaining, 10)
+			vals = append(vals, len(b))
+			b = append(b, openAIDuration(s.Reset)...)
+			vals = append(vals, len(b))
 		}
-		p := strconv.Quote(d.name) + ";q=" + strconv.FormatInt(d.s.Limit, 10)
+		if len(policy) > 0 {
+			policy, state = append(policy, ", "...), append(state, ", "...)
+		}
+		policy = strconv.AppendQuote(policy, d.name)
+		policy = strconv.AppendInt(append(policy, ";q="...), s.Limit, 10)
 		if d.unit != "" {
-			p += ";qu=" + strconv.Quote(d.unit)
+			policy = strconv.AppendQuote(append(policy, ";qu="...), d.unit)
 		}
 		if d.windowed {
-			p += ";w=" + strconv.FormatInt(w, 10)
+			policy = strconv.AppendInt(append(policy, ";w="...), w, 10)
 		}
-		policy = append(policy, p)
-		state = append(state, strconv.Quote(d.name)+";r="+strconv.FormatInt(d.s.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(d.s.Reset), 10))
+		state = strconv.AppendQuote(state, d.name)
+		state = strconv.AppendInt(append(state, ";r="...), s.Remaining, 10)
+		state = strconv.AppendInt(append(state, ";t="...), ceilSeconds(s.Reset), 10)
 	}
-	if len(policy) > 0 {
-		h.Set(hdrRateLimitPolicy, strings.Join(policy, ", "))
-		h.Set(hdrRateLimit, strings.Join(state, ", "))
+	if len(policy) == 0 {
+		return
 	}
+	b = append(b, policy...)
+	vals = append(vals, len(b))
+	b = append(b, state...)
+	vals = append(vals, len(b))
+	all := string(b)
+	slots := make([]string, len(vals)) // one backing array for every value's []string
+	value := func(k int) []string {
+		start := 0
+		if k > 0 {
+			start = vals[k-1]
+		}
+		slots[k] = all[start:vals[k]]
+		return slots[k : k+1 : k+1]
+	}
+	k := 0
+	for i, d := range rateLimitDims {
+		if dims[i].Limit <= 0 || !d.windowed {
+			continue
+		}
+		for _, name := range d.openAI {
+			h[name] = value(k)
+			k++
+		}
+	}
+	h[canonRateLimitPolicy] = value(k)
+	h[canonRateLimit] = value(k + 1)
 }
 
 // setRetryHeaders writes retry-after (whole seconds, rounded up, at least 1)
