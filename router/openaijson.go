@@ -344,18 +344,23 @@ func (s *fastJSON) answer(a *openAIAnswer) bool {
 	})
 }
 
-func (s *fastJSON) choices(a *openAIAnswer) bool {
+// arrayOf reads an array of objects into *xs as encoding/json fills a
+// slice: null leaves nil, [] an empty slice that is not nil, a null element
+// the zero T; elem reads each element that is an object into its slot.
+func arrayOf[T any](s *fastJSON, xs *[]T, elem func(x *T) bool) bool {
 	if s.null() {
-		a.Choices = nil
+		*xs = nil
 		return true
 	}
-	a.Choices = []openAIChoice{} // [] is an empty slice, not nil
+	*xs = []T{}
 	return s.array(func() bool {
-		a.Choices = append(a.Choices, openAIChoice{})
-		c := &a.Choices[len(a.Choices)-1]
-		if s.null() {
-			return true
-		}
+		*xs = append(*xs, *new(T))
+		return s.null() || elem(&(*xs)[len(*xs)-1])
+	})
+}
+
+func (s *fastJSON) choices(a *openAIAnswer) bool {
+	return arrayOf(s, &a.Choices, func(c *openAIChoice) bool {
 		var f fields
 		dup := false
 		return s.object(func(key []byte) bool {
@@ -392,17 +397,7 @@ func (s *fastJSON) delta(d *openAIDelta) bool {
 }
 
 func (s *fastJSON) toolCalls(d *openAIDelta) bool {
-	if s.null() {
-		d.ToolCalls = nil
-		return true
-	}
-	d.ToolCalls = []openAIToolCall{}
-	return s.array(func() bool {
-		d.ToolCalls = append(d.ToolCalls, openAIToolCall{})
-		tc := &d.ToolCalls[len(d.ToolCalls)-1]
-		if s.null() {
-			return true
-		}
+	return arrayOf(s, &d.ToolCalls, func(tc *openAIToolCall) bool {
 		var f fields
 		dup := false
 		return s.object(func(key []byte) bool {

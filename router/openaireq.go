@@ -45,17 +45,7 @@ func (s *fastJSON) request(in *openAIRequest) bool {
 }
 
 func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
-	if s.null() {
-		*msgs = nil
-		return true
-	}
-	*msgs = []prompt.Message{}
-	return s.array(func() bool {
-		*msgs = append(*msgs, prompt.Message{})
-		m := &(*msgs)[len(*msgs)-1]
-		if s.null() {
-			return true
-		}
+	return arrayOf(s, msgs, func(m *prompt.Message) bool {
 		var f fields
 		dup := false
 		return s.object(func(key []byte) bool {
