@@ -459,23 +459,59 @@ func TestPeerLargePartitionHandsOffUnderFrameCap(t *testing.T) {
 	}
 }
 
+// fragmentSizes are the item bodies' sizes of the fragmenting tests: empty,
+// small, about a frame, several frames.
+var fragmentSizes = []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
+
+// fragmentItem is item i of the fragmenting tests: id i+1, status i%2, a
+// body of fragmentSizes[i] bytes each i.
+func fragmentItem(i int) item {
+	return item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, fragmentSizes[i])}
+}
+
+// fragmentSessions are the two ends' sealing streams when sealed, else nil.
+func fragmentSessions(sealed bool) (send, recv *aeadStream) {
+	if !sealed {
+		return nil, nil
+	}
+	key := &clusterKey{secret: secretNew, auth: secretNew}
+	cs, _ := newSession(key, []byte("transcript"), true)
+	ss, _ := newSession(key, []byte("transcript"), false)
+	return cs.send, ss.recv
+}
+
+// readFragmentItems reads every fragmentItem from fr and checks each whole.
+func readFragmentItems(t *testing.T, fr *frameReader, sealed bool) {
+	t.Helper()
+	for got := 0; got < len(fragmentSizes); {
+		items, err := fr.next()
+		if err != nil {
+			t.Fatalf("sealed %v: after %d items: %v", sealed, got, err)
+		}
+		for _, it := range items {
+			i := int(it.id - 1)
+			if i < 0 || i >= len(fragmentSizes) {
+				t.Fatalf("sealed %v: an item of id %d, not sent", sealed, it.id)
+			}
+			if len(it.body) != fragmentSizes[i] || it.status != byte(i%2) || (len(it.body) > 0 && it.body[len(it.body)-1] != byte(i)) {
+				t.Fatalf("item %d: %d bytes status %d, want %d bytes status %d", i, len(it.body), it.status, fragmentSizes[i], i%2)
+			}
+			got++
+		}
+	}
+}
+
 // A frame writer with a cap writes no frame over it, whatever the items,
 // and the reader gives them back whole.
 func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 	for _, secret := range []bool{false, true} {
 		client, server := net.Pipe()
 		wire := wireLimits{maxFrame: MinMaxFrame}
-		var send, recv *aeadStream
-		if secret {
-			key := &clusterKey{secret: secretNew, auth: secretNew}
-			cs, _ := newSession(key, []byte("transcript"), true)
-			ss, _ := newSession(key, []byte("transcript"), false)
-			send, recv = cs.send, ss.recv
-		}
-		sizes := []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
+		send, recv := fragmentSessions(secret)
+		sizes := fragmentSizes
 		q := make(chan item, len(sizes))
-		for i, n := range sizes {
-			q <- item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)}
+		for i := range sizes {
+			q <- fragmentItem(i)
 		}
 		close(q)
 		var wg sync.WaitGroup
@@ -489,21 +525,7 @@ func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		fr := newFrameReader(server, frameCalls, wire, recv)
-		var got []int
-		for len(got) < len(sizes) {
-			items, err := fr.next()
-			if err != nil {
-				t.Fatalf("sealed %v: after %d items: %v", secret, len(got), err)
-			}
-			for _, it := range items {
-				i := int(it.id - 1)
-				if len(it.body) != sizes[i] || it.status != byte(i%2) || (len(it.body) > 0 && it.body[len(it.body)-1] != byte(i)) {
-					t.Fatalf("item %d: %d bytes status %d, want %d bytes status %d", i, len(it.body), it.status, sizes[i], i%2)
-				}
-				got = append(got, sizes[i])
-			}
-		}
+		readFragmentItems(t, newFrameReader(server, frameCalls, wire, recv), secret)
 		wg.Wait()
 		server.Close()
 		if largest.Load() > int64(wire.maxFrame)+4 {

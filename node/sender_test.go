@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -20,43 +19,22 @@ func TestFrameSenderFragmentsUnderCap(t *testing.T) {
 	for _, secret := range []bool{false, true} {
 		client, server := net.Pipe()
 		wire := wireLimits{maxFrame: MinMaxFrame}
-		var send, recv *aeadStream
-		if secret {
-			key := &clusterKey{secret: secretNew, auth: secretNew}
-			cs, _ := newSession(key, []byte("transcript"), true)
-			ss, _ := newSession(key, []byte("transcript"), false)
-			send, recv = cs.send, ss.recv
-		}
-		sizes := []int{0, 10, MinMaxFrame - 60, MinMaxFrame, 3*MinMaxFrame + 7, 100, 2 * MinMaxFrame}
+		send, recv := fragmentSessions(secret)
+		sizes := fragmentSizes
 		var frames []int
 		var largest atomic.Int64
 		snd := newFrameSender(&frameConn{Conn: client, largest: &largest}, frameCalls, BatchConfig{}, wire, send, func(n int) { frames = append(frames, n) })
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			defer client.Close()
-			for i, n := range sizes[:len(sizes)-1] {
-				snd.queue(item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, n)})
+			for i := range len(sizes) - 1 {
+				snd.queue(fragmentItem(i))
 			}
-			i := len(sizes) - 1
-			if err := snd.send(item{id: uint64(i + 1), status: byte(i % 2), body: bytes.Repeat([]byte{byte(i)}, sizes[i])}); err != nil {
+			if err := snd.send(fragmentItem(len(sizes) - 1)); err != nil {
 				t.Error(err)
 			}
 		})
-		fr := newFrameReader(server, frameCalls, wire, recv)
-		var got []int
-		for len(got) < len(sizes) {
-			items, err := fr.next()
-			if err != nil {
-				t.Fatalf("sealed %v: after %d items: %v", secret, len(got), err)
-			}
-			for _, it := range items {
-				i := int(it.id - 1)
-				if len(it.body) != sizes[i] || it.status != byte(i%2) || (len(it.body) > 0 && it.body[len(it.body)-1] != byte(i)) {
-					t.Fatalf("item %d: %d bytes status %d, want %d bytes status %d", i, len(it.body), it.status, sizes[i], i%2)
-				}
-				got = append(got, sizes[i])
-			}
-		}
+		readFragmentItems(t, newFrameReader(server, frameCalls, wire, recv), secret)
 		wg.Wait()
 		server.Close()
 		if largest.Load() > int64(wire.maxFrame)+4 {
