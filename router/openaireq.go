@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 
+	"github.com/tokenring/tokenring/internal/jsonwire"
 	"github.com/tokenring/tokenring/prompt"
 )
 
@@ -12,18 +13,14 @@ import (
 // decode into a fresh one). A message's content and tool calls are kept
 // raw, so their text may hold escapes and any UTF-8.
 func decodeOpenAIRequest(b []byte, in *openAIRequest) bool {
-	s := fastJSON{b: b}
-	if s.peek() != '{' || !s.request(in) {
-		return false
-	}
-	s.space()
-	return s.i == len(s.b)
+	s := fastJSON{jsonwire.New(b)}
+	return s.Peek() == '{' && s.request(in) && s.End()
 }
 
 func (s *fastJSON) request(in *openAIRequest) bool {
 	var f fields
 	dup := false
-	return s.object(func(key []byte) bool {
+	return s.Members(func(key []byte) bool {
 		switch {
 		case f.is(key, 0, "model", &dup):
 			return !dup && s.text(&in.Model)
@@ -40,7 +37,7 @@ func (s *fastJSON) request(in *openAIRequest) bool {
 		case f.is(key, 6, "stream_options", &dup):
 			return !dup && s.streamOptions(in)
 		}
-		return s.skip(maxFastDepth)
+		return s.skip()
 	})
 }
 
@@ -48,7 +45,7 @@ func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
 	return arrayOf(s, msgs, func(m *prompt.Message) bool {
 		var f fields
 		dup := false
-		return s.object(func(key []byte) bool {
+		return s.Members(func(key []byte) bool {
 			switch {
 			case f.is(key, 0, "role", &dup):
 				return !dup && s.text(&m.Role)
@@ -61,7 +58,7 @@ func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
 			case f.is(key, 4, "tool_call_id", &dup):
 				return !dup && s.text(&m.ToolCallID)
 			}
-			return s.skip(maxFastDepth)
+			return s.skip()
 		})
 	})
 }
@@ -70,7 +67,7 @@ func (s *fastJSON) messages(msgs *[]prompt.Message) bool {
 // json.RawMessage (a null included), in place: a request's body is never
 // changed (a body the proxy rewrites is a new one).
 func (s *fastJSON) rawMessage(v *json.RawMessage) bool {
-	b, ok := s.raw()
+	b, ok := s.Any(maxFastDepth)
 	if ok {
 		*v = b
 	}
@@ -79,32 +76,29 @@ func (s *fastJSON) rawMessage(v *json.RawMessage) bool {
 
 // intPointer reads an integer into a new *v, or a null, which sets v nil.
 func (s *fastJSON) intPointer(v **int64) bool {
-	if s.null() {
+	if s.Null() {
 		*v = nil
 		return true
 	}
 	n := new(int64)
 	*v = n
-	return s.peek() != 'n' && s.int(n)
+	return s.Peek() != 'n' && s.int(n)
 }
 
 // boolean reads true or false into v, or a null, which leaves v.
 func (s *fastJSON) boolean(v *bool) bool {
-	switch s.peek() {
-	case 't':
-		*v = true
-		return s.literal("true")
-	case 'f':
-		*v = false
-		return s.literal("false")
-	case 'n':
-		return s.literal("null")
+	if s.Null() {
+		return true
 	}
-	return false
+	b, ok := s.Bool()
+	if ok {
+		*v = b
+	}
+	return ok
 }
 
 func (s *fastJSON) streamOptions(in *openAIRequest) bool {
-	if s.null() {
+	if s.Null() {
 		in.StreamOptions = nil
 		return true
 	}
@@ -113,10 +107,10 @@ func (s *fastJSON) streamOptions(in *openAIRequest) bool {
 	}{}
 	var f fields
 	dup := false
-	return s.object(func(key []byte) bool {
+	return s.Members(func(key []byte) bool {
 		if f.is(key, 0, "include_usage", &dup) {
 			return !dup && s.boolean(&in.StreamOptions.IncludeUsage)
 		}
-		return s.skip(maxFastDepth)
+		return s.skip()
 	})
 }

@@ -4,7 +4,11 @@
 // integers, booleans); every method reports false for anything outside it,
 // and the caller hands the whole text to encoding/json instead: the subset
 // is chosen so that whatever it reads, encoding/json reads to the same
-// values. AppendString writes a string exactly as encoding/json does.
+// values. Beside its fields a text may carry others of any JSON, which
+// Any skips or keeps raw and Members lets through (any keys, repeats
+// included), for decoders of other parties' JSON (an LLM's answers, a
+// client's request to the proxy). AppendString writes a string exactly as
+// encoding/json does.
 package jsonwire
 
 import (
@@ -139,16 +143,10 @@ func (s *Scanner) Bool() (v, ok bool) {
 // Object reads {"key": value, ...}, calling field for each key, which
 // reads the value. A repeated key, or more than MaxKeys, is refused.
 func (s *Scanner) Object(field func(key []byte) bool) bool {
-	if !s.Byte('{') {
-		return false
-	}
-	if s.Byte('}') {
-		return true
-	}
 	var seen [MaxKeys][]byte
-	for n := 0; ; n++ {
-		key, ok := s.Raw()
-		if !ok || n == MaxKeys || !s.Byte(':') {
+	n := 0
+	return s.Members(func(key []byte) bool {
+		if n == MaxKeys {
 			return false
 		}
 		for _, k := range seen[:n] {
@@ -157,7 +155,24 @@ func (s *Scanner) Object(field func(key []byte) bool) bool {
 			}
 		}
 		seen[n] = key
-		if !field(key) {
+		n++
+		return field(key)
+	})
+}
+
+// Members reads {"key": value, ...} as Object does, but takes any number of
+// keys and repeats: the caller judges them (encoding/json merges a repeated
+// key, the last value winning).
+func (s *Scanner) Members(field func(key []byte) bool) bool {
+	if !s.Byte('{') {
+		return false
+	}
+	if s.Byte('}') {
+		return true
+	}
+	for {
+		key, ok := s.Raw()
+		if !ok || !s.Byte(':') || !field(key) {
 			return false
 		}
 		if s.Byte('}') {
