@@ -87,12 +87,16 @@ func setRateLimitHeaders(h http.Header, st limiter.Status, window time.Duration)
 	w := ceilSeconds(window)
 	dims := [len(rateLimitDims)]limiter.DimStatus{st.Requests, st.Tokens, st.Concurrency}
 	var buf [512]byte
-	b := buf[:0]
-	var ends [len(rateLimitDims)*3 + 2]int // the end in b of each value, in the order written
-	vals := ends[:0]
-	var policy, state []byte
+	b := buf[:0] // every value, one after the other
+	type value struct {
+		name string // canonical
+		end  int    // in b
+	}
+	var values [len(rateLimitDims)*3 + 2]value
+	n := 0
+	ended := func(name string) { values[n] = value{name, len(b)}; n++ }
 	var scratch [256]byte
-	policy, state = scratch[:0:128], scratch[128:128]
+	policy, state := scratch[:0:128], scratch[128:128]
 	for i, d := range rateLimitDims {
 		s := dims[i]
 		if s.Limit <= 0 {
@@ -100,11 +104,11 @@ func setRateLimitHeaders(h http.Header, st limiter.Status, window time.Duration)
 		}
 		if d.windowed {
 			b = strconv.AppendInt(b, s.Limit, 10)
-			vals = append(vals, len(b))
+			ended(d.openAI[0])
 			b = strconv.AppendInt(b, s.Remaining, 10)
-			vals = append(vals, len(b))
+			ended(d.openAI[1])
 			b = append(b, openAIDuration(s.Reset)...)
-			vals = append(vals, len(b))
+			ended(d.openAI[2])
 		}
 		if len(policy) > 0 {
 			policy, state = append(policy, ", "...), append(state, ", "...)
@@ -125,31 +129,17 @@ func setRateLimitHeaders(h http.Header, st limiter.Status, window time.Duration)
 		return
 	}
 	b = append(b, policy...)
-	vals = append(vals, len(b))
+	ended(canonRateLimitPolicy)
 	b = append(b, state...)
-	vals = append(vals, len(b))
+	ended(canonRateLimit)
 	all := string(b)
-	slots := make([]string, len(vals)) // one backing array for every value's []string
-	value := func(k int) []string {
-		start := 0
-		if k > 0 {
-			start = vals[k-1]
-		}
-		slots[k] = all[start:vals[k]]
-		return slots[k : k+1 : k+1]
+	slots := make([]string, n) // one backing array for every value's []string
+	start := 0
+	for i, v := range values[:n] {
+		slots[i] = all[start:v.end]
+		h[v.name] = slots[i : i+1 : i+1]
+		start = v.end
 	}
-	k := 0
-	for i, d := range rateLimitDims {
-		if dims[i].Limit <= 0 || !d.windowed {
-			continue
-		}
-		for _, name := range d.openAI {
-			h[name] = value(k)
-			k++
-		}
-	}
-	h[canonRateLimitPolicy] = value(k)
-	h[canonRateLimit] = value(k + 1)
 }
 
 // setRetryHeaders writes retry-after (whole seconds, rounded up, at least 1)
