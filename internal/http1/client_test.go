@@ -262,9 +262,12 @@ func TestClientSendsAgainOnlyWhatWasNotWritten(t *testing.T) {
 // body's read.
 func TestClientCancelCutsTheWaitAndTheBody(t *testing.T) {
 	release := make(chan struct{})
-	u := startUpstream(t, func(n, _ int) (string, bool) {
-		if n == 0 {
-			<-release // no answer until the test ends
+	// By connection, not by request: the head stage's request may reach the
+	// server after the body stage's (their connections are served
+	// concurrently, and the head stage gives up as soon as it has written).
+	u := startUpstream(t, func(_, conn int) (string, bool) {
+		if conn == 0 { // the head stage's: no answer until the test ends
+			<-release
 			return "", true
 		}
 		return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart", false
