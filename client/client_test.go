@@ -24,15 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // tenant, wrapped by wrap (nil: none), and counts the HTTP requests it saw.
 func serve(t testing.TB, limits map[string]limiter.Limits, wrap func(http.Handler) http.Handler) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
-	lim := func(key string) limiter.Limits { return limits[key[len("t:"):]] }
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := router.New(n, router.Config{Limits: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRouter(t, func(key string) limiter.Limits { return limits[key[len("t:"):]] })
 	var h http.Handler = r
 	if wrap != nil {
 		h = wrap(r)
@@ -42,11 +34,24 @@ func serve(t testing.TB, limits map[string]limiter.Limits, wrap func(http.Handle
 		count.Add(1)
 		h.ServeHTTP(w, req)
 	}))
-	t.Cleanup(func() {
-		hs.Close()
-		n.Close()
-	})
+	t.Cleanup(hs.Close) // before newRouter's node closes
 	return hs, &count
+}
+
+// newRouter is a router over a lone node of limits lim, closed when the
+// test ends.
+func newRouter(t testing.TB, lim func(string) limiter.Limits) *router.Router {
+	t.Helper()
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	r, err := router.New(n, router.Config{Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func newClient(t testing.TB, url string, cfg client.Config) *client.Client {

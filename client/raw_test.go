@@ -11,23 +11,13 @@ import (
 
 	"github.com/tokenring/tokenring/client"
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 // rawServer is a node behind an unstarted httptest server that counts the
 // connections it accepted and closed, configured by setup before it starts.
 func rawServer(t *testing.T, mux func(http.Handler) http.Handler, setup func(*http.Server)) (hs *httptest.Server, opened, closed *atomic.Int64) {
 	t.Helper()
-	lim := func(string) limiter.Limits { return limiter.Limits{Requests: 1000} }
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := router.New(n, router.Config{Limits: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRouter(t, func(string) limiter.Limits { return limiter.Limits{Requests: 1000} })
 	opened, closed = &atomic.Int64{}, &atomic.Int64{}
 	hs = httptest.NewUnstartedServer(mux(r))
 	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -42,10 +32,7 @@ func rawServer(t *testing.T, mux func(http.Handler) http.Handler, setup func(*ht
 		setup(hs.Config)
 	}
 	hs.Start()
-	t.Cleanup(func() {
-		hs.Close()
-		n.Close()
-	})
+	t.Cleanup(hs.Close) // before newRouter's node closes
 	return hs, opened, closed
 }
 

@@ -42,6 +42,16 @@ func admit(t *testing.T, nd *Node, key string, n int) (allowed int) {
 	return allowed
 }
 
+// ringAll gives each of nodes the ring of them all, and returns it.
+func ringAll(t testing.TB, nodes []*Node) *ring.Ring {
+	t.Helper()
+	all := ringOf(t, nodes...)
+	for _, nd := range nodes {
+		nd.SetRing(all)
+	}
+	return all
+}
+
 func newNodes(t testing.TB, n int, limits func(string) limiter.Limits, opts ...func(*Config)) []*Node {
 	t.Helper()
 	var nodes []*Node
@@ -242,10 +252,7 @@ func TestDrainHandsEverythingOn(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10} }
 	nodes := newNodes(t, 3, limits)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	all := ringOf(t, n1, n2, n3)
-	for _, nd := range nodes {
-		nd.SetRing(all)
-	}
+	all := ringAll(t, nodes)
 	without := ringOf(t, n2, n3)
 	keys := append(keysMoving(all, without, "n1", "n2", 10), keysMoving(all, without, "n1", "n3", 10)...)
 	for _, k := range keys {
@@ -323,10 +330,7 @@ func TestCrashRecoversFromReplica(t *testing.T) {
 	// replicas hold is exactly known.
 	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	all := ringOf(t, n1, n2, n3)
-	for _, nd := range nodes {
-		nd.SetRing(all)
-	}
+	all := ringAll(t, nodes)
 	after := ringOf(t, n2, n3)
 	keys := append(keysMoving(all, after, "n1", "n2", 10), keysMoving(all, after, "n1", "n3", 10)...)
 	ctx := context.Background()

@@ -20,10 +20,7 @@ func TestReplicationRoundIsOneCallPerBackup(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
 	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	all := ringOf(t, n1, n2, n3)
-	for _, nd := range nodes {
-		nd.SetRing(all)
-	}
+	all := ringAll(t, nodes)
 	const count = 200
 	keys := keysWhere(count, func(k string) bool { m, _ := all.Owner(k); return m.Name == "n1" })
 	for _, k := range keys {
