@@ -93,6 +93,7 @@ type hotKey struct {
 	maxTokens  int64     // the largest token bound of a request since the last ask
 	uses       int       // acquires for the key since the last ask
 	since      time.Time // the last ask (or the first forward)
+	served     time.Time // the last acquire served from a slice
 	forwarded  int       // forwarded acquires since counting
 	counting   time.Time // start of the period forwarded counts (at most a second)
 	lastActive time.Time
@@ -163,6 +164,7 @@ func (al *allotments) take(c *Call, now time.Time, addr string) (a Answer, ok bo
 		for _, s := range k.slices {
 			if id, ok := s.take(now, tokens); ok {
 				k.uses++
+				k.served = now
 				a = Answer{Decision: s.decision(id), Owner: s.owner}
 				return a, true, expired, k.wantsMore()
 			}
@@ -185,19 +187,33 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 		sh.keys[c.Key] = k
 	}
 	k.lastActive = now
+	k.uses++
+	if tokens, ok := requestBound(c.Req); ok {
+		k.maxTokens = max(k.maxTokens, tokens)
+	}
+	if !k.served.IsZero() && now.Sub(k.served) < time.Second && al.atRate(k.uses, now.Sub(k.since)) {
+		// Served from a slice within the last second, and as busy since
+		// the last ask: the key is still hot, its slices just ended with
+		// their bucket. The next is asked for at once, not after another
+		// tenth of a second of counting forwards (every key's buckets end
+		// together, so that pause would forward every hot key at each
+		// bucket's end).
+		return k.wantsMore()
+	}
 	elapsed := now.Sub(k.counting)
 	if elapsed > time.Second || elapsed < 0 {
 		k.counting, k.forwarded, elapsed = now, 0, 0
 	}
 	k.forwarded++
-	k.uses++
-	if tokens, ok := requestBound(c.Req); ok {
-		k.maxTokens = max(k.maxTokens, tokens)
-	}
 	// The rate over the counting period, once it is a tenth of a second
 	// long: a key is hot within 100 ms.
-	hot := float64(k.forwarded) >= float64(al.rate)*max(elapsed, 100*time.Millisecond).Seconds()
-	return hot && elapsed >= 100*time.Millisecond && k.wantsMore()
+	return al.atRate(k.forwarded, elapsed) && elapsed >= 100*time.Millisecond && k.wantsMore()
+}
+
+// atRate reports whether n acquires in elapsed (counted as at least a
+// tenth of a second) reach the hot rate.
+func (al *allotments) atRate(n int, elapsed time.Duration) bool {
+	return float64(n) >= float64(al.rate)*max(elapsed, 100*time.Millisecond).Seconds()
 }
 
 // wantsMore reports whether a slice should be asked for now: none is
@@ -374,7 +390,9 @@ func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (A
 		if a, err = forward(); err != nil {
 			return a, err
 		}
-		ask = al.forwarded(c, now)
+		if al.forwarded(c, now) {
+			ask = true
+		}
 	} else {
 		n.stats.allotted.Add(1)
 	}

@@ -231,6 +231,45 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 	})
 }
 
+// A key whose slice ended with its bucket while it was being served is
+// still hot: its next forward asks for the next slice at once, without
+// counting forwards again for a tenth of a second (every key's buckets end
+// together, so that pause would forward every hot key at once). A key
+// that slowed below the rate since its last ask is not asked for again.
+func TestKeyStaysHotAcrossItsBucketEnd(t *testing.T) {
+	call := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
+	for _, tc := range []struct {
+		rate    int
+		wantAsk bool
+	}{{rate: 5, wantAsk: true}, {rate: 50, wantAsk: false}} {
+		al := newAllotments(tc.rate)
+		t0 := time.Unix(1000, 0)
+		var now time.Time
+		for i := range 6 {
+			now = t0.Add(time.Duration(20*i) * time.Millisecond)
+			if ask := al.forwarded(call, now); ask != (i == 5) {
+				t.Fatalf("rate %d: forward %d of 6 in 100 ms: ask %v", tc.rate, i+1, ask)
+			}
+		}
+		c := al.ask("k", now)
+		al.granted("k", "owner", now, c.Req.Reserve, Answer{OK: true, Owner: "owner", State: appendGrant(nil, 900*time.Millisecond, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, nil)
+		for i := range 8 { // 8 served by 950 ms
+			now = t0.Add(time.Duration(200+100*i) * time.Millisecond)
+			if _, ok, _, _ := al.take(call, now, "owner"); !ok {
+				t.Fatalf("rate %d: acquire %d at %v not served from the slice", tc.rate, i, now.Sub(t0))
+			}
+		}
+		now = t0.Add(1050 * time.Millisecond) // the slice ended at 1 s
+		_, ok, expired, _ := al.take(call, now, "owner")
+		if ok || len(expired) != 2 {
+			t.Fatalf("rate %d: after the deadline: served %v, %d returned; want not served, 2 returned", tc.rate, ok, len(expired))
+		}
+		if ask := al.forwarded(call, now); ask != tc.wantAsk {
+			t.Fatalf("rate %d: 9 acquires in the 950 ms since the last ask, then forwarded: ask %v, want %v", tc.rate, ask, tc.wantAsk)
+		}
+	}
+}
+
 // FuzzDecodeGrant: an OpAllot answer from a peer decodes or is refused,
 // never panics, holds at most maxAllot admissions, and what decodes
 // encodes back to the same bytes.
@@ -293,7 +332,9 @@ func TestAllotmentConservationSim(t *testing.T) {
 					if d := owner.Acquire(now, req.Req); d.Allowed {
 						ok = true
 					}
-					ask = al.forwarded(req, now)
+					if al.forwarded(req, now) {
+						ask = true
+					}
 				}
 				if ok {
 					arrivals = append(arrivals, now)
