@@ -209,7 +209,7 @@ type Config struct {
 	MaxKeys int `yaml:"max_keys"`
 	// HotKeyRate is how many acquires a second a node must forward for one
 	// key before it asks the key's owner for a slice of its budget and
-	// decides that key's requests itself (README "Hot keys"). Default 500;
+	// decides that key's requests itself (README "Hot keys"). Default 5;
 	// 0 turns slices off.
 	HotKeyRate int `yaml:"hot_key_rate"`
 	// HTTP bounds the HTTP server.
@@ -242,7 +242,7 @@ const (
 	DefaultAging            = 5 * time.Second
 
 	DefaultMaxKeys               = 1_000_000
-	DefaultHotKeyRate            = 500
+	DefaultHotKeyRate            = 5
 	DefaultReadHeaderTimeout     = 5 * time.Second
 	DefaultReadTimeout           = 30 * time.Second
 	DefaultIdleTimeout           = 120 * time.Second

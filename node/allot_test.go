@@ -270,6 +270,53 @@ func TestKeyStaysHotAcrossItsBucketEnd(t *testing.T) {
 	}
 }
 
+// Admissions that could not be given back are owed: due again only from
+// their next try on, merged per key, and keep the time they first failed
+// (which bounds how long they are tried).
+func TestOwedAdmissionsAreDueFromTheirNextTry(t *testing.T) {
+	al := newAllotments(5)
+	t0 := time.Unix(1000, 0)
+	al.owe("k", []uint64{1, 2}, t0, t0.Add(allotRetry))
+	al.owe("k", []uint64{3}, t0.Add(time.Second), t0.Add(time.Second+allotRetry))
+	al.owe("j", []uint64{9}, t0, t0.Add(allotRetry))
+	if got := al.due(t0.Add(allotRetry - time.Nanosecond)); len(got) != 0 {
+		t.Fatalf("due before any next try: %v", got)
+	}
+	got := al.due(t0.Add(allotRetry))
+	if len(got) != 1 || !reflect.DeepEqual(got["j"].ids, []uint64{9}) {
+		t.Fatalf("due at j's next try: %v, want only j's [9]", got)
+	}
+	got = al.due(t0.Add(time.Second + allotRetry))
+	if o := got["k"]; len(got) != 1 || !reflect.DeepEqual(o.ids, []uint64{1, 2, 3}) || !o.since.Equal(t0) {
+		t.Fatalf("due at k's next try: %+v, want [1 2 3] owed since t0", got)
+	}
+	if got := al.due(t0.Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("owed again after being due: %v", got)
+	}
+}
+
+// What was given back in the last allotRecall is owed again, due at once,
+// when the ring moves (an owner that crashed lost its last returns); older
+// returns are forgotten.
+func TestReturnsAreMadeAgainWhenTheRingMoves(t *testing.T) {
+	al := newAllotments(5)
+	t0 := time.Unix(1000, 0)
+	al.gaveBack("k", []uint64{1, 2}, t0)
+	al.gaveBack("k", []uint64{3}, t0.Add(20*time.Second))
+	al.gaveBack("j", []uint64{9}, t0.Add(5*time.Second))
+	al.forget(t0.Add(allotRecall)) // k's first return is allotRecall old
+	now := t0.Add(allotRecall + 10*time.Second)
+	al.recall(now) // j's is too by now
+	got := al.due(now)
+	if len(got) != 1 || !reflect.DeepEqual(got["k"].ids, []uint64{3}) {
+		t.Fatalf("owed after the ring moved: %+v, want k's [3] (returned within allotRecall)", got)
+	}
+	al.recall(now.Add(time.Second))
+	if got := al.due(now.Add(time.Second)); len(got) != 0 {
+		t.Fatalf("owed again by a second move: %+v; a recall is made once", got)
+	}
+}
+
 // FuzzDecodeGrant: an OpAllot answer from a peer decodes or is refused,
 // never panics, holds at most maxAllot admissions, and what decodes
 // encodes back to the same bytes.

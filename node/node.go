@@ -222,6 +222,9 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	n.ring.Store(r)
 	t.setView(r, members)
 	n.prunePeers(r)
+	if n.allot != nil {
+		n.allot.recall(n.cfg.Now()) // an owner may have crashed: give back again (allotRecall)
+	}
 }
 
 // Keys reports how many keys this node holds state for.

@@ -222,12 +222,25 @@ func (c *Cluster) Start() *Proc {
 		p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
 		p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
 	}
-	c.launch(p)
 	c.mu.Lock()
 	c.Procs = append(c.Procs, p)
 	c.mu.Unlock()
-	c.waitReady(p, 15*time.Second)
-	return p
+	for attempt := 1; ; attempt++ {
+		logged := len(p.Log())
+		c.launch(p)
+		if !c.awaitReady(p, 15*time.Second) {
+			return p
+		}
+		// A port FreePort found free was taken before the node bound it
+		// (another test's process or connection): new ports, once more.
+		if c.opts.Place != nil || attempt == 3 || !strings.Contains(p.Log()[logged:], "address already in use") {
+			c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
+		}
+		p.HTTP = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		p.starts = 0
+	}
 }
 
 // launch execs p's process, joining the first other live node.
@@ -296,10 +309,19 @@ func (c *Cluster) Live() []*Proc {
 
 func (c *Cluster) waitReady(p *Proc, timeout time.Duration) {
 	c.t.Helper()
+	if c.awaitReady(p, timeout) {
+		c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
+	}
+}
+
+// awaitReady waits until p answers /readyz with 200 (false) or exits
+// (true); it fails the test after timeout.
+func (c *Cluster) awaitReady(p *Proc, timeout time.Duration) (exited bool) {
+	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		if !p.Alive() {
-			c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
+			return true
 		}
 		resp, err := p.client().Get(p.URL() + "/readyz")
 		if err == nil {
