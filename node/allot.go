@@ -8,7 +8,7 @@ package node
 // for one key, it asks the owner for a slice: OpAllot admits, at the owner,
 // as many ordinary requests as this node is expected to need before the
 // owner's current bucket ends (each reserving the largest token bound seen
-// here, each holding a concurrency slot), at most a quarter of what the
+// here, each holding a concurrency slot), at most a hundredth of what the
 // window has left. This node then hands those admissions out to its own
 // callers without asking the owner, and asks for the next slice when a
 // fifth of the last one is left.
@@ -46,6 +46,18 @@ import (
 
 // maxAllot bounds the admissions of one OpAllot.
 const maxAllot = 1000
+
+// A slice holds at most 1/allotShare of what its key's window has left, in
+// each limited dimension, and a key with less than minSlice such shares
+// left gets none. So what idles in slices while the owner refuses is small
+// (a hundredth of what is left, per holder), and near its limit a key is
+// decided by its owner alone: a burst then admits exactly what is left.
+// (A slice under minSlice admissions would also cost more peer calls than
+// it saves: the ask, the top-up, the give-back.)
+const (
+	allotShare = 100
+	minSlice   = 4
+)
 
 // slice is admissions an owner made in advance for this node to hand out.
 type slice struct {
@@ -93,6 +105,7 @@ type hotKey struct {
 	uses       int       // acquires for the key since the last ask
 	since      time.Time // the last ask (or the first forward)
 	served     time.Time // the last acquire served from a slice
+	quiet      time.Time // no ask before it: the owner refused one for its bucket ending then
 	forwarded  int       // forwarded acquires since counting
 	counting   time.Time // start of the period forwarded counts (at most a second)
 	lastActive time.Time
@@ -169,7 +182,7 @@ func (al *allotments) take(c *Call, now time.Time, addr string) (a Answer, ok bo
 				k.uses++
 				k.served = now
 				a = Answer{Decision: s.decision(id), Owner: s.owner}
-				return a, true, expired, k.wantsMore()
+				return a, true, expired, k.wantsMore(now)
 			}
 		}
 	}
@@ -201,7 +214,7 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 		// tenth of a second of counting forwards (every key's buckets end
 		// together, so that pause would forward every hot key at each
 		// bucket's end).
-		return k.wantsMore()
+		return k.wantsMore(now)
 	}
 	elapsed := now.Sub(k.counting)
 	if elapsed > time.Second || elapsed < 0 {
@@ -210,7 +223,7 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 	k.forwarded++
 	// The rate over the counting period, once it is a tenth of a second
 	// long: a key is hot within 100 ms.
-	return al.atRate(k.forwarded, elapsed) && elapsed >= 100*time.Millisecond && k.wantsMore()
+	return al.atRate(k.forwarded, elapsed) && elapsed >= 100*time.Millisecond && k.wantsMore(now)
 }
 
 // atRate reports whether n acquires in elapsed (counted as at least a
@@ -219,10 +232,11 @@ func (al *allotments) atRate(n int, elapsed time.Duration) bool {
 	return float64(n) >= float64(al.rate)*max(elapsed, 100*time.Millisecond).Seconds()
 }
 
-// wantsMore reports whether a slice should be asked for now: none is
-// under way, and the slices held are low.
-func (k *hotKey) wantsMore() bool {
-	if k.asking || k.maxTokens == 0 {
+// wantsMore reports whether a slice should be asked for at now: none is
+// under way, the owner did not refuse one for the current bucket, and the
+// slices held are low.
+func (k *hotKey) wantsMore(now time.Time) bool {
+	if k.asking || k.maxTokens == 0 || now.Before(k.quiet) {
 		return false
 	}
 	left, granted := 0, 0
@@ -274,11 +288,18 @@ func (al *allotments) granted(key, addr string, sent time.Time, reserve int64, a
 	defer sh.mu.Unlock()
 	k := sh.keys[key]
 	k.asking = false
-	if err != nil || !a.OK {
+	if err != nil {
 		return
 	}
 	validFor, ids, derr := decodeGrant(a.State)
-	if derr != nil || len(ids) == 0 {
+	switch {
+	case derr != nil:
+		return
+	case !a.OK || len(ids) == 0:
+		// Refused: the window is full, or too near its limit to share.
+		// Asking again before the owner's bucket ends would be refused
+		// too, and cost a call a forward.
+		k.quiet = sent.Add(validFor)
 		return
 	}
 	s := &slice{ids: ids, reserve: reserve, granted: len(ids), owner: a.Owner, addr: addr, status: a.Decision.Status, deadline: sent.Add(validFor)}
@@ -338,24 +359,29 @@ func decodeGrant(b []byte) (time.Duration, []uint64, error) {
 
 // allot is the owner's side of OpAllot: c.Count is the asker's acquires a
 // second; it admits what the asker needs until the bucket ends (a quarter
-// more), at most maxAllot and a quarter of the requests the window has
-// left, each reserving c.Req.Reserve tokens. Any refusal stops it. Callers
-// hold the key's budget (Table.Do).
+// more), at most maxAllot and a hundredth of what the window has left in
+// each limited dimension (allotShare), each reserving c.Req.Reserve tokens;
+// none when that hundredth is under minSlice. Any refusal stops it.
+// Callers hold the key's budget (Table.Do).
 func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 	validFor := b.BucketEnd().Sub(now)
 	want := int(float64(c.Count)*validFor.Seconds()*1.25) + 1
 	st := b.Status(now)
 	reserve := max(1, c.Req.Reserve)
+	share := int64(maxAllot)
 	if st.Requests.Limit > 0 {
-		want = min(want, int(max(1, st.Requests.Remaining/4)))
+		share = min(share, st.Requests.Remaining/allotShare)
 	}
 	if st.Tokens.Limit > 0 {
-		want = min(want, int(max(1, st.Tokens.Remaining/4/reserve)))
+		share = min(share, st.Tokens.Remaining/allotShare/reserve)
 	}
 	if st.Concurrency.Limit > 0 {
-		want = min(want, int(max(1, st.Concurrency.Remaining/4)))
+		share = min(share, st.Concurrency.Remaining/allotShare)
 	}
-	want = min(want, maxAllot)
+	if share < minSlice {
+		share = 0
+	}
+	want = min(want, int(share))
 	ids := make([]uint64, 0, want)
 	var a Answer
 	for range want {

@@ -317,6 +317,51 @@ func TestReturnsAreMadeAgainWhenTheRingMoves(t *testing.T) {
 	}
 }
 
+// A slice holds at most a hundredth of what the window has left, and a
+// key with less than minSlice hundredths left gets none: near its limit
+// a key is decided by its owner alone. A holder refused a slice asks no
+// more until the owner's bucket ends.
+func TestSliceIsAHundredthOfWhatIsLeft(t *testing.T) {
+	now := time.Unix(5000, 0)
+	b := limiter.NewBudget(limiter.Limits{Requests: 1000, Window: time.Minute, Concurrency: 1 << 20, Tokens: 1 << 40}, nil, now)
+	ask := Call{Op: OpAllot, Key: "k", Count: maxAllot, Req: limiter.Request{Reserve: 1}}
+	grant := func() []uint64 {
+		_, ids, err := decodeGrant(allot(b, now, &ask).State)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if got := len(grant()); got != 1000/allotShare {
+		t.Fatalf("a slice of %d admissions with 1000 left, want %d", got, 1000/allotShare)
+	}
+	for range 990 - minSlice*allotShare + 1 { // 399 left
+		if d := b.Acquire(now, limiter.Request{Reserve: 1}); !d.Allowed {
+			t.Fatal("refused under the limit")
+		}
+	}
+	if got := grant(); len(got) != 0 {
+		t.Fatalf("a slice of %d admissions with %d left, want none", len(got), minSlice*allotShare-1)
+	}
+
+	al := newAllotments(5)
+	call := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
+	for i := range 6 {
+		if al.forwarded(call, now.Add(time.Duration(20*i)*time.Millisecond)) {
+			break
+		}
+	}
+	sent := now.Add(100 * time.Millisecond)
+	al.ask("k", sent)
+	al.granted("k", "owner", sent, 1, Answer{OK: false, Owner: "owner", State: appendGrant(nil, 300*time.Millisecond, nil)}, nil)
+	if al.forwarded(call, sent.Add(299*time.Millisecond)) {
+		t.Fatal("asked again before the bucket of a refused ask ended")
+	}
+	if !al.forwarded(call, sent.Add(300*time.Millisecond)) {
+		t.Fatal("no ask once the bucket of a refused ask ended")
+	}
+}
+
 // FuzzDecodeGrant: an OpAllot answer from a peer decodes or is refused,
 // never panics, holds at most maxAllot admissions, and what decodes
 // encodes back to the same bytes.
