@@ -308,7 +308,8 @@ func (al *allotments) granted(key, addr string, sent time.Time, reserve int64, a
 
 // sweep returns the admissions of slices past their deadline at now, by
 // key, and drops the keys that hold no slice and are not hot (their count
-// is over a second old) or were not used since before idle.
+// is over a second old, and no slice served them in the last second) or
+// were not used since before idle.
 func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint64 {
 	out := map[string][]uint64{}
 	for i := range al.shards {
@@ -318,9 +319,14 @@ func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint
 			if ids := k.dropExpired(now, ""); len(ids) > 0 {
 				out[key] = ids
 			}
-			cold := now.Sub(k.counting) > time.Second || now.Sub(k.lastActive) > idle
-			if len(k.slices) == 0 && !k.asking && cold {
-				delete(sh.keys, key)
+			// Not hot: its count is over a second old and no slice served
+			// it in the last second (a hot key's count stops while its
+			// slices serve it; it must outlive its slices' end).
+			cold := now.Sub(k.counting) > time.Second && now.Sub(k.served) >= time.Second
+			if cold || now.Sub(k.lastActive) > idle {
+				if len(k.slices) == 0 && !k.asking {
+					delete(sh.keys, key)
+				}
 			}
 		}
 		sh.mu.Unlock()
