@@ -100,20 +100,25 @@ func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...
 func (o options) measure(ctx context.Context, name string, pids []int, prefix string, args ...string) (measured, error) {
 	runs := make([]measured, 0, o.repeat)
 	for k := range o.repeat {
-		a, label := args, name
+		a := args
 		if prefix != "" {
 			a = slices.Concat(args, []string{"-prefix", repeatPrefix(prefix, k)})
 		}
-		if o.repeat > 1 {
-			label = fmt.Sprintf("%s (%d of %d)", name, k+1, o.repeat)
-		}
-		m, err := o.loadOnce(ctx, label, pids, a...)
+		m, err := o.loadOnce(ctx, o.runLabel(name, k), pids, a...)
 		if err != nil {
 			return measured{}, err
 		}
 		runs = append(runs, m)
 	}
 	return medianRun(runs), nil
+}
+
+// runLabel is the progress name of run k of measurement name.
+func (o options) runLabel(name string, k int) string {
+	if o.repeat > 1 {
+		return fmt.Sprintf("%s (%d of %d)", name, k+1, o.repeat)
+	}
+	return name
 }
 
 // repeatPrefix is the tenant name prefix of run k of a measurement.
@@ -292,20 +297,36 @@ func (o options) clusterStage(ctx context.Context, dir string, r *report) error 
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return err
 	}
-	for _, p := range []planned{
+	clusterArgs := func(nodes servers, more ...string) []string {
+		targets := "http://" + nodes[0].addr + ",http://" + nodes[1].addr + ",http://" + nodes[2].addr
+		return slices.Concat([]string{"-targets", targets, "-client", "raw", "-complete=false"}, more)
+	}
+	// Local and forwarded are a ratio: their runs alternate, each on a
+	// cluster of its own, so that a host slowing down during the stage
+	// (a shared machine does) weighs on both alike.
+	pair := []planned{
 		{"tokenring 3 nodes, -route owner", &r.local, "owner-", []string{"-route", "owner", "-tenants", "1000"}},
 		{"tokenring 3 nodes, -route other", &r.forwarded, "other-", []string{"-route", "other", "-tenants", "1000"}},
-		{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}},
-	} {
-		err := o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
-			targets := "http://" + nodes[0].addr + ",http://" + nodes[1].addr + ",http://" + nodes[2].addr
-			args := append([]string{"-targets", targets, "-client", "raw", "-complete=false"}, p.args...)
-			*p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args...)
-			return err
-		})
-		if err != nil {
-			return err
+	}
+	runs := make([][]measured, len(pair))
+	for k := range o.repeat {
+		for i, p := range pair {
+			err := o.onFresh(ctx, cfg, 3, func(nodes servers) error {
+				m, err := o.loadOnce(ctx, o.runLabel(p.name, k), nodes.pids(), clusterArgs(nodes, slices.Concat(p.args, []string{"-prefix", repeatPrefix(p.prefix, k)})...)...)
+				runs[i] = append(runs[i], m)
+				return err
+			})
+			if err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	for i, p := range pair {
+		*p.into = medianRun(runs[i])
+	}
+	hot := planned{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}}
+	return o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
+		*hot.into, err = o.measure(ctx, hot.name, nodes.pids(), hot.prefix, clusterArgs(nodes, hot.args...)...)
+		return err
+	})
 }
