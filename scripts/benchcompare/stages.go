@@ -132,6 +132,35 @@ func medianRun(runs []measured) measured {
 	return sorted[len(sorted)/2]
 }
 
+// alternated is one measurement of a set whose runs alternate: run makes
+// its run k, named label.
+type alternated struct {
+	name string
+	into *measured
+	run  func(label string, k int) (measured, error)
+}
+
+// alternate runs each of ms -repeat times, one run of each in turn, and
+// keeps each one's run with the median decisions/s. The ratios between
+// them then compare runs made minutes apart at most, whatever a shared
+// host does meanwhile.
+func (o options) alternate(ms []alternated) error {
+	runs := make([][]measured, len(ms))
+	for k := range o.repeat {
+		for i, m := range ms {
+			r, err := m.run(o.runLabel(m.name, k), k)
+			if err != nil {
+				return err
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	for i, m := range ms {
+		*m.into = medianRun(runs[i])
+	}
+	return nil
+}
+
 // zsetKeys10k is the sorted set's keys at 10,000 entries (1,000 at 10 and
 // 1,000 entries): 100 × 10,000 prefilled members, as many as 1,000 × 1,000.
 const zsetKeys10k = 100
@@ -145,7 +174,7 @@ type planned struct {
 	args   []string
 }
 
-// redisStage runs the Redis rows, and the sorted set of the flatness
+// redisStage runs the sorted set's rows, and those of the flatness
 // table, against one redis-server (flushed before each measurement; the
 // sorted set's prefill replaces each key a run uses).
 func (o options) redisStage(ctx context.Context, r *report) error {
@@ -156,7 +185,6 @@ func (o options) redisStage(ctx context.Context, r *report) error {
 	defer srv.stop()
 	var zset10k measured
 	for _, p := range []planned{
-		{"Redis INCR", &r.incr, "", []string{"-system", "redis-incr", "-tenants", "1000"}},
 		{"Redis sorted set, 10 entries a key", &r.zset10, "", []string{"-system", "redis-zset", "-entries", "10", "-tenants", "1000"}},
 		{"Redis sorted set, 1,000 entries a key", &r.zset1000, "", []string{"-system", "redis-zset", "-entries", "1000", "-tenants", "1000"}},
 		{"Redis sorted set, 10,000 entries a key", &zset10k, "", []string{"-system", "redis-zset", "-entries", "10000", "-tenants", strconv.Itoa(zsetKeys10k)}},
@@ -214,12 +242,13 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 			return slices.Concat([]string{"-targets", target, "-tenants", "1000", "-complete=false"}, more)
 		}
 	}
+	if err := o.againstINCR(ctx, cfg, r, single); err != nil {
+		return err
+	}
 	for _, p := range []struct {
 		planned
 		args func(string) []string
 	}{
-		{planned{"tokenring 1 node", &r.single, "single-", nil}, single("-client", "raw")},
-		{planned{"tokenring 1 node, batching client", &r.batch, "batch-", nil}, single("-client", "batch")},
 		{planned{"tokenring 1 node, 16 workers", &r.single16, "single16-", nil}, single("-client", "raw", "-c", "16")},
 		{planned{"tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-", nil}, single()},
 	} {
@@ -241,6 +270,39 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	}
 	return o.onFresh(ctx, cfg, 1, func(nodes servers) error {
 		return o.proxyRuns(ctx, r, "http://"+llm.addr, "http://"+nodes[0].addr)
+	})
+}
+
+// againstINCR measures Redis INCR, one node's single calls and the
+// batching client, whose ratios the must-show lines are, in alternating
+// runs: INCR on a flushed redis-server of its own, tokenring on a node of
+// its own each run.
+func (o options) againstINCR(ctx context.Context, cfg string, r *report, single func(...string) func(string) []string) error {
+	srv, err := startRedis(ctx, o.redisServer)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	incr := alternated{"Redis INCR", &r.incr, func(label string, k int) (measured, error) {
+		if err := redisInline(srv.addr, "FLUSHALL", "+OK"); err != nil {
+			return measured{}, err
+		}
+		return o.loadOnce(ctx, label, []int{srv.pid()}, "-system", "redis-incr", "-tenants", "1000", "-redis", srv.addr)
+	}}
+	node := func(name string, into *measured, prefix, mode string) alternated {
+		return alternated{name, into, func(label string, k int) (m measured, err error) {
+			err = o.onFresh(ctx, cfg, 1, func(nodes servers) (err error) {
+				args := slices.Concat(single("-client", mode)("http://"+nodes[0].addr), []string{"-prefix", repeatPrefix(prefix, k)})
+				m, err = o.loadOnce(ctx, label, nodes.pids(), args...)
+				return err
+			})
+			return m, err
+		}}
+	}
+	return o.alternate([]alternated{
+		incr,
+		node("tokenring 1 node", &r.single, "single-", "raw"),
+		node("tokenring 1 node, batching client", &r.batch, "batch-", "batch"),
 	})
 }
 
@@ -302,27 +364,21 @@ func (o options) clusterStage(ctx context.Context, dir string, r *report) error 
 		return slices.Concat([]string{"-targets", targets, "-client", "raw", "-complete=false"}, more)
 	}
 	// Local and forwarded are a ratio: their runs alternate, each on a
-	// cluster of its own, so that a host slowing down during the stage
-	// (a shared machine does) weighs on both alike.
-	pair := []planned{
-		{"tokenring 3 nodes, -route owner", &r.local, "owner-", []string{"-route", "owner", "-tenants", "1000"}},
-		{"tokenring 3 nodes, -route other", &r.forwarded, "other-", []string{"-route", "other", "-tenants", "1000"}},
-	}
-	runs := make([][]measured, len(pair))
-	for k := range o.repeat {
-		for i, p := range pair {
-			err := o.onFresh(ctx, cfg, 3, func(nodes servers) error {
-				m, err := o.loadOnce(ctx, o.runLabel(p.name, k), nodes.pids(), clusterArgs(nodes, slices.Concat(p.args, []string{"-prefix", repeatPrefix(p.prefix, k)})...)...)
-				runs[i] = append(runs[i], m)
+	// cluster of its own.
+	pair := func(name string, into *measured, prefix, route string) alternated {
+		return alternated{name, into, func(label string, k int) (m measured, err error) {
+			err = o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
+				m, err = o.loadOnce(ctx, label, nodes.pids(), clusterArgs(nodes, "-route", route, "-tenants", "1000", "-prefix", repeatPrefix(prefix, k))...)
 				return err
 			})
-			if err != nil {
-				return err
-			}
-		}
+			return m, err
+		}}
 	}
-	for i, p := range pair {
-		*p.into = medianRun(runs[i])
+	if err := o.alternate([]alternated{
+		pair("tokenring 3 nodes, -route owner", &r.local, "owner-", "owner"),
+		pair("tokenring 3 nodes, -route other", &r.forwarded, "other-", "other"),
+	}); err != nil {
+		return err
 	}
 	hot := planned{"tokenring 3 nodes, one hot tenant", &r.hot, "hot-", []string{"-tenants", "1"}}
 	return o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
