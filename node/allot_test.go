@@ -150,6 +150,32 @@ func TestHotKeyThroughEveryNodeIsExact(t *testing.T) {
 	}
 }
 
+// With the shipped HotKeyRate, a key that a node forwards 20 acquires a
+// second for (warm, far from hot) is decided at that node from slices:
+// only its first acquires, and those that find a slice being asked for,
+// are forwarded.
+func TestWarmKeyIsServedFromSlicesByDefault(t *testing.T) {
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20}
+	}
+	c := newCluster(t, 2, limits, BatchConfig{}, noReplication)
+	holder := c.nodes[1]
+	key := c.keyOwnedBy(t, 0)
+	const n = 40
+	for range n { // about 20 a second for 2 s
+		a, err := holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+		if err != nil || !a.Decision.Allowed {
+			t.Fatalf("acquire: %+v %v", a.Decision, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	served := holder.stats.allotted.Load()
+	if served < n/2 || served > n {
+		t.Fatalf("%d of %d acquires served from slices, want at least half", served, n)
+	}
+	t.Logf("%d of %d acquires served from slices", served, n)
+}
+
 // The holder's rule, as a state machine against a model: every admission
 // allotted is handed out at most once and only before its slice's
 // deadline, or returned once the deadline passed; none is lost.
