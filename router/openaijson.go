@@ -38,29 +38,28 @@ func (s *fastJSON) skip() bool {
 	return ok
 }
 
-// int reads an integer into v as encoding/json decodes one into an int64
-// (at most 18 digits: never out of range), or a null, which leaves v.
-func (s *fastJSON) int(v *int64) bool {
+// orNull reads a value with read into v, or a null, which leaves v.
+func orNull[T any](s *fastJSON, v *T, read func() (T, bool)) bool {
 	if s.Null() {
 		return true
 	}
-	n, ok := s.Int()
+	x, ok := read()
 	if ok {
-		*v = n
+		*v = x
 	}
 	return ok
 }
 
+// int reads an integer into v as encoding/json decodes one into an int64
+// (at most 18 digits: never out of range), or a null, which leaves v.
+func (s *fastJSON) int(v *int64) bool { return orNull(s, v, s.Int) }
+
 // text reads a string into v, or a null, which leaves v.
 func (s *fastJSON) text(v *string) bool {
-	if s.Null() {
-		return true
-	}
-	b, ok := s.Raw()
-	if ok {
-		*v = string(b)
-	}
-	return ok
+	return orNull(s, v, func() (string, bool) {
+		b, ok := s.Raw()
+		return string(b), ok
+	})
 }
 
 // fields matches an object's keys, as encoding/json matches them to a

@@ -86,16 +86,7 @@ func (s *fastJSON) intPointer(v **int64) bool {
 }
 
 // boolean reads true or false into v, or a null, which leaves v.
-func (s *fastJSON) boolean(v *bool) bool {
-	if s.Null() {
-		return true
-	}
-	b, ok := s.Bool()
-	if ok {
-		*v = b
-	}
-	return ok
-}
+func (s *fastJSON) boolean(v *bool) bool { return orNull(s, v, s.Bool) }
 
 func (s *fastJSON) streamOptions(in *openAIRequest) bool {
 	if s.Null() {
