@@ -23,6 +23,11 @@ type metrics struct {
 	decisionChildren sync.Map // decisionLabels → prometheus.Counter
 	callChildren     sync.Map // callLabels → prometheus.Observer
 
+	// The children every admission meets, resolved once: allowed[1] when
+	// the fallback decided, and acquire calls decided here (no lookup).
+	allowed      [2]prometheus.Counter
+	localAcquire prometheus.Observer
+
 	// Fallback debts (debts.go): each is one fallback admission.
 	debtsRecorded     prometheus.Counter
 	debtsRepaidTotal  prometheus.Counter
@@ -67,6 +72,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Charges of fallback debts that the key's owner did not acknowledge (unreachable, in transfer); retried.",
 		}),
 	}
+	m.allowed = [2]prometheus.Counter{m.decisions.WithLabelValues("allowed", "none", "none", "false"),
+		m.decisions.WithLabelValues("allowed", "none", "none", "true")}
+	m.localAcquire = m.calls.WithLabelValues(node.OpAcquire.String(), "local")
 	if reg == nil {
 		return m, nil
 	}
@@ -83,15 +91,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // "pool") for reason, or allowed when reason is empty. No label is ever
 // empty: an allowed decision's side and reason are "none".
 func (m *metrics) decision(side, reason string, fallback bool) {
-	k := decisionLabels{"refused", side, reason, fallback}
 	if reason == "" {
-		k = decisionLabels{"allowed", "none", "none", fallback}
+		m.allowed[b2i(fallback)].Inc()
+		return
 	}
+	k := decisionLabels{"refused", side, reason, fallback}
 	c, ok := m.decisionChildren.Load(k)
 	if !ok {
 		c, _ = m.decisionChildren.LoadOrStore(k, m.decisions.WithLabelValues(k.result, k.side, k.reason, strconv.FormatBool(fallback)))
 	}
 	c.(prometheus.Counter).Inc()
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // decisionLabels and callLabels are the label values of a child of
@@ -115,6 +132,10 @@ func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
 }
 
 func (m *metrics) observe(op node.Op, where string, d time.Duration) {
+	if op == node.OpAcquire && where == "local" {
+		m.localAcquire.Observe(d.Seconds())
+		return
+	}
 	k := callLabels{op, where}
 	o, ok := m.callChildren.Load(k)
 	if !ok {

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -270,7 +271,22 @@ func routes(ctx context.Context, client *http.Client, c loadConfig) ([]string, e
 	return out, nil
 }
 
-func tenantName(c loadConfig, i int) string { return fmt.Sprintf("%s%d", c.prefix, i) }
+// tenantName is the name of tenant i: -prefix and i.
+func tenantName(c loadConfig, i int) string { return c.prefix + strconv.Itoa(i) }
+
+// maxNamedTenants bounds the names tenantNames makes ahead (about 40
+// bytes each): tenants past it are named at each call.
+const maxNamedTenants = 1 << 20
+
+// tenantNames are the names of the run's first tenants (all of them up to
+// maxNamedTenants), made once so that the workers do not format one per call.
+func tenantNames(c loadConfig) []string {
+	names := make([]string, min(c.tenants, maxNamedTenants))
+	for i := range names {
+		names[i] = tenantName(c, i)
+	}
+	return names
+}
 
 func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -299,7 +315,9 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	defer sys.close()
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
-	quota := &quota{left: c.requests}
+	quota := &quota{}
+	quota.left.Store(int64(c.requests))
+	names := tenantNames(c)
 	workers := make([]*worker, c.workers)
 	if c.announce != nil {
 		fmt.Fprintln(c.announce, loadStartedLine)
@@ -307,8 +325,8 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := &worker{c: c, decide: sys.decider(i), quota: quota,
-			rng: newWorkerRand(c, i), codes: map[string]int{}}
+		w := &worker{c: c, decide: sys.decider(i), quota: quota, names: names,
+			rng: newWorkerRand(c, i), codes: map[int]int{}}
 		workers[i] = w
 		wg.Add(1)
 		go func() {
@@ -327,22 +345,13 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 // newWorkerRand is worker id's tenant chooser: seeded by -seed and id.
 func newWorkerRand(c loadConfig, id int) *rand.Rand { return rand.New(rand.NewPCG(c.seed, uint64(id))) }
 
-// quota hands out the -n acquires to the workers.
-type quota struct {
-	mu   sync.Mutex // guards left
-	left int
-}
+// quota hands out the -n acquires to the workers (an atomic counter: a
+// mutex here, taken by every worker before every call, was the load
+// generator's own point of contention).
+type quota struct{ left atomic.Int64 }
 
 // take reports whether an acquire is left to send, and takes it.
-func (q *quota) take() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.left <= 0 {
-		return false
-	}
-	q.left--
-	return true
-}
+func (q *quota) take() bool { return q.left.Add(-1) >= 0 }
 
 // outcome is one decision as the worker loop counts it.
 type outcome struct {
@@ -373,11 +382,12 @@ type worker struct {
 	c      loadConfig
 	decide decideFunc
 	quota  *quota
+	names  []string // the first tenants' names (tenantNames)
 	rng    *rand.Rand
 
 	lat                                             []time.Duration // of every answered decision
 	allowed, refused, fallback, errors, completions int
-	codes                                           map[string]int
+	codes                                           map[int]int // answers by HTTP status
 }
 
 // run asks for decisions until the quota is spent or ctx ends, timing each.
@@ -385,7 +395,13 @@ func (w *worker) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil && w.quota.take(); i++ {
 		ti := w.rng.IntN(w.c.tenants)
 		t0 := time.Now()
-		o := w.decide(ctx, i, ti, tenantName(w.c, ti))
+		name := ""
+		if ti < len(w.names) {
+			name = w.names[ti]
+		} else {
+			name = tenantName(w.c, ti)
+		}
+		o := w.decide(ctx, i, ti, name)
 		w.count(ctx, o, time.Since(t0))
 	}
 }
@@ -404,7 +420,7 @@ func (w *worker) count(ctx context.Context, o outcome, lat time.Duration) {
 		return
 	}
 	w.lat = append(w.lat, lat)
-	w.codes[strconv.Itoa(o.code)]++
+	w.codes[o.code]++
 	if o.fallback {
 		w.fallback++
 	}
@@ -433,7 +449,7 @@ func summarize(c loadConfig, workers []*worker, elapsed time.Duration) (loadResu
 		res.Errors += w.errors
 		res.Completions += w.completions
 		for k, v := range w.codes {
-			res.Codes[k] += v
+			res.Codes[strconv.Itoa(k)] += v
 		}
 	}
 	res.Requests = len(lat)
