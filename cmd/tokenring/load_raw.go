@@ -26,11 +26,12 @@ type rawConns map[string]*rawConn
 
 // rawConn is one kept-alive HTTP/1.1 connection; nil c: not connected.
 type rawConn struct {
-	host string // host:port
-	c    net.Conn
-	br   *bufio.Reader
-	out  []byte // the request being written
-	body []byte // the last answer's body
+	host  string // host:port
+	c     net.Conn
+	br    *bufio.Reader
+	out   []byte    // the request being written
+	body  []byte    // the last answer's body
+	rearm time.Time // when the connection's deadline is next pushed back
 }
 
 // maxRawAnswer bounds an answer's body.
@@ -74,9 +75,15 @@ func (rc *rawConn) exchange(ctx context.Context, path string, body []byte) (int,
 		if err != nil {
 			return 0, err
 		}
-		rc.c, rc.br = c, bufio.NewReaderSize(c, 8<<10)
+		rc.c, rc.br, rc.rearm = c, bufio.NewReaderSize(c, 8<<10), time.Time{}
 	}
-	_ = rc.c.SetDeadline(time.Now().Add(rawTimeout))
+	// The deadline is pushed back at most once a rawRearm (each push is a
+	// timer update in the runtime), so that an exchange always has at
+	// least rawTimeout - rawRearm.
+	if now := time.Now(); !now.Before(rc.rearm) {
+		_ = rc.c.SetDeadline(now.Add(rawTimeout))
+		rc.rearm = now.Add(rawRearm)
+	}
 	rc.out = append(rc.out[:0], "POST "...)
 	rc.out = append(append(append(rc.out, path...), " HTTP/1.1\r\nHost: "...), rc.host...)
 	rc.out = append(rc.out, "\r\nContent-Type: application/json\r\nContent-Length: "...)
@@ -141,8 +148,9 @@ func (rc *rawConn) readAnswer() (int, error) {
 }
 
 // decodeDecision reads an answer's body into d: on the scanner's subset
-// (the decision API's answers) without reflection, else encoding/json.
-func decodeDecision(b []byte, d *decision) {
+// (the decision API's answers) without reflection, else encoding/json. The
+// lease is read only with lease set (a string made per call otherwise).
+func decodeDecision(b []byte, d *decision, lease bool) {
 	s := jsonwire.New(b)
 	ok := s.Object(func(key []byte) bool {
 		var ok bool
@@ -154,7 +162,11 @@ func decodeDecision(b []byte, d *decision) {
 		case "settled":
 			d.Settled, ok = s.Bool()
 		case "lease":
-			d.Lease, ok = s.String()
+			if lease {
+				d.Lease, ok = s.String()
+				break
+			}
+			_, ok = s.Skip(3)
 		default:
 			_, ok = s.Skip(3)
 		}
@@ -167,26 +179,39 @@ func decodeDecision(b []byte, d *decision) {
 }
 
 // rawTimeout bounds one exchange of -client raw, as httpClient's Timeout
-// bounds a request.
-const rawTimeout = 10 * time.Second
+// bounds a request; less rawRearm (see exchange).
+const (
+	rawTimeout = 10 * time.Second
+	rawRearm   = time.Second
+)
 
-// acquireRaw is acquire over the worker's own connections cs.
-func (s *tokenringSystem) acquireRaw(ctx context.Context, cs rawConns, base, tenant string) outcome {
-	c := s.c
-	body := fmt.Appendf(nil, `{"tenant":%q,"model":%q,"prompt_tokens":%d,"max_tokens":%d}`, tenant, c.model, c.promptTokens, c.maxTokens)
-	code, raw, err := cs.post(ctx, base, "/v1/acquire", body)
+// acquireRaw is acquire over the worker's own connections cs, its body
+// written into the worker's buf (no formatting or allocation per call).
+func (s *tokenringSystem) acquireRaw(ctx context.Context, cs rawConns, buf *[]byte, base, tenant string) outcome {
+	c := &s.c
+	b := strconv.AppendQuote(append((*buf)[:0], `{"tenant":`...), tenant)
+	b = strconv.AppendQuote(append(b, `,"model":`...), c.model)
+	b = strconv.AppendInt(append(b, `,"prompt_tokens":`...), int64(c.promptTokens), 10)
+	b = strconv.AppendInt(append(b, `,"max_tokens":`...), int64(c.maxTokens), 10)
+	*buf = append(b, '}')
+	code, raw, err := cs.post(ctx, base, "/v1/acquire", *buf)
 	if err != nil {
 		return outcome{err: err}
 	}
 	var out decision
-	decodeDecision(raw, &out)
-	return outcome{code: code, allowed: out.Allowed, fallback: out.Fallback, complete: func(ctx context.Context) bool {
+	decodeDecision(raw, &out, c.complete)
+	o := outcome{code: code, allowed: out.Allowed, fallback: out.Fallback}
+	if !c.complete {
+		return o
+	}
+	o.complete = func(ctx context.Context) bool {
 		body := fmt.Appendf(nil, `{"tenant":%q,"lease":%q,"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, tenant, out.Lease, c.promptTokens, c.maxTokens/2)
 		code, raw, err := cs.post(ctx, base, "/v1/complete", body)
 		var done decision
 		if err == nil {
-			decodeDecision(raw, &done)
+			decodeDecision(raw, &done, false)
 		}
 		return err == nil && code == 200 && done.Settled
-	}}
+	}
+	return o
 }

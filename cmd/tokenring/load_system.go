@@ -81,6 +81,7 @@ func (s *tokenringSystem) close() {
 // robin over -targets starting at the id-th.
 func (s *tokenringSystem) decider(id int) decideFunc {
 	var cs rawConns
+	var buf []byte // -client raw: the worker's request body
 	if s.c.clientMode == "raw" {
 		cs = rawConns{}
 		s.raw = append(s.raw, cs)
@@ -94,7 +95,7 @@ func (s *tokenringSystem) decider(id int) decideFunc {
 		case s.batched != nil:
 			return s.acquireBatched(ctx, base, tenant)
 		case cs != nil:
-			return s.acquireRaw(ctx, cs, base, tenant)
+			return s.acquireRaw(ctx, cs, &buf, base, tenant)
 		}
 		return s.acquire(ctx, base, tenant)
 	}
