@@ -140,6 +140,9 @@ func TestParse(t *testing.T) {
 			c.ForwardTimeout, c.Queue.Aging = 250*time.Microsecond, time.Second
 		}},
 		{"fallback", "fallback: closed\n", func(c *Config) { c.Fallback = FallbackClosed }},
+		{"preload_encodings", "preload_encodings: true\n", func(c *Config) { c.PreloadEncodings = true }},
+		{"preload_encodings in any case", "preload_encodings: TRUE\n", func(c *Config) { c.PreloadEncodings = true }},
+		{"preload_encodings off", "preload_encodings: false\n", func(c *Config) {}},
 		{"forward waits", "forward_timeout: 50ms\nforward_max_wait: 10s\npeer_liveness: 3s\n", func(c *Config) {
 			c.ForwardTimeout, c.ForwardMaxWait, c.PeerLiveness = 50*time.Millisecond, 10*time.Second, 3*time.Second
 		}},
@@ -229,6 +232,8 @@ func TestParseErrors(t *testing.T) {
 		{"default_max_tokens: 0\n", "default_max_tokens: must be >= 1, got 0"},
 		{"queue: {max_waiters: 0}\n", "queue.max_waiters: must be >= 1, got 0"},
 		{"queue: {aging: 0s}\n", "queue.aging: must be > 0"},
+		{"preload_encodings: yes\n", `preload_encodings: must be true or false, got "yes"`},
+		{"preload_encodings: 1\n", `preload_encodings: must be true or false, got "1"`},
 		{"limits:\n  tenants:\n    '': {rpm: 1}\n", "limits.tenants: tenant name must not be empty"},
 		// Several problems: all of them, in field order.
 		{"fallback: maybe\nlimits: {window: 0s, default: {rpm: -1}}\n",
@@ -237,7 +242,7 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, http, peer)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},
@@ -245,6 +250,7 @@ func TestParseErrors(t *testing.T) {
 		{"limits:\n  default: [1, 2]\n", "line 2: limits.default: must be a mapping, got a list"},
 		{"limits:\n  window: [1s]\n", "line 2: limits.window: must be a duration, got a list"},
 		{"admin_token: {a: b}\n", "line 1: admin_token: must be a string, got a mapping"},
+		{"preload_encodings: [true]\n", "line 1: preload_encodings: must be true or false, got a list"},
 		{"pools:\n  m: {rpm: {x: 1}}\n", "line 2: pools.m.rpm: must be an integer, got a mapping"},
 		{"- a\n", "line 1: the document must be a mapping of settings, got a list"},
 		{"hello\n", `line 1: the document must be a mapping of settings, got "hello"`},

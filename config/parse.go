@@ -362,7 +362,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	}
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
-		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "http", "peer")
+		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -397,6 +397,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		d.duration(q["aging"], "queue.aging", &c.Queue.Aging)
 	}
 	d.upstream(f["anthropic_upstream"], "anthropic_upstream", &c.AnthropicUpstream)
+	d.bool(f["preload_encodings"], "preload_encodings", &c.PreloadEncodings)
 	d.security(f, c)
 }
 
@@ -478,6 +479,22 @@ func (d *decoder) string(n *yaml.Node, path string, s *string) bool {
 		*s = v
 	}
 	return ok
+}
+
+// bool decodes true or false (as YAML 1.2 writes them, in any case).
+func (d *decoder) bool(n *yaml.Node, path string, b *bool) {
+	v, ok := d.scalar(n, path, "true or false")
+	if !ok {
+		return
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true":
+		*b = true
+	case "false":
+		*b = false
+	default:
+		d.value(path, fmt.Sprintf("must be true or false, got %q", v))
+	}
 }
 
 func (d *decoder) duration(n *yaml.Node, path string, t *time.Duration) {

@@ -276,8 +276,10 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, err)
 		}
 	}
-	cc := *c // a waiter that follows its key spends its wait here
-	c = &cc
+	if c.Req.Wait > 0 { // a waiter that follows its key spends its wait here, on its own copy
+		cc := *c
+		c = &cc
+	}
 	p := n.ring.Load().Partition(c.Key)
 	g := &t.gates[p]
 	var deadline <-chan time.Time

@@ -21,6 +21,7 @@ package prompt
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -77,6 +78,7 @@ var loaderOnce sync.Once
 // prompt texts it counted lately.
 type encoding struct {
 	once   sync.Once
+	loaded atomic.Bool        // once has run: tk or err is set
 	tk     *tiktoken.Tiktoken // nil when loading failed
 	err    error
 	counts countCache
@@ -86,6 +88,7 @@ func (e *encoding) get(name string) (*tiktoken.Tiktoken, error) {
 	e.once.Do(func() {
 		loaderOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
 		e.tk, e.err = tiktoken.GetEncoding(name)
+		e.loaded.Store(true)
 	})
 	return e.tk, e.err
 }
@@ -131,6 +134,19 @@ func (c *Counter) Load() error {
 	return err
 }
 
+// encoding is the encoding named name: O200kBase, else Cl100kBase.
+func (c *Counter) encoding(name string) *encoding {
+	if name == O200kBase {
+		return &c.o200k
+	}
+	return &c.cl100k
+}
+
+// Loaded reports whether the encoding named name (O200kBase or
+// Cl100kBase) was loaded, or failed to load: by Load, or by a first count
+// in it.
+func (c *Counter) Loaded(name string) bool { return c.encoding(name).loaded.Load() }
+
 // enc returns the encoding of model, or nil if it failed to load.
 func (c *Counter) enc(model string) *tiktoken.Tiktoken {
 	return c.contentCounter(Encoding(model)).tk
@@ -139,10 +155,7 @@ func (c *Counter) enc(model string) *tiktoken.Tiktoken {
 // contentCounter returns the counter of prompt content in the encoding
 // named name (O200kBase or Cl100kBase).
 func (c *Counter) contentCounter(name string) contentCounter {
-	e := &c.cl100k
-	if name == O200kBase {
-		e = &c.o200k
-	}
+	e := c.encoding(name)
 	tk, _ := e.get(name)
 	return contentCounter{tk: tk, cache: &e.counts}
 }

@@ -93,6 +93,23 @@ func TestText(t *testing.T) {
 	}
 }
 
+// A Counter loads an encoding at its first count in it, and only that one.
+func TestLoadedAtFirstUse(t *testing.T) {
+	c := NewCounter()
+	if c.Loaded(Cl100kBase) || c.Loaded(O200kBase) {
+		t.Fatal("a new Counter has loaded an encoding")
+	}
+	if got := c.Text("gpt-4", "hello world"); got != 2 {
+		t.Fatalf("Text(gpt-4) = %d, want 2", got)
+	}
+	if !c.Loaded(Cl100kBase) || c.Loaded(O200kBase) {
+		t.Fatalf("after a gpt-4 count: cl100k_base loaded %v, o200k_base %v; want true, false", c.Loaded(Cl100kBase), c.Loaded(O200kBase))
+	}
+	if err := c.Load(); err != nil || !c.Loaded(O200kBase) {
+		t.Fatalf("Load: %v, o200k_base loaded %v", err, c.Loaded(O200kBase))
+	}
+}
+
 func TestZeroCounter(t *testing.T) {
 	var c Counter
 	if got := c.Text("claude-3-haiku", "hello world"); got != 2 {

@@ -349,9 +349,9 @@ func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
 	reg.MustRegister(n.Collectors()...)
 	reg.MustRegister(router.LimitsMismatchCollector(n))
-	counter := prompt.NewCounter()
-	if err := counter.Load(); err != nil {
-		return nil, fmt.Errorf("load tiktoken encodings: %w", err)
+	counter, err := newCounter(cfg)
+	if err != nil {
+		return nil, err
 	}
 	anth := cfg.Anthropic()
 	return router.New(n, router.Config{
@@ -380,6 +380,18 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 			// with its timeouts (no overall timeout: streams run long).
 		},
 	})
+}
+
+// newCounter is the node's prompt counter: its encodings loaded now under
+// preload_encodings, else each at its first count.
+func newCounter(cfg config.Config) (*prompt.Counter, error) {
+	counter := prompt.NewCounter()
+	if cfg.PreloadEncodings {
+		if err := counter.Load(); err != nil {
+			return nil, fmt.Errorf("load tiktoken encodings: %w", err)
+		}
+	}
+	return counter, nil
 }
 
 // proxyUpstream is u as the LLM proxy takes it.

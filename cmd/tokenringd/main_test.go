@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/prompt"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -325,6 +326,24 @@ func TestHotKeyRateZeroTurnsSlicesOff(t *testing.T) {
 	for in, want := range map[int]int{0: -1, 1: 1, 500: 500} {
 		if got := hotKeyRate(in); got != want {
 			t.Errorf("hotKeyRate(%d) = %d, want %d (node: negative is off)", in, got, want)
+		}
+	}
+}
+
+// The tiktoken tables are loaded at startup only under preload_encodings;
+// by default a node that is never asked to count a prompt never holds them.
+func TestEncodingsLoadAtStartupOnlyIfPreloaded(t *testing.T) {
+	for _, preload := range []bool{false, true} {
+		cfg := config.Default()
+		cfg.PreloadEncodings = preload
+		c, err := newCounter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{prompt.Cl100kBase, prompt.O200kBase} {
+			if got := c.Loaded(name); got != preload {
+				t.Errorf("preload_encodings %v: %s loaded %v at startup", preload, name, got)
+			}
 		}
 	}
 }
