@@ -395,15 +395,17 @@ func (w *worker) run(ctx context.Context) {
 	for i := 0; ctx.Err() == nil && w.quota.take(); i++ {
 		ti := w.rng.IntN(w.c.tenants)
 		t0 := time.Now()
-		name := ""
-		if ti < len(w.names) {
-			name = w.names[ti]
-		} else {
-			name = tenantName(w.c, ti)
-		}
-		o := w.decide(ctx, i, ti, name)
+		o := w.decide(ctx, i, ti, w.tenant(ti))
 		w.count(ctx, o, time.Since(t0))
 	}
+}
+
+// tenant is the name of tenant ti: made ahead, or now past maxNamedTenants.
+func (w *worker) tenant(ti int) string {
+	if ti < len(w.names) {
+		return w.names[ti]
+	}
+	return tenantName(w.c, ti)
 }
 
 // count adds one outcome that took lat, and completes its lease if it was

@@ -503,3 +503,18 @@ func TestStartCPUProfile(t *testing.T) {
 		t.Fatalf("no -cpuprofile: %v", err)
 	}
 }
+
+// A worker names tenant i as -prefix and i, whether the name was made
+// ahead (the first maxNamedTenants) or is made at the call.
+func TestWorkerTenantNames(t *testing.T) {
+	c := loadConfig{prefix: "p-", tenants: 3}
+	w := &worker{c: c, names: tenantNames(c)[:2]} // tenant 2 past the names made ahead
+	for i, want := range []string{"p-0", "p-1", "p-2"} {
+		if got := w.tenant(i); got != want {
+			t.Errorf("tenant(%d) = %q, want %q", i, got, want)
+		}
+	}
+	if n := len(tenantNames(loadConfig{prefix: "x", tenants: maxNamedTenants + 5})); n != maxNamedTenants {
+		t.Errorf("%d names made ahead, want at most %d", n, maxNamedTenants)
+	}
+}
