@@ -69,12 +69,14 @@ func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
 		deny.write(w)
 		return
 	}
-	r.batchAnswer(req.Context(), set, &in).write(w)
+	r.batchAnswer(req.Context(), set, &in, nil).write(w)
 }
 
 // batchAnswer runs a decoded batch for a caller allowed set: 400 over
-// maxBatchCalls calls, else 200 with every call's answer in its slot.
-func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchRequest) apiAnswer {
+// maxBatchCalls calls, else 200 with every call's answer in its slot. pre,
+// if not nil, holds the calls the decoder already read as acquires, one per
+// call (decodeBatchFast).
+func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchRequest, pre []decodedCall) apiAnswer {
 	if len(in.Calls) > maxBatchCalls {
 		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
 	}
@@ -82,7 +84,11 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i, raw := range in.Calls {
-		if a, ok := r.acquireHere(ctx, set, raw); ok {
+		var c *batchAcquire
+		if pre != nil && pre[i].ok {
+			c = &pre[i].acquire
+		}
+		if a, ok := r.acquireHere(ctx, set, raw, c); ok {
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 			continue
 		}
@@ -102,11 +108,16 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 // pool's, if any) owned by this node. Any other call runs on a goroutine of
 // its own, so that a call forwarded to its owner, or waiting, holds up no
 // other. (A goroutine per call grows a fresh stack per call: the most
-// costly part of a batch of local decisions.) ok is false when raw was not
-// run.
-func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte) (a apiAnswer, ok bool) {
-	var c batchAcquire
-	if !decodeFast(raw, &c) || c.Op != "acquire" || c.WaitMS != 0 || !r.ownedHere(TenantKey(c.Tenant)) {
+// costly part of a batch of local decisions.) c, if not nil, is raw
+// already decoded. ok is false when raw was not run.
+func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *batchAcquire) (a apiAnswer, ok bool) {
+	if c == nil {
+		c = new(batchAcquire)
+		if !decodeFast(raw, c) {
+			return apiAnswer{}, false
+		}
+	}
+	if c.Op != "acquire" || c.WaitMS != 0 || !r.ownedHere(TenantKey(c.Tenant)) {
 		return apiAnswer{}, false
 	}
 	if pool, ok := r.cfg.PoolFor(c.Model); ok && !r.ownedHere(PoolKey(pool)) {

@@ -109,6 +109,34 @@ func checkDecodeEquivalence(t *testing.T, body []byte) {
 	sameAsEncodingJSON[batchAcquire](t, body)
 	sameAsEncodingJSON[batchLease](t, body)
 	sameAsEncodingJSON[batchRequest](t, body)
+	sameInOnePass(t, body)
+}
+
+// sameInOnePass fails t if decodeBatchFast reads body to other calls than
+// decodeFast, or decodes a call as an acquire other than decodeFast reads
+// that call alone (or leaves undecoded one decodeFast reads).
+func sameInOnePass(t *testing.T, body []byte) {
+	var in, one batchRequest
+	ok := decodeFast(body, &in)
+	pre, onePass := decodeBatchFast(body, &one)
+	if onePass != ok || !reflect.DeepEqual(in, one) {
+		t.Fatalf("batch %q: one pass %v %+v, decodeFast %v %+v", body, onePass, one, ok, in)
+	}
+	if !ok {
+		if pre != nil {
+			t.Fatalf("batch %q: not decoded, yet %+v", body, pre)
+		}
+		return
+	}
+	if len(pre) != len(in.Calls) {
+		t.Fatalf("batch %q: %d calls, %d decoded", body, len(in.Calls), len(pre))
+	}
+	for i, raw := range in.Calls {
+		var alone batchAcquire
+		if decodeFast(raw, &alone) != pre[i].ok || !reflect.DeepEqual(alone, pre[i].acquire) {
+			t.Fatalf("batch %q call %d: one pass %+v, alone %+v", body, i, pre[i], alone)
+		}
+	}
 }
 
 func sameAsEncodingJSON[T any](t *testing.T, body []byte) {

@@ -51,13 +51,17 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		}
 	case "/v1/batch":
 		var in batchRequest
-		if bytes.Contains(req.Body, []byte("wait_ms")) || !decodeFast(req.Body, &in) {
+		if bytes.Contains(req.Body, []byte("wait_ms")) {
+			return false
+		}
+		pre, ok := decodeBatchFast(req.Body, &in)
+		if !ok {
 			return false
 		}
 		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
 			a = *deny
 		} else {
-			a = r.batchAnswer(ctx, set, &in)
+			a = r.batchAnswer(ctx, set, &in, pre)
 		}
 	default:
 		return false
