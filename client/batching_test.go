@@ -231,8 +231,14 @@ func TestTakeRule(t *testing.T) {
 		q.push(p)
 	}
 	q.calls[1].abandon()
+	if !q.idle() {
+		t.Fatal("nothing taken yet, and the queue is not idle (a sender would not yield)")
+	}
 	if got := tenantsOf(q.take(nil, 10)); !slices.Equal(got, []string{"x0", "x2"}) {
 		t.Fatalf("nothing in flight: took %q, want x0 x2 (x1 abandoned)", got)
+	}
+	if q.idle() {
+		t.Fatal("a request in flight, and the queue is idle (a sender would yield)")
 	}
 	// In flight: 1 request of 2 calls.
 	q.push(acquires(c, "y", 1)[0])
@@ -251,5 +257,8 @@ func TestTakeRule(t *testing.T) {
 	q.landed(1)
 	if got := tenantsOf(q.take(nil, 10)); !slices.Equal(got, []string{"z0"}) || q.flights != 1 || q.flying != 1 {
 		t.Fatalf("all landed: took %q (in flight %d, %d), want z0 (1, 1)", got, q.flights, q.flying)
+	}
+	if q.landed(1); !q.idle() {
+		t.Fatal("every request landed, and the queue is not idle")
 	}
 }
