@@ -118,9 +118,7 @@ type allotments struct {
 	seed   maphash.Seed
 	shards [16]allotShard
 
-	owedMu   sync.Mutex
-	owed     map[string]*owed           // admissions not given back yet, by key
-	returned map[string][]returnedBatch // admissions given back in the last allotRecall, by key
+	returns // what was and was not given back (giveback.go)
 }
 
 type allotShard struct {
@@ -134,7 +132,7 @@ type allotShard struct {
 const maxHotKeys = 256
 
 func newAllotments(rate int) *allotments {
-	al := &allotments{rate: rate, seed: maphash.MakeSeed(), owed: map[string]*owed{}, returned: map[string][]returnedBatch{}}
+	al := &allotments{rate: rate, seed: maphash.MakeSeed(), returns: newReturns()}
 	for i := range al.shards {
 		al.shards[i].keys = make(map[string]*hotKey)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -62,19 +63,31 @@ const (
 	allotRecall        = 30 * time.Second
 )
 
+// returns is what a holder gave back lately, and what it owes: admissions
+// it could not give back yet. Safe for concurrent use.
+type returns struct {
+	mu       sync.Mutex
+	owed     map[string]*owed           // admissions not given back yet, by key
+	returned map[string][]returnedBatch // admissions given back in the last allotRecall, by key
+}
+
+func newReturns() returns {
+	return returns{owed: map[string]*owed{}, returned: map[string][]returnedBatch{}}
+}
+
 // gaveBack remembers that ids of key were given back at now.
-func (al *allotments) gaveBack(key string, ids []uint64, now time.Time) {
-	al.owedMu.Lock()
-	defer al.owedMu.Unlock()
-	al.returned[key] = append(al.returned[key], returnedBatch{at: now, ids: ids})
+func (r *returns) gaveBack(key string, ids []uint64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.returned[key] = append(r.returned[key], returnedBatch{at: now, ids: ids})
 }
 
 // recall makes every admission given back in the last allotRecall owed
 // again, due at now: the ring has moved.
-func (al *allotments) recall(now time.Time) {
-	al.owedMu.Lock()
-	defer al.owedMu.Unlock()
-	for key, batches := range al.returned {
+func (r *returns) recall(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, batches := range r.returned {
 		var ids []uint64
 		for _, b := range batches {
 			if now.Sub(b.at) < allotRecall {
@@ -84,29 +97,29 @@ func (al *allotments) recall(now time.Time) {
 		if len(ids) == 0 {
 			continue
 		}
-		o := al.owed[key]
+		o := r.owed[key]
 		if o == nil {
 			o = &owed{since: now}
-			al.owed[key] = o
+			r.owed[key] = o
 		}
 		o.ids, o.next = append(o.ids, ids...), now
 	}
-	clear(al.returned)
+	clear(r.returned)
 }
 
 // forget drops what was given back allotRecall or more before now.
-func (al *allotments) forget(now time.Time) {
-	al.owedMu.Lock()
-	defer al.owedMu.Unlock()
-	for key, batches := range al.returned {
+func (r *returns) forget(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, batches := range r.returned {
 		i := 0
 		for i < len(batches) && now.Sub(batches[i].at) >= allotRecall {
 			i++
 		}
 		if i == len(batches) {
-			delete(al.returned, key)
+			delete(r.returned, key)
 		} else if i > 0 {
-			al.returned[key] = slices.Clone(batches[i:])
+			r.returned[key] = slices.Clone(batches[i:])
 		}
 	}
 }
@@ -119,13 +132,13 @@ type owed struct {
 }
 
 // owe keeps ids of key to be given back from next on.
-func (al *allotments) owe(key string, ids []uint64, since, next time.Time) {
-	al.owedMu.Lock()
-	defer al.owedMu.Unlock()
-	o := al.owed[key]
+func (r *returns) owe(key string, ids []uint64, since, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.owed[key]
 	if o == nil {
 		o = &owed{since: since}
-		al.owed[key] = o
+		r.owed[key] = o
 	}
 	o.ids = append(o.ids, ids...)
 	if since.Before(o.since) {
@@ -136,14 +149,14 @@ func (al *allotments) owe(key string, ids []uint64, since, next time.Time) {
 
 // due removes and returns the owed admissions whose next try is at or
 // before now, by key.
-func (al *allotments) due(now time.Time) map[string]owed {
-	al.owedMu.Lock()
-	defer al.owedMu.Unlock()
+func (r *returns) due(now time.Time) map[string]owed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := map[string]owed{}
-	for key, o := range al.owed {
+	for key, o := range r.owed {
 		if !now.Before(o.next) {
 			out[key] = *o
-			delete(al.owed, key)
+			delete(r.owed, key)
 		}
 	}
 	return out

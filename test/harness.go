@@ -206,6 +206,13 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
+// loopbackPorts gives p free loopback ports for HTTP, peers and gossip.
+func (c *Cluster) loopbackPorts(p *Proc) {
+	p.HTTP = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+	p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+	p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+}
+
 // Start launches one more node, joining the first live one, and waits until
 // it is ready.
 func (c *Cluster) Start() *Proc {
@@ -218,9 +225,7 @@ func (c *Cluster) Start() *Proc {
 	if c.opts.Place != nil {
 		c.opts.Place(p)
 	} else {
-		p.HTTP = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
-		p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
-		p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		c.loopbackPorts(p)
 	}
 	c.mu.Lock()
 	c.Procs = append(c.Procs, p)
@@ -236,9 +241,7 @@ func (c *Cluster) Start() *Proc {
 		if c.opts.Place != nil || attempt == 3 || !strings.Contains(p.Log()[logged:], "address already in use") {
 			c.t.Fatalf("%s exited during start:\n%s", p.Name, p.Log())
 		}
-		p.HTTP = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
-		p.Peer = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
-		p.Gossip = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+		c.loopbackPorts(p)
 		p.starts = 0
 	}
 }

@@ -290,20 +290,27 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 		return o.loadOnce(ctx, label, []int{srv.pid()}, "-system", "redis-incr", "-tenants", "1000", "-redis", srv.addr)
 	}}
 	node := func(name string, into *measured, prefix, mode string) alternated {
-		return alternated{name, into, func(label string, k int) (m measured, err error) {
-			err = o.onFresh(ctx, cfg, 1, func(nodes servers) (err error) {
-				args := slices.Concat(single("-client", mode)("http://"+nodes[0].addr), []string{"-prefix", repeatPrefix(prefix, k)})
-				m, err = o.loadOnce(ctx, label, nodes.pids(), args...)
-				return err
-			})
-			return m, err
-		}}
+		return o.freshRuns(ctx, cfg, 1, name, into, func(nodes servers, k int) []string {
+			return slices.Concat(single("-client", mode)("http://"+nodes[0].addr), []string{"-prefix", repeatPrefix(prefix, k)})
+		})
 	}
 	return o.alternate([]alternated{
 		incr,
 		node("tokenring 1 node", &r.single, "single-", "raw"),
 		node("tokenring 1 node, batching client", &r.batch, "batch-", "batch"),
 	})
+}
+
+// freshRuns is measurement name of an alternated set whose run k drives n
+// nodes started for it on cfg with the load generator's arguments args.
+func (o options) freshRuns(ctx context.Context, cfg string, n int, name string, into *measured, args func(nodes servers, k int) []string) alternated {
+	return alternated{name, into, func(label string, k int) (m measured, err error) {
+		err = o.onFresh(ctx, cfg, n, func(nodes servers) (err error) {
+			m, err = o.loadOnce(ctx, label, nodes.pids(), args(nodes, k)...)
+			return err
+		})
+		return m, err
+	}}
 }
 
 // onFresh starts n nodes on cfg, runs f against them, and stops them.
@@ -366,13 +373,9 @@ func (o options) clusterStage(ctx context.Context, dir string, r *report) error 
 	// Local and forwarded are a ratio: their runs alternate, each on a
 	// cluster of its own.
 	pair := func(name string, into *measured, prefix, route string) alternated {
-		return alternated{name, into, func(label string, k int) (m measured, err error) {
-			err = o.onFresh(ctx, cfg, 3, func(nodes servers) (err error) {
-				m, err = o.loadOnce(ctx, label, nodes.pids(), clusterArgs(nodes, "-route", route, "-tenants", "1000", "-prefix", repeatPrefix(prefix, k))...)
-				return err
-			})
-			return m, err
-		}}
+		return o.freshRuns(ctx, cfg, 3, name, into, func(nodes servers, k int) []string {
+			return clusterArgs(nodes, "-route", route, "-tenants", "1000", "-prefix", repeatPrefix(prefix, k))
+		})
 	}
 	if err := o.alternate([]alternated{
 		pair("tokenring 3 nodes, -route owner", &r.local, "owner-", "owner"),
