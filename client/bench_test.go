@@ -11,7 +11,7 @@ import (
 // BenchmarkClientAcquire measures acquires through the client over real
 // loopback HTTP (an httptest server in front of one node), 64 callers per
 // GOMAXPROCS: single sends one HTTP request per call (MaxBatch 1, up to 64
-// in flight); batched lets the client batch (the defaults: up to 2 in
+// in flight); batched lets the client batch (the defaults: up to 4 in
 // flight). Limits are unlimited, so every call is admitted (no complete).
 func BenchmarkClientAcquire(b *testing.B) {
 	for _, bc := range []struct {
