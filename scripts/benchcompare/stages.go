@@ -334,21 +334,21 @@ func flatTenants(perSecond, seconds float64, perKey int) int {
 }
 
 // proxyRuns times chat completions sequentially (one worker), to fakellm
-// directly and through the node, whole and streamed.
+// directly and through the node, whole and streamed. The added latency is
+// a difference of two runs, so its runs alternate.
 func (o options) proxyRuns(ctx context.Context, r *report, direct, through string) error {
-	for _, p := range []planned{
-		{"proxy: fakellm directly", &r.direct, "", []string{"-targets", direct}},
-		{"proxy: through tokenring", &r.through, "", []string{"-targets", through}},
-		{"proxy: fakellm directly, streamed", &r.directStream, "", []string{"-targets", direct, "-stream"}},
-		{"proxy: through tokenring, streamed", &r.throughStream, "", []string{"-targets", through, "-stream"}},
-	} {
-		args := append([]string{"-system", "proxy", "-c", "1", "-api-key", proxyKey, "-model", "gpt-4o-mini"}, p.args...)
-		var err error
-		if *p.into, err = o.measure(ctx, p.name, nil, "", args...); err != nil {
-			return err
-		}
+	run := func(name string, into *measured, args ...string) alternated {
+		args = append([]string{"-system", "proxy", "-c", "1", "-api-key", proxyKey, "-model", "gpt-4o-mini"}, args...)
+		return alternated{name, into, func(label string, _ int) (measured, error) {
+			return o.loadOnce(ctx, label, nil, args...)
+		}}
 	}
-	return nil
+	return o.alternate([]alternated{
+		run("proxy: fakellm directly", &r.direct, "-targets", direct),
+		run("proxy: through tokenring", &r.through, "-targets", through),
+		run("proxy: fakellm directly, streamed", &r.directStream, "-targets", direct, "-stream"),
+		run("proxy: through tokenring, streamed", &r.throughStream, "-targets", through, "-stream"),
+	})
 }
 
 // clusterStage runs three nodes: tenants at their owners, forwarded, and
