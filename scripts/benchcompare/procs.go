@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,6 +201,31 @@ func startFakeLLM(ctx context.Context, bin string) (*server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// referenceProxy serves Go's standard reverse proxy (net/http/httputil: no
+// limiting, no counting) in front of upstream, a base URL, on a loopback
+// port of this process: what a proxy written in Go adds on this machine
+// before it does anything. stop closes it.
+func referenceProxy(upstream string) (addr string, stop func(), err error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(u), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return ln.Addr().String(), func() {
+		_ = srv.Close()
+		<-done
+	}, nil
 }
 
 // startCluster starts n tokenringd nodes with the config file cfg, each

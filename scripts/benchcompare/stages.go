@@ -334,9 +334,15 @@ func flatTenants(perSecond, seconds float64, perKey int) int {
 }
 
 // proxyRuns times chat completions sequentially (one worker), to fakellm
-// directly and through the node, whole and streamed. The added latency is
-// a difference of two runs, so its runs alternate.
+// directly, through the node, and through Go's standard reverse proxy
+// (referenceProxy), whole and (but the reference) streamed. The added
+// latency is a difference of two runs, so the runs alternate.
 func (o options) proxyRuns(ctx context.Context, r *report, direct, through string) error {
+	ref, stop, err := referenceProxy(direct)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	run := func(name string, into *measured, args ...string) alternated {
 		args = append([]string{"-system", "proxy", "-c", "1", "-api-key", proxyKey, "-model", "gpt-4o-mini"}, args...)
 		return alternated{name, into, func(label string, _ int) (measured, error) {
@@ -346,6 +352,7 @@ func (o options) proxyRuns(ctx context.Context, r *report, direct, through strin
 	return o.alternate([]alternated{
 		run("proxy: fakellm directly", &r.direct, "-targets", direct),
 		run("proxy: through tokenring", &r.through, "-targets", through),
+		run("proxy: through Go's httputil.ReverseProxy", &r.reference, "-targets", "http://"+ref),
 		run("proxy: fakellm directly, streamed", &r.directStream, "-targets", direct, "-stream"),
 		run("proxy: through tokenring, streamed", &r.throughStream, "-targets", through, "-stream"),
 	})
