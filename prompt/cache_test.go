@@ -9,7 +9,7 @@ import (
 )
 
 // TestCountCacheExact: counting a prompt again, from the cache, gives the
-// count of tiktoken itself, for random texts in both encodings.
+// count itself, for random texts in both encodings.
 func TestCountCacheExact(t *testing.T) {
 	c := NewCounter()
 	if err := c.Load(); err != nil {
@@ -19,7 +19,7 @@ func TestCountCacheExact(t *testing.T) {
 		name := rapid.SampledFrom([]string{O200kBase, Cl100kBase}).Draw(rt, "encoding")
 		text := rapid.StringOf(rapid.SampledFrom([]rune("ab yz.,'\n\t 0123é語🙂"))).Draw(rt, "text")
 		ct := c.contentCounter(name)
-		want := count(ct.tk, text)
+		want := count(ct.bpe, text)
 		for i := range 2 { // counted, then from the cache
 			if got := ct.count(text); got != want {
 				rt.Fatalf("count %d of %q = %d, want %d", i, text, got, want)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
-
-	"github.com/pkoukk/tiktoken-go"
 )
 
 // ImageTokens is the fixed estimate for one image, and for any other non-text
@@ -107,22 +105,22 @@ func (c *Counter) AnthropicMessages(model, system string, msgs []Message) int {
 	return n
 }
 
-// contentCounter counts message content in one encoding (tk nil: the
+// contentCounter counts message content in one encoding (bpe nil: the
 // fallback estimate, see Counter.Text), remembering the counts in cache.
 type contentCounter struct {
-	tk    *tiktoken.Tiktoken
+	bpe   *bpe
 	cache *countCache
 }
 
 // count returns the tokens of s, from the cache when s was counted lately.
 func (ct contentCounter) count(s string) int {
-	if s == "" || ct.tk == nil {
-		return count(ct.tk, s)
+	if s == "" || ct.bpe == nil {
+		return count(ct.bpe, s)
 	}
 	if n, ok := ct.cache.get(s); ok {
 		return n
 	}
-	n := count(ct.tk, s)
+	n := count(ct.bpe, s)
 	ct.cache.put(s, n)
 	return n
 }
