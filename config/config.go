@@ -215,9 +215,9 @@ type Config struct {
 	// PreloadEncodings loads the tiktoken tables (cl100k_base and
 	// o200k_base) when the node starts. Off by default: each is loaded when
 	// a prompt is first counted in it (0.05-0.2 s, once), so that a node
-	// whose callers send prompt_tokens never holds them (13 MB of heap,
-	// about 28 MiB of RSS, that the garbage collector marks at every
-	// cycle). Turn it on to pay that at startup instead of on the first
+	// whose callers send prompt_tokens never holds them (8 MB of heap,
+	// about 30 MiB of RSS until the loading's garbage is returned to the
+	// system). Turn it on to pay that at startup instead of on the first
 	// request that counts a prompt.
 	PreloadEncodings bool `yaml:"preload_encodings"`
 	// HTTP bounds the HTTP server.

@@ -12,7 +12,7 @@ import (
 // (bpe_test.go), without making the tokens, without a regular expression
 // engine and without tiktoken-go's decoder tables.
 type bpe struct {
-	ranks map[string]int // token bytes → rank: the lower merges first
+	ranks *rankTable // token bytes → rank: the lower merges first
 	split func(s string, i int) int
 }
 
@@ -33,7 +33,7 @@ func (b *bpe) count(s string) int {
 
 // pieceTokens returns the number of tokens of one piece of the split.
 func (b *bpe) pieceTokens(piece string) int {
-	if _, ok := b.ranks[piece]; ok || len(piece) == 1 {
+	if _, ok := b.ranks.rank(piece); ok || len(piece) == 1 {
 		return 1
 	}
 	return b.merge(piece)
@@ -63,7 +63,7 @@ func (b *bpe) merge(piece string) int {
 	// math.MaxInt when they are not a token.
 	rank := func(i, skip int) int {
 		if i+skip+2 < len(ps) {
-			if r, ok := b.ranks[piece[ps[i].start:ps[i+skip+2].start]]; ok {
+			if r, ok := b.ranks.rank(piece[ps[i].start:ps[i+skip+2].start]); ok {
 				return r
 			}
 		}

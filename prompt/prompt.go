@@ -96,7 +96,11 @@ func loadBPE(name string) (*bpe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", name, err)
 	}
-	return &bpe{ranks: ranks, split: split}, nil
+	table, err := newRankTable(ranks)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", name, err)
+	}
+	return &bpe{ranks: table, split: split}, nil
 }
 
 // bpeURL is where OpenAI publishes the encodings' tables: the name under
@@ -107,8 +111,9 @@ const bpeURL = "https://openaipublic.blob.core.windows.net/encodings/"
 // ready to use.
 //
 // Each of the two encodings is loaded the first time it is needed, once per
-// Counter: about 0.05 s and 4 MB of heap for cl100k_base, 0.1 s and 9 MB for
-// o200k_base (their ranks, parsed from the embedded tables). Call Load at
+// Counter: about 0.06 s and 2.6 MB of heap for cl100k_base, 0.12 s and 5.3 MB
+// for o200k_base (their ranks, parsed from the embedded tables into a
+// rankTable). Call Load at
 // startup to pay that before the first request and to learn whether loading
 // works.
 //

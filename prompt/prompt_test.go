@@ -66,7 +66,7 @@ func TestLoad(t *testing.T) {
 	} {
 		b, _ := counter.encoding(tc.name).get(tc.name)
 		for piece, want := range tc.ranks {
-			if got, ok := b.ranks[piece]; !ok || got != want {
+			if got, ok := b.ranks.rank(piece); !ok || got != want {
 				t.Errorf("%s: rank of %q = %d, %t; want %d", tc.name, piece, got, ok, want)
 			}
 		}

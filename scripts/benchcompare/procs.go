@@ -109,6 +109,20 @@ func (ss servers) stop() {
 	}
 }
 
+// explain returns err (nil stays nil) with, for each server that has
+// exited, how it exited and the end of its output: why a run failed.
+func (ss servers) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range ss {
+		if !s.alive() {
+			err = fmt.Errorf("%w\n%s exited (%v); its last output:\n%s", err, s.name, s.err, s.output(4096))
+		}
+	}
+	return err
+}
+
 func (ss servers) pids() []int {
 	out := make([]int, len(ss))
 	for i, s := range ss {

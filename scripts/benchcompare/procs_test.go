@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -46,5 +47,34 @@ func TestReferenceProxyForwards(t *testing.T) {
 	stop()
 	if _, err := http.Get("http://" + addr + "/"); err == nil {
 		t.Error("the proxy still answers after stop")
+	}
+}
+
+// TestExplainNamesTheDeadServer: a failed run's error says which server
+// exited, how, and what it wrote last; a live one is not mentioned.
+func TestExplainNamesTheDeadServer(t *testing.T) {
+	dead, err := startServer("dead", "", "sh", "-c", "echo panic: something broke; exit 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := startServer("live", "", "sleep", "30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.stop()
+	<-dead.done
+	defer dead.stop()
+	ss := servers{dead, live}
+	if ss.explain(nil) != nil {
+		t.Error("explain(nil) is not nil")
+	}
+	got := ss.explain(errors.New("run failed")).Error()
+	for _, want := range []string{"run failed", "dead exited (exit status 2)", "panic: something broke"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explain: %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "live") {
+		t.Errorf("explain mentions the live server: %q", got)
 	}
 }

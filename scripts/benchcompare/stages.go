@@ -324,7 +324,7 @@ func (o options) onFresh(ctx context.Context, cfg string, n int, f func(servers)
 		return err
 	}
 	defer nodes.stop()
-	return f(nodes)
+	return nodes.explain(f(nodes))
 }
 
 // flatTenants is how many tenants a run at perSecond decisions for seconds
