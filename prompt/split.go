@@ -9,7 +9,7 @@ import (
 // (regular expressions run by a backtracking engine) match, written out.
 // Each function takes valid UTF-8 s and a rune boundary i < len(s) and
 // returns the end of the piece the pattern matches at i: always past i,
-// since every rune starts some alternative. split_test.go checks them
+// since every rune starts some alternative. bpe_test.go checks them
 // against tiktoken-go's patterns, rune class by rune class and on random
 // and fuzzed text.
 //
