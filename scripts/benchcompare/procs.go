@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -64,7 +65,10 @@ func (s *server) output(n int64) string {
 
 // startServer execs bin with args. It runs in a process group of its own
 // (a Ctrl-C reaches the comparison, which stops it) and is killed if the
-// comparison dies (Pdeathsig).
+// comparison dies (Pdeathsig). Linux sends that signal when the thread that
+// started the child ends, and Go ends a thread whose goroutine exits locked
+// to it (golang/go#27505): the child is started and waited for on a
+// goroutine locked to its thread, so that thread ends with the child.
 func startServer(name, addr, bin string, args ...string) (*server, error) {
 	log, err := os.CreateTemp("", "benchcompare-*.log")
 	if err != nil {
@@ -75,14 +79,21 @@ func startServer(name, addr, bin string, args ...string) (*server, error) {
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
+	started := make(chan error)
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends when the child has
+		if err := s.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		s.err = s.cmd.Wait()
 		close(s.done)
 	}()
+	if err := <-started; err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
 	return s, nil
 }
 

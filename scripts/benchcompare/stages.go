@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,8 @@ const (
 // started and stopped lines.
 func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...string) (measured, error) {
 	fmt.Fprintf(o.stderr, "benchcompare: %s\n", name)
+	runtime.LockOSThread() // the child's Pdeathsig fires if this thread ends (startServer)
+	defer runtime.UnlockOSThread()
 	full := append([]string{"load", "-json", "-announce", "-c", strconv.Itoa(o.workers),
 		"-d", o.duration.String(), "-n", "1000000000"}, args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(o.bin, "tokenring"), full...)
