@@ -69,14 +69,3 @@ func (t *rankTable) rank(tok string) (int, bool) {
 		}
 	}
 }
-
-// len returns the number of tokens.
-func (t *rankTable) len() int {
-	n := 0
-	for _, s := range t.slots {
-		if s != 0 {
-			n++
-		}
-	}
-	return n
-}
