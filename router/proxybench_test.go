@@ -24,6 +24,9 @@ import (
 // proxy's added latency is "through" minus "direct" of the same run:
 //
 //	go test -run '^$' -bench ProxyAdded -benchtime 20000x -count 5 ./router/
+//
+// new-1KiB-message sends a new 1 KiB message each call, whose prompt count
+// the proxy cannot take from its cache.
 func BenchmarkProxyAdded(b *testing.B) {
 	if err := counter.Load(); err != nil {
 		b.Fatal(err)
@@ -65,7 +68,23 @@ func BenchmarkProxyAdded(b *testing.B) {
 			})
 		}
 	}
+	// A new 1 KiB user message each call, as a conversation's next turn
+	// is: its count is not in the counter's cache.
+	for _, t := range []struct{ name, url string }{{"direct", up.URL}, {"through", hs.URL}} {
+		b.Run(t.name+"/new-1KiB-message", func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				n++
+				text := fmt.Sprintf("Message %d. %s", n, proseKiB)[:1024]
+				body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":100,"messages":[{"role":"user","content":%q}]}`, text)
+				benchCompletion(b, client, t.url, body, false)
+			}
+		})
+	}
 }
+
+// proseKiB is about a KiB of English prose.
+var proseKiB = strings.Repeat("The quick brown fox jumps over the lazy dog, and then it rests for a while. ", 14)
 
 // benchCompletion posts one chat completion to base and reads its answer:
 // whole, or under stream its first byte timed and the rest with the timer
