@@ -64,7 +64,7 @@ func TestClassesAreThePatterns(t *testing.T) {
 		is    func(rune) bool
 	}{
 		{`\s`, unicode.IsSpace},
-		{`\p{L}`, isLetter},
+		{`\p{L}`, unicode.IsLetter},
 		{`\p{N}`, unicode.IsNumber},
 		{`[^\r\n\p{L}\p{N}]`, prefix},
 		{`[^\s\p{L}\p{N}]`, isOther},

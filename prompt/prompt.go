@@ -113,9 +113,8 @@ const bpeURL = "https://openaipublic.blob.core.windows.net/encodings/"
 // Each of the two encodings is loaded the first time it is needed, once per
 // Counter: about 0.06 s and 2.6 MB of heap for cl100k_base, 0.12 s and 5.3 MB
 // for o200k_base (their ranks, parsed from the embedded tables into a
-// rankTable). Call Load at
-// startup to pay that before the first request and to learn whether loading
-// works.
+// rankTable). Call Load at startup to pay that before the first request and
+// to learn whether loading works.
 //
 // Long text is encoded in chunks so that counting stays linear in the input
 // (tiktoken's merge step is quadratic in the length of one piece: 100 KB of

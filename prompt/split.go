@@ -25,11 +25,11 @@ func splitCL100K(s string, i int) int {
 		return e
 	}
 	r, w := utf8.DecodeRuneInString(s[i:])
-	if e := run(s, i, isLetter); e > i { // \p{L}+
+	if e := run(s, i, unicode.IsLetter); e > i { // \p{L}+
 		return e
 	}
 	if prefix(r) && i+w < len(s) { // [^\r\n\p{L}\p{N}]\p{L}+
-		if e := run(s, i+w, isLetter); e > i+w {
+		if e := run(s, i+w, unicode.IsLetter); e > i+w {
 			return e
 		}
 	}
@@ -172,8 +172,6 @@ func run(s string, i int, class func(rune) bool) int {
 	}
 	return i
 }
-
-func isLetter(r rune) bool { return unicode.IsLetter(r) }
 
 // prefix is [^\r\n\p{L}\p{N}]: the optional rune before a word.
 func prefix(r rune) bool {
