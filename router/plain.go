@@ -21,7 +21,8 @@ import (
 // the Date, Content-Length and Connection that the server writes) and body.
 // Any other request it declines (returns false) having changed nothing. A
 // call with wait_ms is declined because only net/http notices a client that
-// hangs up while the call waits.
+// hangs up while the call waits. It also serves the LLM proxy's requests
+// that do not ask for a stream (proxyPlain).
 func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
 	var a apiAnswer
 	switch string(req.Path) {
@@ -63,6 +64,10 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		} else {
 			a = r.batchAnswer(ctx, set, &in, pre)
 		}
+	case "/v1/chat/completions":
+		return r.proxyPlain(req, resp, openAI{})
+	case "/v1/messages":
+		return r.proxyPlain(req, resp, anthropic{})
 	default:
 		return false
 	}

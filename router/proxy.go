@@ -93,6 +93,12 @@ func (r *Router) proxyRoutes(mux *http.ServeMux) {
 // proxy serves one provider's endpoint: authenticate, parse and count, admit
 // (or refuse in the provider's shape), then forward and settle (forward.go).
 func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
+	r.proxyParsed(w, req, p, nil)
+}
+
+// proxyParsed is proxy for a request whose body parsed is (nil: the body
+// is still to be read and parsed).
+func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provider, parsed *proxyCall) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		p.fail(w, apiError{http.StatusMethodNotAllowed, errInvalid, "method " + req.Method + " not allowed, use POST"})
@@ -109,21 +115,28 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
 		p.fail(w, apiError{http.StatusBadGateway, errServer, "no upstream is configured for " + p.name()})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			p.fail(w, apiError{http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit)})
+	var c proxyCall
+	if parsed != nil {
+		c = *parsed
+	} else {
+		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				p.fail(w, apiError{http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit)})
+				return
+			}
+			p.fail(w, badRequest("reading the body: %v", err))
 			return
 		}
-		p.fail(w, badRequest("reading the body: %v", err))
-		return
+		c = proxyCall{p: p}
+		if err := p.parse(&c, body, r.cfg.Counter); err != nil {
+			p.fail(w, badRequest("%v", err))
+			return
+		}
 	}
-	c := proxyCall{p: p, tenant: tenant}
-	if err := p.parse(&c, body, r.cfg.Counter); err != nil {
-		p.fail(w, badRequest("%v", err))
-		return
-	}
+	c.tenant = tenant
+	var err error
 	adm := admission{tenant: tenant, model: c.model, req: limiter.Request{PromptTokens: c.promptTokens, MaxTokens: c.maxTokens}}
 	if adm.req.Priority, adm.req.Wait, err = proxyQueue(req.Header); err != nil {
 		p.fail(w, badRequest("%v", err))

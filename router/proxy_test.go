@@ -1,7 +1,8 @@
 package router_test
 
-// The LLM proxy, in process: a node and its router behind an httptest
-// server, forwarding to fakeupstream.Upstream. This is an external test package
+// The LLM proxy, in process: a node and its router behind the server
+// tokenringd runs (internal/http1's fast path, net/http for the rest; or
+// net/http alone), forwarding to fakeupstream.Upstream. This is an external test package
 // because test (the fake upstream's home) imports router; it shares the
 // router package's TestMain, so goleak checks these tests too.
 
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
@@ -67,6 +69,7 @@ type proxyOpts struct {
 	timeouts router.UpstreamTimeouts   // of both upstreams
 	netHTTP  bool                      // the fake upstream's net/http client, not the router's own (NewUpstreamClient, as tokenringd runs)
 	maxKeys  int                       // the node's MaxKeys; 0: its default
+	netHTTP1 bool                      // serve with net/http alone, not tokenringd's server (the fast path, then net/http)
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -115,13 +118,41 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(r)
+	url, stop := serveRouter(t, r, o.netHTTP1)
 	t.Cleanup(func() {
-		hs.Close()
+		stop()
 		r.Close()
 		n.Close()
 	})
-	return &proxyEnv{url: hs.URL, client: hs.Client(), up: up, node: n}
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return &proxyEnv{url: url, client: hc, up: up, node: n}
+}
+
+// serveRouter serves r on loopback as tokenringd does (internal/http1's
+// fast path, r.ServePlain, and net/http for what it declines), or with
+// net/http alone; stop closes the server.
+func serveRouter(t testing.TB, r *router.Router, netHTTPOnly bool) (url string, stop func()) {
+	t.Helper()
+	if netHTTPOnly {
+		hs := httptest.NewServer(r)
+		return hs.URL, hs.Close
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := http1.NewServer(http1.Config{Handler: r.ServePlain, Fallback: &http.Server{Handler: r}})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		<-served
+	}
 }
 
 // send posts body to path with key (as a bearer token for OpenAI, x-api-key
@@ -583,6 +614,47 @@ func TestProxyInterruptedStream(t *testing.T) {
 			t.Fatalf("abandoned stream charged %d tokens, want between %d and %d", used, lo, hi)
 		}
 	})
+}
+
+// TestProxyClientGoneWhileWaiting: a client that hangs up while the
+// upstream works on a whole (non-streaming) answer cancels the upstream
+// request, and its lease is released (the reservation stays charged: the
+// upstream may have spent it), whichever server took the request:
+// internal/http1's fast path notices from its watch (clientWatchDelay),
+// net/http from its background read.
+func TestProxyClientGoneWhileWaiting(t *testing.T) {
+	for _, netHTTP := range []bool{false, true} {
+		t.Run(fmt.Sprintf("net/http alone=%t", netHTTP), func(t *testing.T) {
+			e := startProxy(t, proxyOpts{tenant: limiter.Limits{Tokens: 10_000, Concurrency: 1}, netHTTP1: netHTTP})
+			hold := make(chan struct{}) // never closed: only the request's end lets the upstream go
+			e.up.SetReply(fakeupstream.UpstreamReply{Hold: hold})
+			ctx, cancel := context.WithCancel(context.Background())
+			answered := make(chan error, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions", strings.NewReader(openAIBody(`,"max_tokens":100`)))
+				req.Header.Set("Authorization", "Bearer "+clientKey)
+				resp, err := e.client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				answered <- err
+			}()
+			for deadline := time.Now().Add(5 * time.Second); len(e.up.Requests()) == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the request never reached the upstream")
+				}
+			}
+			time.Sleep(30 * time.Millisecond) // past clientWatchDelay
+			cancel()
+			if err := <-answered; err == nil {
+				t.Fatal("the cancelled request was answered")
+			}
+			st := e.waitIdle(t) // the upstream request ended, and the lease with it
+			if want := 10_000 - promptTokens(t, false) - 100; st.Tokens.Remaining != want {
+				t.Fatalf("tokens remaining %d, want %d: the reservation stays charged", st.Tokens.Remaining, want)
+			}
+		})
+	}
 }
 
 // TestProxyRefusal: 429s in each provider's shape with retry-after,

@@ -32,8 +32,28 @@ type Request struct {
 	ContentLength int64
 	// Close is true when the client asked for Connection: close.
 	Close bool
+	// Head is the header lines, each ending in CRLF, without the request
+	// line and the blank line; every line is well formed (ParseHead
+	// checked it). EachHeader walks them.
+	Head []byte
 	// Body is the whole body (filled by the Server, not by ParseHead).
 	Body []byte
+
+	// watch is how WatchClient reaches the connection (set by the
+	// Server; nil after ParseHead alone).
+	watch *watchable
+}
+
+// EachHeader calls fn with each header line's name and value (trimmed), in
+// order.
+func (r *Request) EachHeader(fn func(name, value []byte)) {
+	for rest := r.Head; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		if name, value, ok := headerLine(line); ok {
+			fn(name, value)
+		}
+	}
 }
 
 // ErrIncomplete is ParseHead's answer to a buffer that does not yet hold a
@@ -58,7 +78,7 @@ func ParseHead(b []byte, maxBody int64, req *Request) (n int, err error) {
 	}
 	head := b[:end+2] // every line ends with CRLF
 	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
-	*req = Request{ContentLength: -1}
+	*req = Request{ContentLength: -1, Head: rest}
 	if !requestLine(line, req) {
 		return 0, ErrNotPlain
 	}

@@ -3,6 +3,7 @@ package http1
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -85,4 +86,20 @@ func FuzzParseHead(f *testing.F) {
 				want.Method, want.URL.Path, want.ContentLength, want.Header.Get("Authorization"), want.Close)
 		}
 	})
+}
+
+// TestEachHeaderWalksTheHead: EachHeader gives every header line of a head
+// ParseHead took, in order, values trimmed.
+func TestEachHeaderWalksTheHead(t *testing.T) {
+	b := []byte("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key:  k1 \r\nAnthropic-Version: 2023-06-01\r\nContent-Length: 2\r\n\r\n{}")
+	var req Request
+	if _, err := ParseHead(b, 1<<20, &req); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	req.EachHeader(func(name, value []byte) { got = append(got, string(name)+"="+string(value)) })
+	want := "[Host=x x-api-key=k1 Anthropic-Version=2023-06-01 Content-Length=2]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
 }

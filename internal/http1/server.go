@@ -223,7 +223,7 @@ func (s *Server) serveConn(c *conn) {
 		}
 	}()
 	br := bufio.NewReaderSize(c, readBufferSize)
-	ex := exchange{last: s.cfg.Now()}
+	ex := exchange{last: s.cfg.Now(), watch: watchable{c: c, br: br}}
 	for {
 		r, keep, err := s.next(c, br, &ex)
 		switch {
@@ -239,11 +239,12 @@ func (s *Server) serveConn(c *conn) {
 
 // exchange is one connection's reusable buffers.
 type exchange struct {
-	req  Request
-	resp Response
-	out  []byte
-	big  []byte    // a request larger than the read buffer
-	last time.Time // when the last request's first byte was read
+	req   Request
+	resp  Response
+	out   []byte
+	big   []byte    // a request larger than the read buffer
+	last  time.Time // when the last request's first byte was read
+	watch watchable // the connection, for Request.WatchClient
 }
 
 // next reads, answers and writes one request of c. keep is false when the
@@ -274,6 +275,7 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 		return br, false, err
 	}
 	ex.req.Body = raw[n:]
+	ex.req.watch = &ex.watch
 	ex.resp.reset()
 	if !s.cfg.Handler(context.Background(), &ex.req, &ex.resp) {
 		if len(ex.big) > 0 && &raw[0] == &ex.big[0] {
@@ -286,12 +288,17 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 	}
 	closing := ex.req.Close || s.cfg.Closing() || s.shutting.Load()
 	ex.out = ex.resp.appendTo(ex.out[:0], s.date.get(start), closing)
-	setDeadline(c.SetWriteDeadline, &c.wdl, start, s.cfg.WriteTimeout)
+	// WriteTimeout bounds the writing, from the answer being ready (a
+	// Handler may wait long for it: an upstream's answer).
+	setDeadline(c.SetWriteDeadline, &c.wdl, s.cfg.Now(), s.cfg.WriteTimeout)
 	if _, err := c.Write(ex.out); err != nil {
 		return nil, false, err
 	}
 	if cap(ex.out) > DefaultMaxBody {
 		ex.out = nil
+	}
+	if cap(ex.resp.Body) > DefaultMaxBody {
+		ex.resp.Body = nil
 	}
 	return nil, !closing, nil
 }

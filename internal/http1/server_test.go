@@ -27,11 +27,12 @@ type testServer struct {
 	addr    string
 	release chan struct{}
 	blocked chan struct{}
+	gone    chan struct{} // a /watch request's client hung up
 }
 
 func startServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
-	ts := &testServer{release: make(chan struct{}), blocked: make(chan struct{}, 1)}
+	ts := &testServer{release: make(chan struct{}), blocked: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
 	cfg.Handler = func(_ context.Context, req *Request, resp *Response) bool {
 		switch string(req.Path) {
 		case "/decline":
@@ -39,6 +40,23 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		case "/block":
 			ts.blocked <- struct{}{}
 			<-ts.release
+		case "/watch": // takes 50 ms ("long": until its client hangs up, at most 5 s), watched from 1 ms on
+			hold := 50 * time.Millisecond
+			if string(req.Body) == "long" {
+				hold = 5 * time.Second
+			}
+			path, body := string(req.Path), string(req.Body) // the watch may move req's bytes
+			gone := make(chan struct{})
+			stop := req.WatchClient(time.Millisecond, func() { close(gone) })
+			select {
+			case <-gone:
+				ts.gone <- struct{}{}
+			case <-time.After(hold):
+			}
+			stop()
+			resp.Status = http.StatusOK
+			resp.Body = fmt.Appendf(resp.Body, "fast %s %s", path, body)
+			return true
 		}
 		resp.Status = http.StatusOK
 		resp.AddHeader("Content-Type", "text/plain")
@@ -224,5 +242,58 @@ func TestShutdownFinishesAnswersInProgress(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWatchClientSeesAHangUp: a Handler watching its client learns that it
+// hung up while the answer was being made.
+func TestWatchClientSeesAHangUp(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.dial(t)
+	c.send(t, post("/watch", "long"))
+	time.Sleep(10 * time.Millisecond) // the watch has started
+	c.Close()
+	select {
+	case <-ts.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Handler never learnt that its client hung up")
+	}
+}
+
+// TestWatchClientLeavesTheConnectionAsItWas: a watch that ends without a
+// hang-up changes nothing a client sees: the answer comes (written after
+// a wait longer than WriteTimeout, which counts from the answer being
+// ready), a request sent during the watch is answered next, one sent
+// after a pause and one sent with it too; and the idle timeout, not a
+// deadline the watch left behind, closes the connection afterwards.
+func TestWatchClientLeavesTheConnectionAsItWas(t *testing.T) {
+	ts := startServer(t, Config{WriteTimeout: 20 * time.Millisecond, IdleTimeout: 2 * time.Second})
+	c := ts.dial(t)
+	c.send(t, post("/watch", "short"))
+	time.Sleep(10 * time.Millisecond) // the watch has started: the next request arrives during it
+	c.send(t, post("/a", "two"))
+	for i, want := range []string{"fast /watch short", "fast /a two"} {
+		if _, body := c.read(t); body != want {
+			t.Fatalf("answer %d: %q, want %q", i, body, want)
+		}
+	}
+	time.Sleep(30 * time.Millisecond) // idle, well within IdleTimeout: the connection still serves
+	c.send(t, post("/a", "after a pause"))
+	if _, body := c.read(t); body != "fast /a after a pause" {
+		t.Fatalf("answer after a pause: %q", body)
+	}
+	c.send(t, post("/watch", "short"), post("/a", "three"))
+	for i, want := range []string{"fast /watch short", "fast /a three"} {
+		if _, body := c.read(t); body != want {
+			t.Fatalf("pipelined answer %d: %q, want %q", i, body, want)
+		}
+	}
+	select {
+	case <-ts.gone:
+		t.Fatal("gone called for a client that stayed")
+	default:
+	}
+	if !c.closed() {
+		t.Fatal("the idle connection was not closed by IdleTimeout after a watched request")
 	}
 }

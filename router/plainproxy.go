@@ -1,0 +1,128 @@
+package router
+
+// The LLM proxy's whole-answer requests on the fast path (internal/http1).
+// net/http costs a sequential request 40-46 µs more than the fast path on
+// a 2-vCPU host (BENCHMARKS.md, "The proxy on the fast path"), most of it
+// the goroutine it starts, and then stops, to read the connection while
+// the handler runs. A chat completion or message that does not ask for a
+// stream is answered whole, so the fast path can serve it: the same
+// handler (proxyParsed) writes into a plainWriter, which the server sends
+// once the handler returns. Streams stay with net/http, which writes as
+// they come.
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tokenring/tokenring/internal/http1"
+)
+
+// clientWatchDelay is how long a proxied request on the fast path waits
+// for its answer before it starts noticing its client hanging up (which
+// cancels the upstream request, as net/http's request context does). An
+// upstream that answers sooner costs no watch at all.
+const clientWatchDelay = 20 * time.Millisecond
+
+// proxyPlain serves a chat completion (or message) taken by ServePlain, as
+// proxy would: every answer, errors included, is the one ServeHTTP gives.
+// It declines (false, nothing done) a request that asks for a stream.
+func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider) bool {
+	// The body is copied before anything keeps it: once the client watch
+	// starts, req's slices may move in the connection's buffer.
+	body := bytes.Clone(req.Body)
+	hreq := &http.Request{
+		Method: http.MethodPost, URL: &url.URL{Path: string(req.Path)}, RequestURI: string(req.Path),
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header), ContentLength: int64(len(body)),
+	}
+	req.EachHeader(func(name, value []byte) {
+		if k := http.CanonicalHeaderKey(string(name)); k == "Host" {
+			hreq.Host = string(value)
+		} else {
+			hreq.Header[k] = append(hreq.Header[k], string(value))
+		}
+	})
+	var parsed *proxyCall
+	if _, known := r.proxyTenant(hreq.Header); known {
+		if up, _ := p.upstream(r.cfg.Proxy); up.BaseURL != "" {
+			c := proxyCall{p: p}
+			if err := p.parse(&c, body, r.cfg.Counter); err == nil {
+				if c.stream {
+					return false
+				}
+				parsed = &c
+			}
+		}
+	}
+	// Otherwise proxyParsed answers the error (401, 502 or 400) from body.
+	hreq.Body = http.NoBody
+	if parsed == nil {
+		hreq.Body = readCloser{bytes.NewReader(body)}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &plainWriter{resp: resp, h: make(http.Header)}
+	stop := req.WatchClient(clientWatchDelay, cancel)
+	r.proxyParsed(w, hreq.WithContext(ctx), p, parsed)
+	stop()
+	w.finish()
+	return true
+}
+
+// readCloser is a body without anything to close.
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// plainWriter is the http.ResponseWriter of a proxied request on the fast
+// path: it gathers the answer into the http1.Response that the server
+// writes once the handler has returned, as net/http would have written it
+// (the header as it was when WriteHeader was called, a Content-Type
+// sniffed when none was set). Flush does nothing: the answer goes whole.
+type plainWriter struct {
+	resp        *http1.Response
+	h           http.Header
+	wrote       bool
+	contentType []string // the Content-Type at WriteHeader
+}
+
+// serverHeaders are written by internal/http1's server itself.
+var serverHeaders = map[string]bool{"Content-Length": true, "Date": true, "Connection": true, "Transfer-Encoding": true, "Content-Type": true}
+
+func (w *plainWriter) Header() http.Header { return w.h }
+
+func (w *plainWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.resp.Status = code
+	buf := bytes.NewBuffer(w.resp.Header)
+	_ = w.h.WriteSubset(buf, serverHeaders) // a bytes.Buffer does not fail
+	w.resp.Header = buf.Bytes()
+	w.contentType = w.h.Values("Content-Type")
+}
+
+func (w *plainWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.resp.Body = append(w.resp.Body, b...)
+	return len(b), nil
+}
+
+func (w *plainWriter) Flush() {}
+
+// finish completes the answer once the handler has returned.
+func (w *plainWriter) finish() {
+	w.WriteHeader(http.StatusOK)
+	switch {
+	case len(w.contentType) > 0:
+		for _, v := range w.contentType {
+			w.resp.AddHeader("Content-Type", v)
+		}
+	case len(w.resp.Body) > 0:
+		w.resp.AddHeader("Content-Type", http.DetectContentType(w.resp.Body))
+	}
+}

@@ -1,0 +1,232 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/internal/http1"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/prompt"
+)
+
+// twinUpstream answers deterministically (echoing the OpenAI-Organization
+// header it was sent): an OpenAI or Anthropic completion with usage, a 500 for a body holding "fail", an answer without a
+// Content-Type for model "no-ct", and a short stream when one is asked for.
+func twinUpstream(t *testing.T) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		w.Header().Set("X-Request-Id", "req_twin")
+		w.Header().Set("X-Seen-Organization", req.Header.Get("OpenAI-Organization")) // what the proxy forwarded
+		switch {
+		case bytes.Contains(body, []byte("fail")):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"error":{"message":"upstream broke","type":"server_error"}}`)
+		case bytes.Contains(body, []byte(`"stream":true`)):
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+		case strings.HasSuffix(req.URL.Path, "/messages"):
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":10,"output_tokens":4}}`)
+		default:
+			if bytes.Contains(body, []byte("no-ct")) {
+				w.Header()["Content-Type"] = nil // net/http sniffs nothing: the proxy relays no type
+			} else {
+				w.Header().Set("Content-Type", "application/json")
+			}
+			io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`)
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
+// twinProxy is a node and router of s, with lease ids 1, 2, 3..., proxying
+// to upstream for API key "sk-a" (tenant "a").
+func twinProxy(t *testing.T, s setup, upstream string, counter Counter) *Router {
+	t.Helper()
+	var ids atomic.Uint64
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,
+		Policy: limiter.Policy{IDs: func() uint64 { return ids.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	r, err := New(n, Config{Limits: s.limits, Now: s.now, Counter: counter, Proxy: ProxyConfig{
+		Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
+		OpenAI:    Upstream{BaseURL: upstream + "/v1"},
+		Anthropic: Upstream{BaseURL: upstream + "/v1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// proxyStep is one proxied request: its path, header lines and body.
+type proxyStep struct {
+	path     string
+	headers  []string // "Name: value"
+	body     string
+	declined bool // ServePlain must leave it to ServeHTTP (a stream)
+}
+
+// proxyAnswer is what a client sees of an answer but its Date and
+// Content-Length (the servers write those).
+type proxyAnswer struct {
+	status int
+	header string // every other header line, sorted
+	body   string
+}
+
+func (a proxyAnswer) String() string { return fmt.Sprintf("%d\n%s\n%s", a.status, a.header, a.body) }
+
+// headerLines is h's lines but Date and Content-Length, sorted.
+func headerLines(h http.Header) string {
+	var lines []string
+	for k, vv := range h {
+		if k == "Date" || k == "Content-Length" {
+			continue
+		}
+		for _, v := range vv {
+			lines = append(lines, k+": "+v)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// proxyViaPlain serves st through ServePlain from the bytes a client would
+// send, parsed by http1.ParseHead as the server does.
+func proxyViaPlain(t *testing.T, r *Router, st proxyStep) (proxyAnswer, bool) {
+	t.Helper()
+	raw := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: tokenring\r\n%sContent-Length: %d\r\n\r\n%s",
+		st.path, strings.Join(append(st.headers, ""), "\r\n"), len(st.body), st.body)
+	var req http1.Request
+	n, err := http1.ParseHead([]byte(raw), 1<<20, &req)
+	if err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	req.Body = []byte(raw[n:])
+	var resp http1.Response
+	if !r.ServePlain(context.Background(), &req, &resp) {
+		return proxyAnswer{}, false
+	}
+	h := http.Header{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(resp.Header), "\r\n"), "\r\n") {
+		name, value, _ := strings.Cut(line, ": ")
+		h.Add(name, value)
+	}
+	return proxyAnswer{status: resp.Status, header: headerLines(h), body: string(resp.Body)}, true
+}
+
+// proxyViaHTTP serves st through net/http: the server of r's ServeHTTP at
+// url (a real server, which sniffs a missing Content-Type as net/http
+// does, where httptest's recorder does not).
+func proxyViaHTTP(t *testing.T, url string, st proxyStep) proxyAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+st.path, strings.NewReader(st.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range st.headers {
+		name, value, _ := strings.Cut(line, ": ")
+		req.Header.Add(name, value)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return proxyAnswer{status: res.StatusCode, header: headerLines(res.Header), body: string(body)}
+}
+
+// TestProxyPlainAnswersAsServeHTTP sends the same proxied requests to twin
+// routers, one through ServePlain (the fast path) and one through
+// ServeHTTP: every answer (status, every header, body) is the same, and so
+// is the tenant's state after each: admissions, settles, refusals, the
+// upstream's errors and every kind of client error. ServePlain declines
+// only the streams, which then go to ServeHTTP on both.
+func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
+	clock := newFakeClock()
+	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 6, Tokens: 100_000, Concurrency: 2, Window: time.Minute}}, now: clock.Now}
+	up := twinUpstream(t)
+	counter := prompt.NewCounter()
+	plain, ref := twinProxy(t, s, up, counter), twinProxy(t, s, up, counter)
+	plainURL, refURL := serveHTTP(t, plain), serveHTTP(t, ref)
+	openAIKey, claudeKey := "Authorization: Bearer sk-a", "X-Api-Key: sk-a"
+	chat := func(extra string) string {
+		return `{"model":"gpt-4o-mini","max_tokens":50,"messages":[{"role":"user","content":"Say hi."}]` + extra + `}`
+	}
+	steps := []proxyStep{
+		{path: "/v1/chat/completions", headers: []string{openAIKey, "Content-Type: application/json", "OpenAI-Organization: org-1"}, body: chat("")},
+		{path: "/v1/messages", headers: []string{claudeKey, "Anthropic-Version: 2023-06-01"},
+			body: `{"model":"claude-sonnet-4-5","max_tokens":50,"messages":[{"role":"user","content":"Say hi."}]}`},
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"stream":true`), declined: true},
+		{path: "/v1/chat/completions", headers: []string{"Authorization: Bearer sk-forged"}, body: chat("")}, // 401
+		{path: "/v1/chat/completions", body: chat("")},                                                       // 401: no key
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: `{"model":`},                      // 400
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: `{"model":"gpt-4o-mini","messages":[],"max_tokens":-1}`},
+		{path: "/v1/messages", headers: []string{claudeKey}, body: `{"model":"claude-sonnet-4-5","messages":"nope"}`},
+		{path: "/v1/chat/completions", headers: []string{openAIKey, "X-Tokenring-Priority: urgent"}, body: chat("")}, // 400
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"fail"`)},                   // the upstream's 500
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"no-ct"`)},                  // sniffed type
+		{path: "/v1/chat/completions", headers: []string{openAIKey, "X-Tokenring-Priority: batch"}, body: chat("")},
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat("")}, // 429: 6 rpm
+		{path: "/v1/messages", headers: []string{claudeKey}, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`},
+	}
+	refused := 0
+	for i, st := range steps {
+		got, taken := proxyViaPlain(t, plain, st)
+		if taken == st.declined {
+			t.Fatalf("step %d %s: taken by ServePlain = %v, want %v", i, st.body, taken, !st.declined)
+		}
+		if !taken {
+			got = proxyViaHTTP(t, plainURL, st)
+		}
+		want := proxyViaHTTP(t, refURL, st)
+		if got.String() != want.String() {
+			t.Fatalf("step %d %s %v %s:\nplain:\n%v\n\nHTTP:\n%v", i, st.path, st.headers, st.body, got, want)
+		}
+		if got.status == http.StatusTooManyRequests {
+			refused++
+		}
+		if a, b := tenantAnswer(plain), tenantAnswer(ref); a != b {
+			t.Fatalf("step %d: the tenant differs:\nplain %s\nHTTP  %s", i, a, b)
+		}
+		clock.Advance(time.Second)
+	}
+	if refused != 2 {
+		t.Fatalf("%d refusals, want 2 (the 7th and 8th admissions of 6 a minute)", refused)
+	}
+}
+
+// serveHTTP serves r with net/http on loopback until the test ends.
+func serveHTTP(t *testing.T, r *Router) string {
+	hs := httptest.NewServer(r)
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		hs.Close()
+	})
+	return hs.URL
+}
+
+// tenantAnswer is GET /v1/tenants/a's answer.
+func tenantAnswer(r *Router) string {
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/tenants/a", nil))
+	return rec.Body.String()
+}
