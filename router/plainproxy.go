@@ -15,6 +15,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"time"
 
 	"github.com/tokenring/tokenring/internal/http1"
@@ -66,9 +67,27 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	defer cancel()
 	w := &plainWriter{resp: resp, h: make(http.Header)}
 	stop := req.WatchClient(clientWatchDelay, cancel)
-	r.proxyParsed(w, hreq.WithContext(ctx), p, parsed)
-	stop()
-	w.finish()
+	defer stop()
+	if r.serveRecovered(func() { r.proxyParsed(w, hreq.WithContext(ctx), p, parsed) }) {
+		w.finish()
+	} else {
+		resp.Abort = true
+	}
+	return true
+}
+
+// serveRecovered runs serve and reports whether it returned. A serve that
+// panics instead has its answer aborted, as net/http does: with
+// http.ErrAbortHandler (the stream relay's way to show a client that an
+// answer was cut upstream) silently, with anything else logged with its
+// stack, the node serving on.
+func (r *Router) serveRecovered(serve func()) (returned bool) {
+	defer func() {
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
+			r.log.Error("panic serving a proxied request", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	serve()
 	return true
 }
 

@@ -21,7 +21,8 @@ import (
 
 // twinUpstream answers deterministically (echoing the OpenAI-Organization
 // header it was sent): an OpenAI or Anthropic completion with usage, a 500 for a body holding "fail", an answer without a
-// Content-Type for model "no-ct", and a short stream when one is asked for.
+// Content-Type for "no-ct", a short stream when one is asked for, and a
+// stream cut after its first event for "cut".
 func twinUpstream(t *testing.T) string {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -33,6 +34,11 @@ func twinUpstream(t *testing.T) string {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusInternalServerError)
 			io.WriteString(w, `{"error":{"message":"upstream broke","type":"server_error"}}`)
+		case bytes.Contains(body, []byte("cut")): // a stream nobody asked for, cut after its first event
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
 		case bytes.Contains(body, []byte(`"stream":true`)):
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
@@ -91,6 +97,9 @@ type proxyAnswer struct {
 	body   string
 }
 
+// aborted is an answer cut short: the connection closed before its end.
+var aborted = proxyAnswer{status: -1, body: "aborted"}
+
 func (a proxyAnswer) String() string { return fmt.Sprintf("%d\n%s\n%s", a.status, a.header, a.body) }
 
 // headerLines is h's lines but Date and Content-Length, sorted.
@@ -124,6 +133,9 @@ func proxyViaPlain(t *testing.T, r *Router, st proxyStep) (proxyAnswer, bool) {
 	if !r.ServePlain(context.Background(), &req, &resp) {
 		return proxyAnswer{}, false
 	}
+	if resp.Abort {
+		return aborted, true
+	}
 	h := http.Header{}
 	for _, line := range strings.Split(strings.TrimSuffix(string(resp.Header), "\r\n"), "\r\n") {
 		name, value, _ := strings.Cut(line, ": ")
@@ -147,10 +159,13 @@ func proxyViaHTTP(t *testing.T, url string, st proxyStep) proxyAnswer {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return aborted
 	}
 	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return aborted
+	}
 	return proxyAnswer{status: res.StatusCode, header: headerLines(res.Header), body: string(body)}
 }
 
@@ -158,11 +173,12 @@ func proxyViaHTTP(t *testing.T, url string, st proxyStep) proxyAnswer {
 // routers, one through ServePlain (the fast path) and one through
 // ServeHTTP: every answer (status, every header, body) is the same, and so
 // is the tenant's state after each: admissions, settles, refusals, the
-// upstream's errors and every kind of client error. ServePlain declines
+// upstream's errors, an answer cut upstream (aborted for the client too)
+// and every kind of client error. ServePlain declines
 // only the streams, which then go to ServeHTTP on both.
 func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 	clock := newFakeClock()
-	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 6, Tokens: 100_000, Concurrency: 2, Window: time.Minute}}, now: clock.Now}
+	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 7, Tokens: 100_000, Concurrency: 2, Window: time.Minute}}, now: clock.Now}
 	up := twinUpstream(t)
 	counter := prompt.NewCounter()
 	plain, ref := twinProxy(t, s, up, counter), twinProxy(t, s, up, counter)
@@ -184,8 +200,9 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 		{path: "/v1/chat/completions", headers: []string{openAIKey, "X-Tokenring-Priority: urgent"}, body: chat("")}, // 400
 		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"fail"`)},                   // the upstream's 500
 		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"no-ct"`)},                  // sniffed type
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"cut"`)},                    // aborted, as the upstream did
 		{path: "/v1/chat/completions", headers: []string{openAIKey, "X-Tokenring-Priority: batch"}, body: chat("")},
-		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat("")}, // 429: 6 rpm
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat("")}, // 429: 7 rpm
 		{path: "/v1/messages", headers: []string{claudeKey}, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`},
 	}
 	refused := 0
@@ -210,7 +227,7 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 		clock.Advance(time.Second)
 	}
 	if refused != 2 {
-		t.Fatalf("%d refusals, want 2 (the 7th and 8th admissions of 6 a minute)", refused)
+		t.Fatalf("%d refusals, want 2 (the 8th and 9th admissions of 7 a minute)", refused)
 	}
 }
 

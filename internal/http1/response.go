@@ -17,6 +17,10 @@ type Response struct {
 	Header []byte
 	// Body is the whole body.
 	Body []byte
+	// Abort, when set, sends nothing: the Server closes the connection
+	// instead, so that the client sees the answer fail (as net/http does
+	// for a handler that panics with http.ErrAbortHandler).
+	Abort bool
 }
 
 // AddHeader appends the header line "name: value".

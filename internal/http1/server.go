@@ -283,6 +283,9 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 		}
 		return br, false, ErrNotPlain
 	}
+	if ex.resp.Abort {
+		return nil, false, nil
+	}
 	if len(ex.big) == 0 || &raw[0] != &ex.big[0] {
 		_, _ = br.Discard(len(raw))
 	}

@@ -40,6 +40,10 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		case "/block":
 			ts.blocked <- struct{}{}
 			<-ts.release
+		case "/abort":
+			resp.Body = append(resp.Body, "never sent"...)
+			resp.Abort = true
+			return true
 		case "/watch": // takes 50 ms ("long": until its client hangs up, at most 5 s), watched from 1 ms on
 			hold := 50 * time.Millisecond
 			if string(req.Body) == "long" {
@@ -295,5 +299,19 @@ func TestWatchClientLeavesTheConnectionAsItWas(t *testing.T) {
 	}
 	if !c.closed() {
 		t.Fatal("the idle connection was not closed by IdleTimeout after a watched request")
+	}
+}
+
+// TestAbortClosesWithoutAnAnswer: an answer the Handler aborts is not sent;
+// the connection closes, so the client sees the request fail.
+func TestAbortClosesWithoutAnAnswer(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.dial(t)
+	c.send(t, post("/a", "one"), post("/abort", "two"), post("/a", "three"))
+	if _, body := c.read(t); body != "fast /a one" {
+		t.Fatalf("first answer %q", body)
+	}
+	if !c.closed() {
+		t.Fatal("an aborted answer left its connection open (or was sent)")
 	}
 }
