@@ -20,8 +20,11 @@ import (
 // sockets, as `tokenring load -system proxy -c 1` does: to the fake
 // upstream directly and through a node's proxy (its own upstream client,
 // the real prompt counter, gpt-4o-mini), whole answers and streams (the
-// time to the first byte of the body; the rest is read untimed). The
-// proxy's added latency is "through" minus "direct" of the same run:
+// time to the first byte of the body; the rest is read untimed). "through"
+// is the server tokenringd runs (internal/http1's fast path, which takes
+// whole answers, and net/http for streams); "through-net-http" serves the
+// same router with net/http alone. The proxy's added latency is "through"
+// minus "direct" of the same run:
 //
 //	go test -run '^$' -bench ProxyAdded -benchtime 20000x -count 5 ./router/
 //
@@ -53,12 +56,18 @@ func BenchmarkProxyAdded(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	hs := httptest.NewServer(r)
-	defer hs.Close()
+	through, stop := serveRouter(b, r, false)
+	defer stop()
+	viaNetHTTP, stopNetHTTP := serveRouter(b, r, true)
+	defer stopNetHTTP()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	defer client.CloseIdleConnections()
 	for _, stream := range []bool{false, true} {
-		for _, t := range []struct{ name, url string }{{"direct", up.URL}, {"through", hs.URL}} {
+		targets := []struct{ name, url string }{{"direct", up.URL}, {"through", through}, {"through-net-http", viaNetHTTP}}
+		if stream {
+			targets = targets[:2] // tokenringd's server hands streams to net/http
+		}
+		for _, t := range targets {
 			name := fmt.Sprintf("%s/stream=%t", t.name, stream)
 			b.Run(name, func(b *testing.B) {
 				body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":100,"stream":%t,"messages":[{"role":"user","content":"Say hello."}]}`, stream)
@@ -70,7 +79,7 @@ func BenchmarkProxyAdded(b *testing.B) {
 	}
 	// A new 1 KiB user message each call, as a conversation's next turn
 	// is: its count is not in the counter's cache.
-	for _, t := range []struct{ name, url string }{{"direct", up.URL}, {"through", hs.URL}} {
+	for _, t := range []struct{ name, url string }{{"direct", up.URL}, {"through", through}} {
 		b.Run(t.name+"/new-1KiB-message", func(b *testing.B) {
 			n := 0
 			for b.Loop() {
