@@ -368,9 +368,9 @@ func decodeGrant(b []byte) (time.Duration, []uint64, error) {
 // none when that hundredth is under minSlice. Any refusal stops it.
 // Callers hold the key's budget (Table.Do).
 func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
-	validFor := b.BucketEnd().Sub(now)
+	st := b.Status(now) // first: it moves the key's window to now, and BucketEnd with it
+	validFor := max(0, b.BucketEnd().Sub(now))
 	want := int(float64(c.Count)*validFor.Seconds()*1.25) + 1
-	st := b.Status(now)
 	reserve := max(1, c.Req.Reserve)
 	share := int64(maxAllot)
 	if st.Requests.Limit > 0 {

@@ -574,3 +574,59 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 			left, limit, admitted, limit-int64(admitted))
 	}
 }
+
+// An ask that reaches the owner after the key's last bucket has ended
+// (nothing touched the key since) is granted a slice valid until the end
+// of the current bucket. (allot once took the end of the key's last
+// bucket, in the past: its "how many" came out negative, and making the
+// grant panicked, exiting the owner; a hot-tenant benchmark run showed it.)
+func TestAllotAfterAQuietBucket(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	l := limiter.Limits{Requests: 100_000, Window: time.Minute, Concurrency: 1 << 20, Tokens: 1 << 40}
+	b := limiter.NewBudget(l, nil, t0)
+	now := t0.Add(5 * time.Second) // four buckets of a second later
+	ask := Call{Op: OpAllot, Key: "k", Count: maxAllot, Req: limiter.Request{Reserve: 1}}
+	validFor, ids, err := decodeGrant(allot(b, now, &ask).State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	width := l.Window / time.Duration(limiter.DefaultBuckets)
+	if validFor <= 0 || validFor > width || len(ids) == 0 || len(ids) > maxAllot {
+		t.Fatalf("grant after a quiet bucket: valid for %v (want (0, %v]), %d admissions (want 1..%d)", validFor, width, len(ids), maxAllot)
+	}
+	if st := b.Status(now); st.Requests.Remaining != int64(l.Requests)-int64(len(ids)) {
+		t.Fatalf("remaining %d after granting %d of %d", st.Requests.Remaining, len(ids), l.Requests)
+	}
+}
+
+// Whatever the ask (any count and reservation, any priority) and whenever
+// it comes (before or long after the key's last call), allot answers
+// without panicking, grants at most maxAllot admissions valid until the
+// end of the bucket they are charged to, and takes exactly them from the
+// window.
+func TestAllotAnyAskAnyTime(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		t0 := time.Unix(5000, 0)
+		l := limiter.Limits{Requests: rapid.Int64Range(1, 1<<40).Draw(rt, "rpm"), Window: time.Minute,
+			Concurrency: rapid.Int64Range(1, 1<<30).Draw(rt, "concurrency"), Tokens: rapid.Int64Range(1, 1<<50).Draw(rt, "tpm")}
+		b := limiter.NewBudget(l, nil, t0)
+		now := t0.Add(time.Duration(rapid.IntRange(-2, 120).Draw(rt, "seconds later"))*time.Second +
+			time.Duration(rapid.Int64Range(0, int64(time.Second)-1).Draw(rt, "and ns")))
+		ask := Call{Op: OpAllot, Key: "k", Count: rapid.SampledFrom([]uint32{0, 1, 7, maxAllot, 1 << 20, 1<<32 - 1}).Draw(rt, "count"),
+			Req: limiter.Request{Reserve: rapid.Int64Range(-10, 1<<50).Draw(rt, "reserve"), Priority: limiter.Priority(rapid.IntRange(0, 3).Draw(rt, "priority"))}}
+		before := l.Requests // the key is new (and asking its Status first would move it to now)
+		validFor, ids, err := decodeGrant(allot(b, now, &ask).State)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		// A bucket at most, from the key's latest time: an ask dated
+		// before it (the owner's clock behind a time the key saw) waits
+		// for that bucket's end.
+		if len(ids) > maxAllot || validFor < 0 || validFor > l.Window/limiter.DefaultBuckets+max(0, t0.Sub(now)) {
+			rt.Fatalf("granted %d, valid for %v", len(ids), validFor)
+		}
+		if after := b.Status(now).Requests.Remaining; after != before-int64(len(ids)) {
+			rt.Fatalf("remaining %d → %d for %d admissions", before, after, len(ids))
+		}
+	})
+}

@@ -193,6 +193,24 @@ func BenchmarkServePlainAcquire(b *testing.B) {
 	benchServePlain(b, r, "/v1/acquire", bodies)
 }
 
+// BenchmarkServePlainAcquireNewKeys is BenchmarkServePlainAcquire with a
+// tenant never seen before at every call: what a new key adds (its
+// Budget, its fallback entry, its tables' growth, and the collector's
+// share of them).
+func BenchmarkServePlainAcquireNewKeys(b *testing.B) {
+	r := benchRouter(b)
+	b.ReportAllocs()
+	var resp http1.Response
+	req := http1.Request{Path: []byte("/v1/acquire")}
+	for i := 0; b.Loop(); i++ {
+		req.Body = fmt.Appendf(req.Body[:0], `{"tenant":"n%d","model":"gpt-4o-mini","prompt_tokens":100,"max_tokens":100}`, i)
+		resp = http1.Response{Header: resp.Header[:0], Body: resp.Body[:0]}
+		if !r.ServePlain(context.Background(), &req, &resp) || resp.Status != http.StatusOK {
+			b.Fatalf("%d %s", resp.Status, resp.Body)
+		}
+	}
+}
+
 // BenchmarkServePlainBatch is one /v1/batch of 22 acquires (what the
 // batching client sends at 32 workers) through ServePlain over 1,000
 // tenants; ns/op ÷ 22 is the router's part of a batched decision.

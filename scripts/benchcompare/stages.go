@@ -232,13 +232,13 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return err
 	}
-	// fresh measures p on a node of its own; args are its flags given the
-	// node's base URL.
+	// fresh measures p, each of its runs on a node of its own (none
+	// carries an earlier run's keys and leases); args are its flags given
+	// the node's base URL.
 	fresh := func(p planned, args func(target string) []string) error {
-		return o.onFresh(ctx, cfg, 1, func(nodes servers) (err error) {
-			*p.into, err = o.measure(ctx, p.name, nodes.pids(), p.prefix, args("http://"+nodes[0].addr)...)
-			return err
-		})
+		return o.alternate([]alternated{o.freshRuns(ctx, cfg, 1, p.name, p.into, func(nodes servers, k int) []string {
+			return slices.Concat(args("http://"+nodes[0].addr), []string{"-prefix", repeatPrefix(p.prefix, k)})
+		})})
 	}
 	single := func(more ...string) func(string) []string {
 		return func(target string) []string {
@@ -259,17 +259,21 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 			return err
 		}
 	}
+	// The flatness points are ratios of each other: their runs alternate,
+	// each on a node of its own.
+	flats := make([]alternated, len(r.flat))
 	for i := range r.flat {
 		f := &r.flat[i]
 		f.tenants = flatTenants(r.single.res.PerSecond, o.duration.Seconds(), f.perKey)
-		name := fmt.Sprintf("tokenring 1 node, %d requests a key", f.perKey)
-		p := planned{name, &f.tokenring, fmt.Sprintf("flat%d-", f.perKey), nil}
-		args := func(target string) []string {
-			return []string{"-targets", target, "-client", "raw", "-complete=false", "-tenants", strconv.Itoa(f.tenants)}
-		}
-		if err := fresh(p, args); err != nil {
-			return err
-		}
+		prefix := fmt.Sprintf("flat%d-", f.perKey)
+		flats[i] = o.freshRuns(ctx, cfg, 1, fmt.Sprintf("tokenring 1 node, %d requests a key", f.perKey), &f.tokenring,
+			func(nodes servers, k int) []string {
+				return []string{"-targets", "http://" + nodes[0].addr, "-client", "raw", "-complete=false",
+					"-tenants", strconv.Itoa(f.tenants), "-prefix", repeatPrefix(prefix, k)}
+			})
+	}
+	if err := o.alternate(flats); err != nil {
+		return err
 	}
 	return o.onFresh(ctx, cfg, 1, func(nodes servers) error {
 		return o.proxyRuns(ctx, r, "http://"+llm.addr, "http://"+nodes[0].addr)
