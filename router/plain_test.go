@@ -17,10 +17,10 @@ import (
 	"github.com/tokenring/tokenring/node"
 )
 
-// twinRouter builds a node and router of s whose lease ids count 1, 2,
-// 3...: two twins given the same calls hold the same state and answer
-// the same bytes.
-func twinRouter(t *testing.T, s setup) *Router {
+// twinRouter builds a node and router of s (its Config then changed by
+// each of more) whose lease ids count 1, 2, 3...: two twins given the
+// same calls hold the same state and answer the same bytes.
+func twinRouter(t *testing.T, s setup, more ...func(*Config)) *Router {
 	t.Helper()
 	var ids atomic.Uint64
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,
@@ -29,11 +29,16 @@ func twinRouter(t *testing.T, s setup) *Router {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	r, err := New(n, Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients,
-		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }})
+	cfg := Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients,
+		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }}
+	for _, f := range more {
+		f(&cfg)
+	}
+	r, err := New(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
 	return r
 }
 

@@ -9,13 +9,11 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
 )
 
@@ -58,27 +56,17 @@ func twinUpstream(t *testing.T) string {
 	return up.URL
 }
 
-// twinProxy is a node and router of s, with lease ids 1, 2, 3..., proxying
-// to upstream for API key "sk-a" (tenant "a").
+// twinProxy is twinRouter's router of s proxying to upstream for API key
+// "sk-a" (tenant "a").
 func twinProxy(t *testing.T, s setup, upstream string, counter Counter) *Router {
-	t.Helper()
-	var ids atomic.Uint64
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,
-		Policy: limiter.Policy{IDs: func() uint64 { return ids.Add(1) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	r, err := New(n, Config{Limits: s.limits, Now: s.now, Counter: counter, Proxy: ProxyConfig{
-		Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
-		OpenAI:    Upstream{BaseURL: upstream + "/v1"},
-		Anthropic: Upstream{BaseURL: upstream + "/v1"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return twinRouter(t, s, func(c *Config) {
+		c.Counter = counter
+		c.Proxy = ProxyConfig{
+			Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
+			OpenAI:    Upstream{BaseURL: upstream + "/v1"},
+			Anthropic: Upstream{BaseURL: upstream + "/v1"},
+		}
+	})
 }
 
 // proxyStep is one proxied request: its path, header lines and body.
