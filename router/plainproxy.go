@@ -13,6 +13,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -61,7 +62,7 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	// Otherwise proxyParsed answers the error (401, 502 or 400) from body.
 	hreq.Body = http.NoBody
 	if parsed == nil {
-		hreq.Body = readCloser{bytes.NewReader(body)}
+		hreq.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,11 +91,6 @@ func (r *Router) serveRecovered(serve func()) (returned bool) {
 	serve()
 	return true
 }
-
-// readCloser is a body without anything to close.
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }
 
 // plainWriter is the http.ResponseWriter of a proxied request on the fast
 // path: it gathers the answer into the http1.Response that the server
