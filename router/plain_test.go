@@ -20,7 +20,7 @@ import (
 // twinRouter builds a node and router of s (its Config then changed by
 // each of more) whose lease ids count 1, 2, 3...: two twins given the
 // same calls hold the same state and answer the same bytes.
-func twinRouter(t *testing.T, s setup, more ...func(*Config)) *Router {
+func twinRouter(t testing.TB, s setup, more ...func(*Config)) *Router {
 	t.Helper()
 	var ids atomic.Uint64
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,

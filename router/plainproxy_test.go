@@ -1,12 +1,15 @@
 package router
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -21,7 +24,7 @@ import (
 // header it was sent): an OpenAI or Anthropic completion with usage, a 500 for a body holding "fail", an answer without a
 // Content-Type for "no-ct", a short stream when one is asked for, and a
 // stream cut after its first event for "cut".
-func twinUpstream(t *testing.T) string {
+func twinUpstream(t testing.TB) string {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
@@ -58,7 +61,7 @@ func twinUpstream(t *testing.T) string {
 
 // twinProxy is twinRouter's router of s proxying to upstream for API key
 // "sk-a" (tenant "a").
-func twinProxy(t *testing.T, s setup, upstream string, counter Counter) *Router {
+func twinProxy(t testing.TB, s setup, upstream string, counter Counter) *Router {
 	return twinRouter(t, s, func(c *Config) {
 		c.Counter = counter
 		c.Proxy = ProxyConfig{
@@ -75,6 +78,12 @@ type proxyStep struct {
 	headers  []string // "Name: value"
 	body     string
 	declined bool // ServePlain must leave it to ServeHTTP (a stream)
+}
+
+// raw is the request's bytes on the wire.
+func (st proxyStep) raw() string {
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: tokenring\r\n%sContent-Length: %d\r\n\r\n%s",
+		st.path, strings.Join(append(slices.Clone(st.headers), ""), "\r\n"), len(st.body), st.body)
 }
 
 // proxyAnswer is what a client sees of an answer but its Date and
@@ -107,10 +116,9 @@ func headerLines(h http.Header) string {
 
 // proxyViaPlain serves st through ServePlain from the bytes a client would
 // send, parsed by http1.ParseHead as the server does.
-func proxyViaPlain(t *testing.T, r *Router, st proxyStep) (proxyAnswer, bool) {
+func proxyViaPlain(t testing.TB, r *Router, st proxyStep) (proxyAnswer, bool) {
 	t.Helper()
-	raw := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: tokenring\r\n%sContent-Length: %d\r\n\r\n%s",
-		st.path, strings.Join(append(st.headers, ""), "\r\n"), len(st.body), st.body)
+	raw := st.raw()
 	var req http1.Request
 	n, err := http1.ParseHead([]byte(raw), 1<<20, &req)
 	if err != nil {
@@ -220,7 +228,7 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 }
 
 // serveHTTP serves r with net/http on loopback until the test ends.
-func serveHTTP(t *testing.T, r *Router) string {
+func serveHTTP(t testing.TB, r *Router) string {
 	hs := httptest.NewServer(r)
 	t.Cleanup(func() {
 		http.DefaultClient.CloseIdleConnections()
@@ -234,4 +242,72 @@ func tenantAnswer(r *Router) string {
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/tenants/a", nil))
 	return rec.Body.String()
+}
+
+// proxyViaWire sends st's bytes as they are to the net/http server at url
+// and reads the answer (aborted when the connection ends first).
+func proxyViaWire(t testing.TB, url string, st proxyStep) proxyAnswer {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, st.raw()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return aborted
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return aborted
+	}
+	return proxyAnswer{status: res.StatusCode, header: headerLines(res.Header), body: string(body)}
+}
+
+// FuzzProxyPlain: a request with any body and any extra header line that a
+// plain head can carry gets the same answer (status, headers, body)
+// through ServePlain (or, when it declines, net/http behind it) as the
+// same bytes get from net/http, and the tenant ends in the same state.
+// Nothing panics.
+func FuzzProxyPlain(f *testing.F) {
+	chat := `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	f.Add(false, chat, "X-Tokenring-Priority", "batch")
+	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"stream":true}`, "Accept", "*/*")
+	f.Add(true, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "Anthropic-Version", "2023-06-01")
+	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"cut"}`, "X-Tokenring-Wait-Ms", "5")
+	f.Add(true, `{"model":`, "X-Api-Key", "sk-b")
+	f.Add(false, chat, "Proxy-Authorization", "Bearer sk-b")
+	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"no-ct"}`, "OpenAI-Organization", "org-2")
+	clock := newFakeClock()
+	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 20, Window: time.Minute}}, now: clock.Now}
+	up := twinUpstream(f)
+	counter := prompt.NewCounter()
+	plain, ref := twinProxy(f, s, up, counter), twinProxy(f, s, up, counter)
+	plainURL, refURL := serveHTTP(f, plain), serveHTTP(f, ref)
+	f.Fuzz(func(t *testing.T, anthropic bool, body, name, value string) {
+		st := proxyStep{path: "/v1/chat/completions", headers: []string{"Authorization: Bearer sk-a", name + ": " + value}, body: body}
+		if anthropic {
+			st.path = "/v1/messages"
+		}
+		var head http1.Request
+		if _, err := http1.ParseHead([]byte(st.raw()), http1.DefaultMaxBody, &head); err != nil {
+			t.Skip("not a plain head: net/http's alone")
+		}
+		got, taken := proxyViaPlain(t, plain, st)
+		if !taken {
+			got = proxyViaWire(t, plainURL, st)
+		}
+		want := proxyViaWire(t, refURL, st)
+		if got.String() != want.String() {
+			t.Fatalf("%q (taken by ServePlain: %v):\nplain:\n%v\n\nnet/http:\n%v", st.raw(), taken, got, want)
+		}
+		if a, b := tenantAnswer(plain), tenantAnswer(ref); a != b {
+			t.Fatalf("%q: the tenant differs:\nplain %s\nnet/http %s", st.raw(), a, b)
+		}
+	})
 }
