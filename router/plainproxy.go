@@ -1,9 +1,9 @@
 package router
 
 // The LLM proxy's whole-answer requests on the fast path (internal/http1).
-// net/http costs a sequential request 40-46 µs more than the fast path on
-// a 2-vCPU host (BENCHMARKS.md, "The proxy on the fast path"), most of it
-// the goroutine it starts, and then stops, to read the connection while
+// net/http costs a sequential request 46-50 µs more than the fast path on
+// a 2-vCPU host (BENCHMARKS.md, "Whole answers on the fast path"), most of
+// it the goroutine it starts, and then stops, to read the connection while
 // the handler runs. A chat completion or message that does not ask for a
 // stream is answered whole, so the fast path can serve it: the same
 // handler (proxyParsed) writes into a plainWriter, which the server sends
@@ -104,7 +104,9 @@ type plainWriter struct {
 	contentType []string // the Content-Type at WriteHeader
 }
 
-// serverHeaders are written by internal/http1's server itself.
+// serverHeaders are the header lines WriteHeader leaves out: those
+// internal/http1's server writes itself, and Content-Type, which finish
+// writes (sniffed when the handler set none).
 var serverHeaders = map[string]bool{"Content-Length": true, "Date": true, "Connection": true, "Transfer-Encoding": true, "Content-Type": true}
 
 func (w *plainWriter) Header() http.Header { return w.h }
