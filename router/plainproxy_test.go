@@ -140,31 +140,6 @@ func proxyViaPlain(t testing.TB, r *Router, st proxyStep) (proxyAnswer, bool) {
 	return proxyAnswer{status: resp.Status, header: headerLines(h), body: string(resp.Body)}, true
 }
 
-// proxyViaHTTP serves st through net/http: the server of r's ServeHTTP at
-// url (a real server, which sniffs a missing Content-Type as net/http
-// does, where httptest's recorder does not).
-func proxyViaHTTP(t *testing.T, url string, st proxyStep) proxyAnswer {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+st.path, strings.NewReader(st.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range st.headers {
-		name, value, _ := strings.Cut(line, ": ")
-		req.Header.Add(name, value)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return aborted
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return aborted
-	}
-	return proxyAnswer{status: res.StatusCode, header: headerLines(res.Header), body: string(body)}
-}
-
 // TestProxyPlainAnswersAsServeHTTP sends the same proxied requests to twin
 // routers, one through ServePlain (the fast path) and one through
 // ServeHTTP: every answer (status, every header, body) is the same, and so
@@ -208,9 +183,9 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 			t.Fatalf("step %d %s: taken by ServePlain = %v, want %v", i, st.body, taken, !st.declined)
 		}
 		if !taken {
-			got = proxyViaHTTP(t, plainURL, st)
+			got = proxyViaWire(t, plainURL, st)
 		}
-		want := proxyViaHTTP(t, refURL, st)
+		want := proxyViaWire(t, refURL, st)
 		if got.String() != want.String() {
 			t.Fatalf("step %d %s %v %s:\nplain:\n%v\n\nHTTP:\n%v", i, st.path, st.headers, st.body, got, want)
 		}
@@ -244,8 +219,10 @@ func tenantAnswer(r *Router) string {
 	return rec.Body.String()
 }
 
-// proxyViaWire sends st's bytes as they are to the net/http server at url
-// and reads the answer (aborted when the connection ends first).
+// proxyViaWire sends st's bytes as they are to the net/http server of a
+// router's ServeHTTP at url (a real server, which sniffs a missing
+// Content-Type as net/http does, where httptest's recorder does not) and
+// reads the answer (aborted when the connection ends first).
 func proxyViaWire(t testing.TB, url string, st proxyStep) proxyAnswer {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
