@@ -216,6 +216,44 @@ func BenchmarkServePlainAcquireNewKeys(b *testing.B) {
 	}
 }
 
+// BenchmarkServePlainByKeys is an acquire and its complete through
+// ServePlain over 100, 1,000 and 20,000 tenants, every one of them known
+// (their windows and tables made before the clock starts): what the number
+// of keys alone costs a decision, its state further from the processor's
+// caches (bench-compare's flatness runs spread over 18 to 18,000 tenants).
+func BenchmarkServePlainByKeys(b *testing.B) {
+	for _, keys := range []int{100, 1000, 20_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			r := benchRouter(b)
+			var resp http1.Response
+			acquire := http1.Request{Path: []byte("/v1/acquire")}
+			complete := http1.Request{Path: []byte("/v1/complete")}
+			serve := func(req *http1.Request) {
+				resp = http1.Response{Header: resp.Header[:0], Body: resp.Body[:0]}
+				if !r.ServePlain(context.Background(), req, &resp) || resp.Status != http.StatusOK {
+					b.Fatalf("%s: %d %s", req.Path, resp.Status, resp.Body)
+				}
+			}
+			call := func(i int) {
+				tenant := i % keys
+				acquire.Body = fmt.Appendf(acquire.Body[:0], `{"tenant":"t%d","model":"gpt-4o-mini","prompt_tokens":100,"max_tokens":100}`, tenant)
+				serve(&acquire)
+				_, rest, _ := bytes.Cut(resp.Body, []byte(`"lease":"`))
+				lease, _, _ := bytes.Cut(rest, []byte(`"`))
+				complete.Body = fmt.Appendf(complete.Body[:0], `{"tenant":"t%d","lease":"%s"}`, tenant, lease)
+				serve(&complete)
+			}
+			for i := range keys {
+				call(i)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				call(i * 7919) // a prime: the tenants in a scattered order
+			}
+		})
+	}
+}
+
 // BenchmarkServePlainBatch is one /v1/batch of 22 acquires (what the
 // batching client sends at 32 workers) through ServePlain over 1,000
 // tenants; ns/op ÷ 22 is the router's part of a batched decision.

@@ -47,6 +47,7 @@ type loadConfig struct {
 	system     string // what decides: tokenring, redis-incr, redis-zset or proxy (see systems)
 	redisAddr  string // host:port of the redis-server of the redis-* systems
 	entries    int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
+	prefill    int    // tokenring: requests each tenant's window holds before the run (acquired and completed)
 	stream     bool   // proxy: stream the completion; the latency is then the time to its first byte
 	apiKey     string // proxy: the Authorization: Bearer key (a key of the node's keys: map)
 	cpuProfile string // -cpuprofile: where the generator's own CPU profile of the run is written ("" for none)
@@ -87,7 +88,8 @@ type loadResult struct {
 // maxWorkers and maxRoutedTenants bound -c, and -tenants under -route
 // owner or other (one admin lookup per tenant, before the run).
 // maxEntries and maxPrefill bound -entries of -system redis-zset, and the
-// entries its prefill writes in all (-entries × -tenants).
+// entries its prefill writes in all (-entries × -tenants), or the requests
+// -prefill sends in all (-prefill × -tenants).
 const (
 	maxWorkers       = 10_000
 	maxRoutedTenants = 100_000
@@ -159,6 +161,7 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.system, "system", "tokenring", "what decides: tokenring (POST /v1/acquire to -targets), redis-incr (one INCR per decision at -redis), redis-zset (a sorted-set sliding log in one EVALSHA at -redis, -entries a key) or proxy (POST /v1/chat/completions to -targets: tokenringd's LLM proxy or the upstream itself)")
 	fs.StringVar(&c.redisAddr, "redis", "", "redis-server `host:port` of -system redis-incr and redis-zset")
 	fs.IntVar(&c.entries, "entries", 10, "redis-zset: `entries` each tenant's sorted set holds (prefilled before the run, then trimmed to the newest -entries)")
+	fs.IntVar(&c.prefill, "prefill", 0, "tokenring: `requests` each tenant's window holds before the run's clock starts (each acquired and completed at once, through batching clients), as -entries fills redis-zset's sorted sets")
 	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
 	announce := fs.Bool("announce", false, "print \""+loadStartedLine+"\" on stderr when the run's clock starts (after routes, connections and any prefill), and \""+loadStoppedLine+"\" when its workers have stopped")
 	fs.StringVar(&c.apiKey, "api-key", "", "proxy: API `key` sent as Authorization: Bearer (a key of the node's keys: config)")
@@ -228,6 +231,10 @@ func (c loadConfig) checkSystem() error {
 		return fmt.Errorf("-entries must be between 1 and %d", maxEntries)
 	case c.system == "redis-zset" && int64(c.entries)*int64(c.tenants) > maxPrefill:
 		return fmt.Errorf("-entries × -tenants must be at most %d (the prefill)", maxPrefill)
+	case c.prefill != 0 && c.system != "tokenring":
+		return fmt.Errorf("-prefill is for -system tokenring, not %s (redis-zset: -entries)", c.system)
+	case c.prefill < 0 || int64(c.prefill)*int64(c.tenants) > maxPrefill:
+		return fmt.Errorf("-prefill must be at least 0, and -prefill × -tenants at most %d", maxPrefill)
 	case c.system != "tokenring" && (c.route != "rr" || c.clientMode != "http"):
 		return fmt.Errorf("-route and -client are for -system tokenring, not %s", c.system)
 	case c.system != "proxy" && (c.stream || c.apiKey != ""):

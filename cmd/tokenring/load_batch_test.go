@@ -65,3 +65,41 @@ func TestLoadBatchClient(t *testing.T) {
 	}
 	t.Logf("260 calls in %d HTTP requests, %d of them batches", requests.Load(), batches.Load())
 }
+
+// TestLoadPrefillFillsEveryWindow: -prefill 20 over 3 tenants allowed 50
+// requests a window each, against a real node, leaves each 30 for the run:
+// exactly 90 of its 200 acquires are admitted. The prefill's leases are
+// completed (the concurrency limit of 5 would refuse them otherwise), and a
+// prefill the limits refuse is an error before the run.
+func TestLoadPrefillFillsEveryWindow(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 50, Concurrency: 5} }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	r, err := router.New(n, router.Config{Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	res, err := runLoadCLI(t, "-targets", hs.URL, "-client", "raw", "-prefix", "p-", "-prefill", "20",
+		"-n", "200", "-c", "4", "-tenants", "3", "-d", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loadResult{Requests: 200, Allowed: 90, Refused: 110, Completions: 90,
+		Codes: map[string]int{"200": 90, "429": 110}, Route: "rr", Workers: 4}
+	if got := countsOf(res); !equalCounts(got, want) {
+		t.Fatalf("reported %+v\nwant       %+v", got, want)
+	}
+	// 3 × 20 more than the 150 left is a refusal: the run does not start.
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"load", "-targets", hs.URL, "-prefix", "q-", "-prefill", "51",
+		"-tenants", "3", "-n", "10", "-d", "1m"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "refused") || stdout.Len() > 0 {
+		t.Fatalf("a prefill over the limit: err %v, printed %q; want a refusal error and no result", err, stdout.String())
+	}
+}

@@ -66,6 +66,10 @@ func newTokenringSystem(ctx context.Context, c loadConfig) (*tokenringSystem, er
 		s.client.CloseIdleConnections()
 		return nil, err
 	}
+	if err := s.prefill(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 

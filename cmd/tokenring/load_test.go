@@ -404,6 +404,9 @@ func TestLoadFlagValidation(t *testing.T) {
 		{"negative prompt tokens", []string{"-prompt-tokens", "-1"}},
 		{"negative seed", []string{"-seed", "-1"}},
 		{"stray argument", []string{"now"}},
+		{"negative prefill", []string{"-prefill", "-1"}},
+		{"prefill too large", []string{"-prefill", "10000", "-tenants", "1001"}},
+		{"prefill of redis", []string{"-prefill", "10", "-system", "redis-incr", "-redis", "127.0.0.1:1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
