@@ -86,3 +86,43 @@ func loadAverage(root string) (float64, error) {
 	}
 	return v, nil
 }
+
+// cpuTicks are the machine's CPU time counters of /proc/stat's first
+// line, in ticks summed over its CPUs: all of them, and steal (the time
+// the hypervisor gave a CPU of this machine to another).
+type cpuTicks struct{ total, steal int64 }
+
+// machineTicks reads the "cpu" line of /proc/stat under root: user nice
+// system idle iowait irq softirq steal (guest and guest_nice are already
+// counted in user and nice).
+func machineTicks(root string) (cpuTicks, error) {
+	raw, err := os.ReadFile(filepath.Join(root, "stat"))
+	if err != nil {
+		return cpuTicks{}, fmt.Errorf("cpu times: %w", err)
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTicks{}, fmt.Errorf("cpu times: first line %q", line)
+	}
+	var t cpuTicks
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return cpuTicks{}, fmt.Errorf("cpu times: %q is not a count of ticks", v)
+		}
+		t.total += n
+		if i == 7 {
+			t.steal = n
+		}
+	}
+	return t, nil
+}
+
+// stealShare is the share of the CPUs' time stolen between two readings.
+func stealShare(before, after cpuTicks) float64 {
+	if after.total <= before.total {
+		return 0
+	}
+	return float64(after.steal-before.steal) / float64(after.total-before.total)
+}

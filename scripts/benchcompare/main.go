@@ -97,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if r.loadBefore, err = loadAverage(procRoot); err != nil {
 		return err
 	}
+	ticksBefore, err := machineTicks(procRoot)
+	if err != nil {
+		return err
+	}
 	if err := o.redisStage(ctx, r); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -109,6 +113,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if r.loadAfter, err = loadAverage(procRoot); err != nil {
 		return err
 	}
+	ticksAfter, err := machineTicks(procRoot)
+	if err != nil {
+		return err
+	}
+	r.steal = stealShare(ticksBefore, ticksAfter)
 	r.write(stdout)
 	return nil
 }

@@ -65,10 +65,13 @@ type report struct {
 	workers int     // of every run but single16 and the proxy's
 	seconds float64 // -d of each run
 	repeat  int     // runs of each measurement (the median kept)
-	// cpus and the 1-minute load averages before and after all runs: on a
-	// machine other work shares, the ratios are only as steady as these.
+	// cpus and the 1-minute load averages before and after all runs, and
+	// the share of the CPUs' time the hypervisor gave elsewhere (steal)
+	// during them: on a machine other work shares, the ratios are only as
+	// steady as these.
 	cpus                  int
 	loadBefore, loadAfter float64
+	steal                 float64
 	incr                  measured
 	zset10                measured
 	zset1000              measured
@@ -115,8 +118,8 @@ func (r *report) write(w io.Writer) {
 	if r.repeat > 1 {
 		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
 	}
-	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after\n\n",
-		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter)
+	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %.1f%% of the CPUs' time stolen by the hypervisor during them\n\n",
+		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, 100*r.steal)
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {

@@ -25,6 +25,7 @@ func cannedReport() *report {
 		seconds:       4,
 		cpus:          2,
 		loadBefore:    0.5,
+		steal:         0.125,
 		loadAfter:     2.25,
 		incr:          canned(50_000, 400, 1_500, 200_000, 0, 1e9),        // 5.0 µs a decision
 		zset10:        canned(25_000, 900, 2_500, 100_000, 0, 2e9),        // 20.0
@@ -54,7 +55,7 @@ func cannedReport() *report {
 	return r
 }
 
-const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after
+const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after; 12.5% of the CPUs' time stolen by the hypervisor during them
 
 | system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |
 |---|---:|---:|---:|---:|---:|
@@ -246,8 +247,39 @@ func TestMedianRun(t *testing.T) {
 	r.repeat = 3
 	var b strings.Builder
 	r.write(&b)
-	want := "32 workers, 4s a run, each figure the median of 3 runs (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after\n"
+	want := "32 workers, 4s a run, each figure the median of 3 runs (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after; 12.5% of the CPUs' time stolen by the hypervisor during them\n"
 	if !strings.HasPrefix(b.String(), want) {
 		t.Fatalf("header %q, want %q", strings.SplitAfter(b.String(), "\n")[0], want)
+	}
+}
+
+// machineTicks sums the eight counters of /proc/stat's cpu line and keeps
+// steal, the eighth; stealShare is its share of the time between two.
+func TestMachineTicks(t *testing.T) {
+	root := t.TempDir()
+	stat := "cpu  100 5 50 800 10 1 2 32 7 0\ncpu0 50 2 25 400 5 0 1 16 3 0\n"
+	if err := os.WriteFile(filepath.Join(root, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := machineTicks(root)
+	if err != nil || got != (cpuTicks{total: 1000, steal: 32}) {
+		t.Fatalf("machineTicks = %+v, %v; want total 1000 (guest not counted twice), steal 32", got, err)
+	}
+	if s := stealShare(cpuTicks{1000, 32}, cpuTicks{3000, 532}); s != 0.25 {
+		t.Fatalf("stealShare = %v, want 0.25", s)
+	}
+	if s := stealShare(got, got); s != 0 {
+		t.Fatalf("stealShare of no time = %v, want 0", s)
+	}
+	for _, bad := range []string{"", "intr 1 2\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 6 7 x\n", "cpu 1 2 3 4 5 6 7 -8\n"} {
+		if err := os.WriteFile(filepath.Join(root, "stat"), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := machineTicks(root); err == nil {
+			t.Errorf("stat %q: no error", bad)
+		}
+	}
+	if _, err := machineTicks(procRoot); err != nil {
+		t.Fatalf("this machine's: %v", err)
 	}
 }
