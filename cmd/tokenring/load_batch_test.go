@@ -22,16 +22,7 @@ import (
 // -announce it reports on stderr the calls and requests its client sent,
 // as many as the node saw.
 func TestLoadBatchClient(t *testing.T) {
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30} }
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	r, err := router.New(n, router.Config{Limits: limits})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRouter(t, limiter.Limits{Requests: 30})
 	var requests, batches atomic.Int64
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		requests.Add(1)
@@ -42,7 +33,7 @@ func TestLoadBatchClient(t *testing.T) {
 	}))
 	defer hs.Close()
 	var stdout, stderr bytes.Buffer
-	err = run(context.Background(), []string{"load", "-json", "-announce", "-targets", hs.URL, "-client", "batch",
+	err := run(context.Background(), []string{"load", "-json", "-announce", "-targets", hs.URL, "-client", "batch",
 		"-n", "200", "-c", "32", "-tenants", "2", "-d", "1m"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -72,18 +63,7 @@ func TestLoadBatchClient(t *testing.T) {
 // completed (the concurrency limit of 5 would refuse them otherwise), and a
 // prefill the limits refuse is an error before the run.
 func TestLoadPrefillFillsEveryWindow(t *testing.T) {
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 50, Concurrency: 5} }
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	r, err := router.New(n, router.Config{Limits: limits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	hs := httptest.NewServer(r)
+	hs := httptest.NewServer(newRouter(t, limiter.Limits{Requests: 50, Concurrency: 5}))
 	defer hs.Close()
 	res, err := runLoadCLI(t, "-targets", hs.URL, "-client", "raw", "-prefix", "p-", "-prefill", "20",
 		"-n", "200", "-c", "4", "-tenants", "3", "-d", "1m")
@@ -102,4 +82,22 @@ func TestLoadPrefillFillsEveryWindow(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refused") || stdout.Len() > 0 {
 		t.Fatalf("a prefill over the limit: err %v, printed %q; want a refusal error and no result", err, stdout.String())
 	}
+}
+
+// newRouter is a real node and its router, every tenant under l, closed
+// when the test ends.
+func newRouter(t *testing.T, l limiter.Limits) *router.Router {
+	t.Helper()
+	limits := func(string) limiter.Limits { return l }
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	r, err := router.New(n, router.Config{Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
