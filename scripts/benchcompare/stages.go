@@ -53,6 +53,7 @@ func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...
 	var other []string
 	marks := []string{loadStartedLine, loadStoppedLine}
 	var cpu, client [2]int64 // the servers' and the load generator's, at each mark
+	var ticks [2]cpuTicks    // the machine's, at each mark
 	seen := 0                // marks seen, in order
 	var cpuErr error
 	sc := bufio.NewScanner(pipe)
@@ -63,6 +64,9 @@ func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...
 				cpuErr = err
 			}
 			if client[seen], err = cpuTime(procRoot, cmd.Process.Pid); err != nil && cpuErr == nil {
+				cpuErr = err
+			}
+			if ticks[seen], err = machineTicks(procRoot); err != nil && cpuErr == nil {
 				cpuErr = err
 			}
 			seen++
@@ -94,6 +98,7 @@ func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...
 		m.cpuNs = cpu[1] - cpu[0]
 	}
 	m.clientNs = client[1] - client[0]
+	m.steal = stealShare(ticks[0], ticks[1])
 	return m, nil
 }
 

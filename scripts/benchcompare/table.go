@@ -30,6 +30,9 @@ type measured struct {
 	res      loadResult
 	cpuNs    int64 // summed over the servers' threads, ns (0: not measured)
 	clientNs int64 // the load generator's, ns (0: not measured)
+	// steal is the share of the CPUs' time the hypervisor gave elsewhere
+	// during the run.
+	steal float64
 }
 
 // decisions is the run's admissions and refusals.
@@ -120,15 +123,15 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %.1f%% of the CPUs' time stolen by the hypervisor during them\n\n",
 		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, 100*r.steal)
-	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision | CPU stolen |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {
 		if row.m.res.Errors > 0 {
 			row.name += fmt.Sprintf(" (%s errors)", thousands(float64(row.m.res.Errors)))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.name, thousands(row.m.res.PerSecond),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", row.name, thousands(row.m.res.PerSecond),
 			micros(row.m.res.P50us), micros(row.m.res.P99us), times(ratio(row.m.res.PerSecond, r.incr.res.PerSecond)),
-			decimal(row.m.cpuPerDecisionUs()))
+			decimal(row.m.cpuPerDecisionUs()), percent(row.m.steal))
 	}
 	fmt.Fprintf(w, "\nforwarded ÷ local (3 nodes): %s\n", times(r.forwardedRatio()))
 	fmt.Fprintf(w, "hot tenant ÷ spread (row 6): %s; %s\n", times(r.hotRatio()), r.hotAdmitted())
@@ -274,6 +277,14 @@ func times(v float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f×", v)
+}
+
+// percent is a share as a percentage ("n/a" when NaN).
+func percent(share float64) string {
+	if math.IsNaN(share) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100*share)
 }
 
 func decimal(v float64) string {

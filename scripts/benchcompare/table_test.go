@@ -14,7 +14,7 @@ import (
 // refused, and server CPU (ns).
 func canned(perSecond, p50, p99 float64, allowed, refused int, cpuNs int64) measured {
 	return measured{res: loadResult{Requests: allowed + refused, Allowed: allowed, Refused: refused,
-		PerSecond: perSecond, P50us: p50, P99us: p99, Seconds: 4}, cpuNs: cpuNs}
+		PerSecond: perSecond, P50us: p50, P99us: p99, Seconds: 4}, cpuNs: cpuNs, steal: 0.02}
 }
 
 // cannedReport meets every must-show target but two (1 node ÷ the sorted
@@ -57,18 +57,18 @@ func cannedReport() *report {
 
 const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after; 12.5% of the CPUs' time stolen by the hypervisor during them
 
-| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision |
-|---|---:|---:|---:|---:|---:|
-| Redis INCR, no script | 50,000 | 400 µs | 1,500 µs | 1.00× | 5.0 |
-| Redis sorted set + Lua, 10 entries a key | 25,000 | 900 µs | 2,500 µs | 0.50× | 20.0 |
-| Redis sorted set + Lua, 1,000 entries a key | 20,000 | 1,100 µs | 3,000 µs | 0.40× | 25.0 |
-| tokenring 1 node, POST /v1/acquire | 45,000 | 700 µs | 2,100 µs | 0.90× | 9.0 |
-| tokenring 1 node, batching client | 80,000 | 380 µs | 1,200 µs | 1.60× | 5.0 |
-| tokenring 3 nodes, -route owner (local) | 40,000 | 800 µs | 2,400 µs | 0.80× | 20.0 |
-| tokenring 3 nodes, -route other (forwarded) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 |
-| tokenring 3 nodes, one hot tenant (rpm 90,000) | 36,000 | 880 µs | 2,700 µs | 0.72× | 10.0 |
-| tokenring 1 node, 16 workers (others: 32) | 44,000 | 350 µs | 12.3 ms | 0.88× | n/a |
-| tokenring 1 node, POST /v1/acquire through net/http's client | 30,000 | 1,000 µs | 3,000 µs | 0.60× | 12.5 |
+| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision | CPU stolen |
+|---|---:|---:|---:|---:|---:|---:|
+| Redis INCR, no script | 50,000 | 400 µs | 1,500 µs | 1.00× | 5.0 | 2.0% |
+| Redis sorted set + Lua, 10 entries a key | 25,000 | 900 µs | 2,500 µs | 0.50× | 20.0 | 2.0% |
+| Redis sorted set + Lua, 1,000 entries a key | 20,000 | 1,100 µs | 3,000 µs | 0.40× | 25.0 | 2.0% |
+| tokenring 1 node, POST /v1/acquire | 45,000 | 700 µs | 2,100 µs | 0.90× | 9.0 | 2.0% |
+| tokenring 1 node, batching client | 80,000 | 380 µs | 1,200 µs | 1.60× | 5.0 | 2.0% |
+| tokenring 3 nodes, -route owner (local) | 40,000 | 800 µs | 2,400 µs | 0.80× | 20.0 | 2.0% |
+| tokenring 3 nodes, -route other (forwarded) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 | 2.0% |
+| tokenring 3 nodes, one hot tenant (rpm 90,000) | 36,000 | 880 µs | 2,700 µs | 0.72× | 10.0 | 2.0% |
+| tokenring 1 node, 16 workers (others: 32) | 44,000 | 350 µs | 12.3 ms | 0.88× | n/a | 2.0% |
+| tokenring 1 node, POST /v1/acquire through net/http's client | 30,000 | 1,000 µs | 3,000 µs | 0.60× | 12.5 | 2.0% |
 
 forwarded ÷ local (3 nodes): 0.95×
 hot tenant ÷ spread (row 6): 0.90×; admitted 90,000 of its limit 90,000, refused 54,000: exact
@@ -117,7 +117,7 @@ func TestReportOutput(t *testing.T) {
 	r.forwarded.res.Errors = 1234
 	b.Reset()
 	r.write(&b)
-	want := "| tokenring 3 nodes, -route other (forwarded) (1,234 errors) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 |\n"
+	want := "| tokenring 3 nodes, -route other (forwarded) (1,234 errors) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 | 2.0% |\n"
 	if !strings.Contains(b.String(), want) {
 		t.Fatalf("no line %q in:\n%s", want, b.String())
 	}
@@ -163,6 +163,11 @@ func TestFormats(t *testing.T) {
 	for us, want := range map[float64]string{0: "0 µs", 9_999: "9,999 µs", 10_000: "10.0 ms", 12_345: "12.3 ms", -300: "-300 µs"} {
 		if got := micros(us); got != want {
 			t.Errorf("micros(%v) = %q, want %q", us, got, want)
+		}
+	}
+	for share, want := range map[float64]string{0: "0.0%", 0.125: "12.5%", 0.0004: "0.0%", math.NaN(): "n/a"} {
+		if got := percent(share); got != want {
+			t.Errorf("percent(%v) = %q, want %q", share, got, want)
 		}
 	}
 	if got := times(ratio(1, 0)); got != "n/a" {
