@@ -186,14 +186,14 @@ func (r *report) writeFlat(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "\nFlatness: decisions/s by requests in each key's window")
-	fmt.Fprintln(w, "| requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | Redis sorted set | vs first | keys |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | CPU stolen | Redis sorted set | vs first | keys |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
 	first := r.flat[0]
 	for _, p := range r.flat {
 		perKey := float64(p.tokenring.res.Allowed) / float64(max(1, p.tenants))
-		fmt.Fprintf(w, "| %s | %s | %s | %s (%s) | %s | %s | %s |\n", thousands(float64(p.perKey)),
+		fmt.Fprintf(w, "| %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", thousands(float64(p.perKey)),
 			thousands(p.tokenring.res.PerSecond), times(ratio(p.tokenring.res.PerSecond, first.tokenring.res.PerSecond)),
-			thousands(float64(p.tenants)), thousands(perKey),
+			thousands(float64(p.tenants)), thousands(perKey), percent(p.tokenring.steal),
 			thousands(p.zset.res.PerSecond), times(ratio(p.zset.res.PerSecond, first.zset.res.PerSecond)), thousands(float64(p.zsetKeys)))
 	}
 }

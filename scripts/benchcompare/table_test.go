@@ -76,11 +76,11 @@ server CPU per decision, tokenring 1 node ÷ Redis INCR: 1.80×
 the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR 2.0, sorted set n/a, tokenring 1 node 12.5 (through net/http's client 30.0), batching client n/a
 
 Flatness: decisions/s by requests in each key's window
-| requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | Redis sorted set | vs first | keys |
-|---:|---:|---:|---:|---:|---:|---:|
-| 10 | 45,000 | 1.00× | 18,000 (10) | 25,000 | 1.00× | 1,000 |
-| 1,000 | 41,000 | 0.91× | 180 (911) | 20,000 | 0.80× | 1,000 |
-| 10,000 | 50,000 | 1.11× | 18 (11,111) | 12,500 | 0.50× | 100 |
+| requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | CPU stolen | Redis sorted set | vs first | keys |
+|---:|---:|---:|---:|---:|---:|---:|---:|
+| 10 | 45,000 | 1.00× | 18,000 (10) | 2.0% | 25,000 | 1.00× | 1,000 |
+| 1,000 | 41,000 | 0.91× | 180 (911) | 2.0% | 20,000 | 0.80× | 1,000 |
+| 10,000 | 50,000 | 1.11× | 18 (11,111) | 2.0% | 12,500 | 0.50× | 100 |
 
 LLM proxy (fakellm; 1 worker, sequential)
 | call | direct p50 | direct p99 | through p50 | through p99 | added p50 | added p99 |
