@@ -121,8 +121,8 @@ func (r *report) write(w io.Writer) {
 	if r.repeat > 1 {
 		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
 	}
-	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %.1f%% of the CPUs' time stolen by the hypervisor during them\n\n",
-		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, 100*r.steal)
+	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %s of the CPUs' time stolen by the hypervisor during them\n\n",
+		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, percent(r.steal))
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision | CPU stolen |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {
