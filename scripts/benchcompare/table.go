@@ -63,7 +63,7 @@ type flatPoint struct {
 
 // report is every run of the comparison. The rows of the main table are,
 // in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
-// single16.
+// incr16, single16.
 type report struct {
 	workers int     // of every run but single16 and the proxy's
 	seconds float64 // -d of each run
@@ -84,6 +84,7 @@ type report struct {
 	forwarded             measured // 3 nodes, -route other
 	hot                   measured // 3 nodes, one tenant, round robin
 	hotLimit              int      // its rpm (the window is 60 s, longer than the run)
+	incr16                measured // incr at 16 workers
 	single16              measured // single at 16 workers
 	singleNetHTTP         measured // single through net/http's client
 	flat                  []flatPoint
@@ -110,7 +111,8 @@ func (r *report) rows() []tableRow {
 		{"tokenring 3 nodes, -route owner (local)", r.local},
 		{"tokenring 3 nodes, -route other (forwarded)", r.forwarded},
 		{"tokenring 3 nodes, one hot tenant (rpm " + thousands(float64(r.hotLimit)) + ")", r.hot},
-		{"tokenring 1 node, 16 workers (others: " + w + ")", r.single16},
+		{"Redis INCR, 16 workers (others: " + w + ")", r.incr16},
+		{"tokenring 1 node, 16 workers", r.single16},
 		{"tokenring 1 node, POST /v1/acquire through net/http's client", r.singleNetHTTP},
 	}
 }
@@ -229,6 +231,13 @@ func (r *report) writeProxy(w io.Writer) {
 	}
 }
 
+// tail16 adds Redis INCR's p99 at 16 workers to c, the p99 line's check:
+// what a networked counter's tail is on this machine, in the same run.
+func (r *report) tail16(c check) check {
+	c.got += " (Redis INCR at 16 workers: " + micros(r.incr16.res.P99us) + ")"
+	return c
+}
+
 func (r *report) addedP50() float64 { return r.through.res.P50us - r.direct.res.P50us }
 func (r *report) addedP99() float64 { return r.through.res.P99us - r.direct.res.P99us }
 
@@ -257,7 +266,7 @@ func (r *report) checks() []check {
 		atLeast("forwarded ÷ local", r.forwardedRatio(), 0.9),
 		{"hot tenant ≥ 0.8× spread, admitted exactly its limit", r.hotRatio() >= 0.8 && r.hotExact(),
 			times(r.hotRatio()) + ", " + r.hotAdmitted()},
-		atMostUs("p99 at 16 workers", r.single16.res.P99us, 2000),
+		r.tail16(atMostUs("p99 at 16 workers", r.single16.res.P99us, 2000)),
 		atMostUs("proxy added p50", r.addedP50(), 200),
 		atMostUs("proxy added p99", r.addedP99(), 1000),
 		atMostUs("stream first byte through tokenring (p50)", r.throughStream.res.P50us, 1000),
