@@ -224,8 +224,8 @@ const (
 	proxyTenant = "bench"
 )
 
-// singleStage runs one node: single calls, the batching client, 16
-// workers, the flatness runs, and the LLM proxy in front of fakellm.
+// singleStage runs one node: single calls against Redis INCR (againstINCR),
+// the flatness runs, and the LLM proxy in front of fakellm.
 func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	llm, err := startFakeLLM(ctx, o.bin)
 	if err != nil {
@@ -237,14 +237,6 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return err
 	}
-	// fresh measures p, each of its runs on a node of its own (none
-	// carries an earlier run's keys and leases); args are its flags given
-	// the node's base URL.
-	fresh := func(p planned, args func(target string) []string) error {
-		return o.alternate([]alternated{o.freshRuns(ctx, cfg, 1, p.name, p.into, func(nodes servers, k int) []string {
-			return slices.Concat(args("http://"+nodes[0].addr), []string{"-prefix", repeatPrefix(p.prefix, k)})
-		})})
-	}
 	single := func(more ...string) func(string) []string {
 		return func(target string) []string {
 			return slices.Concat([]string{"-targets", target, "-tenants", "1000", "-complete=false"}, more)
@@ -252,16 +244,6 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 	}
 	if err := o.againstINCR(ctx, cfg, r, single); err != nil {
 		return err
-	}
-	for _, p := range []struct {
-		planned
-		args func(string) []string
-	}{
-		{planned{"tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-", nil}, single()},
-	} {
-		if err := fresh(p.planned, p.args); err != nil {
-			return err
-		}
 	}
 	// The flatness points are ratios of each other: their runs alternate,
 	// each on a node of its own.
@@ -285,9 +267,10 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 }
 
 // againstINCR measures Redis INCR, one node's single calls and the
-// batching client, whose ratios the must-show lines are, in alternating
+// batching client, whose ratios the must-show lines are, both again at 16
+// workers, and the single calls through net/http's client, in alternating
 // runs: INCR on a flushed redis-server of its own, tokenring on a node of
-// its own each run.
+// its own each run (none carries an earlier run's keys and leases).
 func (o options) againstINCR(ctx context.Context, cfg string, r *report, single func(...string) func(string) []string) error {
 	srv, err := startRedis(ctx, o.redisServer)
 	if err != nil {
@@ -315,6 +298,7 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 		// a networked counter's p99.
 		incr("Redis INCR, 16 workers", &r.incr16, "-c", "16"),
 		node("tokenring 1 node, 16 workers", &r.single16, "single16-", "-client", "raw", "-c", "16"),
+		node("tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-"),
 	})
 }
 

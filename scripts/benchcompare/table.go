@@ -65,7 +65,7 @@ type flatPoint struct {
 // in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
 // incr16, single16.
 type report struct {
-	workers int     // of every run but single16 and the proxy's
+	workers int     // of every run but incr16's, single16's and the proxy's
 	seconds float64 // -d of each run
 	repeat  int     // runs of each measurement (the median kept)
 	// cpus and the 1-minute load averages before and after all runs, and
