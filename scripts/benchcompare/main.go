@@ -4,7 +4,7 @@
 // reads the servers' CPU time from /proc over each timed run, stops
 // everything it started, and prints the comparison as markdown tables.
 //
-//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s] [-repeat 1]
+//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s] [-repeat 1] [-max-steal 0]
 //
 // The binaries come from `make build` (bin/tokenringd, bin/tokenring,
 // bin/fakellm); redis-server from the PATH.
@@ -43,11 +43,16 @@ type options struct {
 	workers     int           // load generator workers of each run
 	duration    time.Duration // of each run
 	repeat      int           // runs of each measurement; the median is kept
-	stderr      io.Writer     // progress
+	// maxSteal is the share of the CPUs' time a run may lose to the
+	// hypervisor before it is made again (steady); 0: any.
+	maxSteal float64
+	reruns   *reruns   // what maxSteal did
+	stderr   io.Writer // progress
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{stderr: stderr}
+	o := options{stderr: stderr, reruns: &reruns{}}
+	var maxSteal float64
 	fs := flag.NewFlagSet("benchcompare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bin, "bin", "bin", "`dir` of tokenringd, tokenring and fakellm (make build)")
@@ -55,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "workers", 32, "load generator `workers` of each run (the proxy runs: 1; one row: 16)")
 	fs.DurationVar(&o.duration, "d", 4*time.Second, "`duration` of each run")
 	fs.IntVar(&o.repeat, "repeat", 1, "`runs` of each measurement, the one with the median decisions/s kept (3: steadier numbers on a shared machine, 3× as long)")
+	fs.Float64Var(&maxSteal, "max-steal", 0, fmt.Sprintf("`percent` of the CPUs' time a run may lose to the hypervisor (steal, /proc/stat): a run that lost more is made again, up to %d times, and the least robbed kept (0: any; on a shared VM, 5 measures the software rather than the neighbours)", stealRetries))
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -67,7 +73,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-d must be at least 100ms")
 	case o.repeat < 1 || o.repeat > 9:
 		return o, errors.New("-repeat must be between 1 and 9")
+	case !(maxSteal >= 0 && maxSteal < 100):
+		return o, errors.New("-max-steal must be at least 0 and under 100")
 	}
+	o.maxSteal = maxSteal / 100
 	for _, name := range []string{"tokenringd", "tokenring", "fakellm"} {
 		if _, err := os.Stat(filepath.Join(o.bin, name)); err != nil {
 			return o, fmt.Errorf("%s: %w (run make build)", name, err)
@@ -118,6 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	r.steal = stealShare(ticksBefore, ticksAfter)
+	r.maxSteal, r.reruns = o.maxSteal, *o.reruns
 	r.write(stdout)
 	return nil
 }

@@ -75,6 +75,8 @@ type report struct {
 	cpus                  int
 	loadBefore, loadAfter float64
 	steal                 float64
+	maxSteal              float64 // -max-steal (0: off)
+	reruns                reruns  // what it did
 	incr                  measured
 	zset10                measured
 	zset1000              measured
@@ -123,8 +125,13 @@ func (r *report) write(w io.Writer) {
 	if r.repeat > 1 {
 		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
 	}
-	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %s of the CPUs' time stolen by the hypervisor during them\n\n",
-		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, percent(r.steal))
+	steady := ""
+	if r.maxSteal > 0 {
+		steady = fmt.Sprintf("; a run that lost over %s was made again, up to %d times: %d tries again, %d runs kept over it",
+			percent(r.maxSteal), stealRetries, r.reruns.again, r.reruns.over)
+	}
+	fmt.Fprintf(w, "%d workers, %gs a run%s (the proxy: 1 worker); %d CPUs, load average %.2f before the runs, %.2f after; %s of the CPUs' time stolen by the hypervisor during them%s\n\n",
+		r.workers, r.seconds, median, r.cpus, r.loadBefore, r.loadAfter, percent(r.steal), steady)
 	fmt.Fprintln(w, "| system | decisions/s | p50 | p99 | ratio vs Redis INCR | server CPU µs/decision | CPU stolen |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {

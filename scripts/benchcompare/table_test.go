@@ -123,6 +123,15 @@ func TestReportOutput(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Fatalf("no line %q in:\n%s", want, b.String())
 	}
+	// With -max-steal, the header says what it did.
+	r = cannedReport()
+	r.maxSteal, r.reruns = 0.05, reruns{again: 7, over: 1}
+	b.Reset()
+	r.write(&b)
+	want = "12.5% of the CPUs' time stolen by the hypervisor during them; a run that lost over 5.0% was made again, up to 3 times: 7 tries again, 1 runs kept over it\n\n"
+	if !strings.HasPrefix(b.String(), cannedOutput[:strings.Index(cannedOutput, "12.5%")]) || !strings.Contains(b.String(), want) {
+		t.Fatalf("no header %q in:\n%s", want, b.String())
+	}
 }
 
 func firstDiff(a, b string) int {
@@ -195,14 +204,17 @@ func TestParseFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o, err := parseFlags([]string{"-bin", bin, "-redis-server", "sh", "-workers", "8", "-d", "2s"}, io.Discard)
-	if err != nil || o.workers != 8 || o.duration != 2*time.Second || !strings.HasSuffix(o.redisServer, "/sh") {
+	o, err := parseFlags([]string{"-bin", bin, "-redis-server", "sh", "-workers", "8", "-d", "2s", "-max-steal", "5"}, io.Discard)
+	if err != nil || o.workers != 8 || o.duration != 2*time.Second || !strings.HasSuffix(o.redisServer, "/sh") || o.maxSteal != 0.05 || o.reruns == nil {
 		t.Fatalf("good flags: %+v %v", o, err)
 	}
 	for _, args := range [][]string{
 		{"-bin", bin, "-redis-server", "sh", "-workers", "0"},
 		{"-bin", bin, "-redis-server", "sh", "-d", "1ms"},
 		{"-bin", bin, "-redis-server", "sh", "-repeat", "0"},
+		{"-bin", bin, "-redis-server", "sh", "-max-steal", "-1"},
+		{"-bin", bin, "-redis-server", "sh", "-max-steal", "100"},
+		{"-bin", bin, "-redis-server", "sh", "-max-steal", "NaN"},
 		{"-bin", bin, "-redis-server", "sh", "now"},
 		{"-bin", bin, "-redis-server", "no-such-redis-server"},
 		{"-bin", t.TempDir(), "-redis-server", "sh"},

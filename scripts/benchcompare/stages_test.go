@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"testing"
+)
+
+// steady makes a run again while it lost more than -max-steal to the
+// hypervisor, at most stealRetries times, keeps the least robbed when every
+// try was, and counts what it did; with -max-steal 0 it runs once.
+func TestSteady(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		maxSteal float64
+		steals   []float64 // each try's, in order
+		tries    int       // tries made
+		kept     int       // the try kept
+		again    int
+		over     int
+	}{
+		{"off", 0, []float64{0.5}, 1, 0, 0, 0},
+		{"calm at once", 0.05, []float64{0.05}, 1, 0, 0, 0},
+		{"calm at the second", 0.05, []float64{0.2, 0.03}, 2, 1, 1, 0},
+		{"a calm try is kept, not an earlier one", 0.05, []float64{0.3, 0.06, 0.04}, 3, 2, 2, 0},
+		{"never calm: the least robbed", 0.05, []float64{0.3, 0.1, 0.2, 0.15}, 1 + stealRetries, 1, stealRetries, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := options{maxSteal: c.maxSteal, reruns: &reruns{}, stderr: io.Discard}
+			var tries []int
+			var labels []string
+			m, err := o.steady("run", func(label string, try int) (measured, error) {
+				tries, labels = append(tries, try), append(labels, label)
+				return measured{steal: c.steals[try], res: loadResult{Requests: try}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]int, c.tries)
+			for i := range want {
+				want[i] = i
+			}
+			if !slices.Equal(tries, want) {
+				t.Errorf("tries %v, want %v", tries, want)
+			}
+			if m.res.Requests != c.kept || m.steal != c.steals[c.kept] {
+				t.Errorf("kept try %d (%v stolen), want try %d", m.res.Requests, m.steal, c.kept)
+			}
+			if *o.reruns != (reruns{again: c.again, over: c.over}) {
+				t.Errorf("reruns %+v, want again %d, over %d", *o.reruns, c.again, c.over)
+			}
+			if labels[0] != "run" || (len(labels) > 1 && labels[1] != "run, again: "+percent(c.steals[0])+" stolen") {
+				t.Errorf("labels %q", labels)
+			}
+		})
+	}
+	o := options{maxSteal: 0.05, reruns: &reruns{}}
+	boom := errors.New("boom")
+	if _, err := o.steady("run", func(string, int) (measured, error) { return measured{}, boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failed run: %v, want boom", err)
+	}
+}
+
+// A try after the first has tenants of its own, so that a shared
+// cluster's windows hold none of an earlier try's admissions.
+func TestTryPrefix(t *testing.T) {
+	if got := tryPrefix("hot-r0-", 0); got != "hot-r0-" {
+		t.Errorf("try 0: %q", got)
+	}
+	if got := tryPrefix("hot-r0-", 2); got != "hot-r0-t2-" {
+		t.Errorf("try 2: %q", got)
+	}
+}
