@@ -207,7 +207,7 @@ func (o options) alternate(ms []alternated) error {
 	for k := range o.repeat {
 		for i, m := range ms {
 			r, err := o.steady(o.runLabel(m.name, k), func(label string, _ int) (measured, error) {
-				return m.run(label, k) // every try on servers of its own (freshRuns) or flushed
+				return m.run(label, k) // a try sets up what its run does: fresh nodes, a flushed redis-server
 			})
 			if err != nil {
 				return err
