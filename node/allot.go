@@ -414,9 +414,10 @@ func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (A
 		return forward()
 	}
 	now := n.cfg.Now()
+	key := c.Key // the closures below take the key, not c (Do's, on its stack)
 	a, ok, expired, ask := al.take(c, now, addr)
 	if len(expired) > 0 {
-		n.background(func() { n.cancelAdmissions(c.Key, expired, time.Time{}) })
+		n.background(func() { n.cancelAdmissions(key, expired, time.Time{}) })
 	}
 	if !ok {
 		var err error
@@ -430,7 +431,7 @@ func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (A
 		n.stats.allotted.Add(1)
 	}
 	if ask {
-		n.background(func() { n.askSlice(c.Key, addr) })
+		n.background(func() { n.askSlice(key, addr) })
 	}
 	return a, nil
 }
@@ -454,7 +455,7 @@ func (n *Node) askSlice(key, addr string) {
 	c := n.allot.ask(key, sent)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
 	defer cancel()
-	a, err := n.Do(ctx, &c)
+	a, err := n.Do(ctx, c)
 	if err == nil && a.Owner == n.cfg.Name {
 		// This node became the owner meanwhile: it decides for the key
 		// itself. Give the admissions back.

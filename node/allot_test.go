@@ -26,7 +26,7 @@ func hammer(t *testing.T, c *cluster, key string, workers, perNode int) (allowed
 		for range workers {
 			wg.Go(func() {
 				for range perNode / workers {
-					a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+					a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 					if err != nil {
 						t.Error(err)
 						return
@@ -49,7 +49,7 @@ func warm(t *testing.T, c *cluster, key string) (allowed int64) {
 	t.Helper()
 	for range 60 {
 		for _, nd := range c.nodes {
-			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+			a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ func drain(t *testing.T, c *cluster, key string) (allowed int64) {
 	for refusedBy := 0; refusedBy < len(c.nodes); {
 		refusedBy = 0
 		for _, nd := range c.nodes {
-			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+			a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestHotKeyThroughEveryNodeIsExact(t *testing.T) {
 			// Slices end with their bucket (1 s): what they held and did
 			// not hand out goes back to the owner, by the next sweep.
 			left := func() int64 {
-				st, err := c.nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: key})
+				st, err := c.nodes[0].Do(context.Background(), Call{Op: OpStatus, Key: key})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -163,7 +163,7 @@ func TestWarmKeyIsServedFromSlicesByDefault(t *testing.T) {
 	key := c.keyOwnedBy(t, 0)
 	const n = 40
 	for range n { // about 20 a second for 2 s
-		a, err := holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+		a, err := holder.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("acquire: %+v %v", a.Decision, err)
 		}
@@ -513,7 +513,7 @@ func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
 	owner, holder := c.nodes[0], c.nodes[1]
 	key := c.keyOwnedBy(t, 0)
 	acquire := func() (Answer, error) {
-		return holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+		return holder.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for holder.stats.allotted.Load() == 0 && time.Now().Before(deadline) {
@@ -550,7 +550,7 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 	key := c.keyOwnedBy(t, 0)
 	admitted := 0
 	for holder.stats.allotted.Load() == 0 && admitted < 5000 {
-		a, err := holder.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+		a, err := holder.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("acquire: %+v %v", a.Decision, err)
 		}
@@ -565,7 +565,7 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 	if err := holder.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := owner.Do(context.Background(), &Call{Op: OpStatus, Key: key})
+	st, err := owner.Do(context.Background(), Call{Op: OpStatus, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,11 +49,11 @@ func BenchmarkVersusBaselines(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				key := name(seq.Add(1))
-				a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+				a, err := nd.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
 				if err != nil || !a.Decision.Allowed {
 					b.Fatalf("%+v %v", a, err)
 				}
-				nd.Do(ctx, &Call{Op: OpRelease, Key: key, Lease: a.Decision.Lease})
+				nd.Do(ctx, Call{Op: OpRelease, Key: key, Lease: a.Decision.Lease})
 			}
 		})
 	})

@@ -31,11 +31,11 @@ func benchDecisions(b *testing.B, batch BatchConfig, via int, opts ...func(*Conf
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			key := keys[seq.Add(1)%int64(len(keys))]
-			a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}})
+			a, err := nd.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}})
 			if err != nil || !a.Decision.Allowed {
 				b.Fatalf("acquire: %+v %v", a, err)
 			}
-			if _, err := nd.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: a.Decision.Lease, Usage: limiter.Usage{PromptTokens: 100, CompletionTokens: 50}}); err != nil {
+			if _, err := nd.Do(ctx, Call{Op: OpSettle, Key: key, Lease: a.Decision.Lease, Usage: limiter.Usage{PromptTokens: 100, CompletionTokens: 50}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -131,7 +131,7 @@ func BenchmarkJoinToExact(b *testing.B) {
 		}
 		ctx := context.Background()
 		for i := range 100_000 {
-			if _, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: fmt.Sprintf("t:k%d", i), Req: limiter.Request{PromptTokens: 10}}); err != nil {
+			if _, err := n1.Do(ctx, Call{Op: OpAcquire, Key: fmt.Sprintf("t:k%d", i), Req: limiter.Request{PromptTokens: 10}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -183,7 +183,7 @@ func BenchmarkHotKey(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}})
+					a, err := nd.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}})
 					if err != nil || !a.Decision.Allowed {
 						b.Fatalf("acquire: %+v %v", a, err)
 					}
@@ -224,7 +224,7 @@ func benchForwardCPU(b *testing.B, via, callers int) {
 		wg.Go(func() {
 			for seq.Add(1) <= int64(b.N) {
 				key := keys[seq.Load()%int64(len(keys))]
-				if _, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}}); err != nil {
+				if _, err := nd.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 100, MaxTokens: 100}}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -115,18 +115,18 @@ func TestMaxKeysRefusesNewKeys(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: "t:new", Req: limiter.Request{Reserve: 1}})
+	a, err := nd.Do(ctx, Call{Op: OpAcquire, Key: "t:new", Req: limiter.Request{Reserve: 1}})
 	if err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.TableFull || a.Decision.RetryAfter != time.Second {
 		t.Fatalf("new key at a full table: %+v, %v", a.Decision, err)
 	}
-	a, err = nd.Do(ctx, &Call{Op: OpStatus, Key: "t:new2"})
+	a, err = nd.Do(ctx, Call{Op: OpStatus, Key: "t:new2"})
 	if err != nil || a.Decision.Reason != limiter.TableFull {
 		t.Fatalf("status of a new key at a full table: %+v, %v", a.Decision, err)
 	}
 	if got := admit(t, nd, "t:0", 1); got != 1 {
 		t.Fatal("a held key refused")
 	}
-	a, err = nd.Do(ctx, &Call{Op: OpCharge, Key: "t:debtor", Charge: Charge{Requests: 2, At: time.Now()}})
+	a, err = nd.Do(ctx, Call{Op: OpCharge, Key: "t:debtor", Charge: Charge{Requests: 2, At: time.Now()}})
 	if err != nil || !a.OK || a.Decision.Status.Requests.Remaining != 8 {
 		t.Fatalf("debt for a new key at a full table: %+v, %v", a, err)
 	}
@@ -142,7 +142,7 @@ func TestDefaultLeaseIDsRandom(t *testing.T) {
 	seen := map[uint64]bool{}
 	small := 0
 	for range 64 {
-		a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 1}})
+		a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 1}})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("%+v %v", a.Decision, err)
 		}
@@ -245,11 +245,11 @@ func TestSweepDropsKeyWhenWindowEmpties(t *testing.T) {
 		c.Now, c.SweepInterval, c.ReplicationInterval = now, time.Millisecond, -1
 	})[0]
 	ctx := context.Background()
-	a, err := nd.Do(ctx, &Call{Op: OpAcquire, Key: "t:done", Req: limiter.Request{Reserve: 1}})
+	a, err := nd.Do(ctx, Call{Op: OpAcquire, Key: "t:done", Req: limiter.Request{Reserve: 1}})
 	if err != nil || !a.Decision.Allowed {
 		t.Fatal(a.Decision, err)
 	}
-	if a, err := nd.Do(ctx, &Call{Op: OpSettle, Key: "t:done", Lease: a.Decision.Lease}); err != nil || !a.OK {
+	if a, err := nd.Do(ctx, Call{Op: OpSettle, Key: "t:done", Lease: a.Decision.Lease}); err != nil || !a.OK {
 		t.Fatal("settle", err)
 	}
 	if got := admit(t, nd, "t:leased", 1); got != 1 {

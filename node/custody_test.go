@@ -69,7 +69,7 @@ func TestForwardedCallWaitsForFirstRing(t *testing.T) {
 	both := ringOf(t, n1, n2)
 	key := keysMoving(both, both, "n2", "n2", 1)[0]
 	n1.SetRing(both) // n1 knows n2; n2 has no membership yet
-	_, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: key})
+	_, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: key})
 	if err == nil || n2.Keys() != 0 {
 		t.Fatalf("a forwarded call at a node without a ring: err %v, %d keys there; want no decision", err, n2.Keys())
 	}
@@ -93,7 +93,7 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 	n1.SetRing(both) // n1 knows n2; n2 has no membership yet
 	decided := make(chan error, 1)
 	go func() {
-		_, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: key})
+		_, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: key})
 		decided <- err
 	}()
 	p := n1.peer(n2.PeerAddr())
@@ -136,7 +136,7 @@ func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
 	if n1.inline(call(here)) {
 		t.Fatal("a key not yet here, under a restore hint, inline: its network lookup would hold the reader")
 	}
-	if a, err := n1.Do(context.Background(), &Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
+	if a, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
 		t.Fatalf("first acquire: %+v %v", a, err)
 	}
 	if !n1.inline(call(here)) {
@@ -158,7 +158,7 @@ func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
 	s1.SetRing(both)
 	synced[1].SetRing(both)
 	here = keysMoving(both, both, "n1", "n1", 1)[0]
-	if a, err := s1.Do(context.Background(), &Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
+	if a, err := s1.Do(context.Background(), Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
 		t.Fatalf("first acquire under sync replication: %+v %v", a, err)
 	}
 	s1.tr.Load().gates[both.Partition(here)].restore.Store(nil)

@@ -93,7 +93,7 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	if got := owed.get(fresh); got[0] != 4 {
 		t.Errorf("%s: %d requests owed, want all 4 (never replicated)", fresh, got[0])
 	}
-	_, err := n3.Do(ctx, &Call{Op: OpAcquire, Key: replicated})
+	_, err := n3.Do(ctx, Call{Op: OpAcquire, Key: replicated})
 	if !errors.Is(err, ErrMinority) || !errors.Is(err, ErrTransferPending) {
 		t.Fatalf("an acquire at a fenced member: %v, want ErrMinority (a kind of ErrTransferPending, so callers fall back)", err)
 	}
@@ -127,7 +127,7 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	}
 	for _, key := range keys {
 		o := owed.get(key)
-		a, err := n1.Do(ctx, &Call{Op: OpCharge, Key: key, Charge: Charge{Requests: o[0], Tokens: o[1], At: time.Now()}})
+		a, err := n1.Do(ctx, Call{Op: OpCharge, Key: key, Charge: Charge{Requests: o[0], Tokens: o[1], At: time.Now()}})
 		if err != nil || !a.OK {
 			t.Fatalf("charging %s's debts: %+v %v", key, a, err)
 		}
@@ -167,7 +167,7 @@ func TestLeaseLapsesWithoutAMajority(t *testing.T) {
 	if n3.Leased() {
 		t.Fatal("still leased 10 s after both other members went silent")
 	}
-	if _, err := n3.Do(context.Background(), &Call{Op: OpAcquire, Key: key}); !errors.Is(err, ErrMinority) {
+	if _, err := n3.Do(context.Background(), Call{Op: OpAcquire, Key: key}); !errors.Is(err, ErrMinority) {
 		t.Fatalf("an acquire without a lease: %v, want ErrMinority", err)
 	}
 }

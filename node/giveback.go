@@ -22,7 +22,7 @@ import (
 func (n *Node) cancelAdmissions(key string, ids []uint64, since time.Time) {
 	for chunk := range slices.Chunk(ids, maxAllot) {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
-		a, err := n.Do(ctx, &Call{Op: OpReturn, Key: key, State: appendGrant(nil, 0, chunk)})
+		a, err := n.Do(ctx, Call{Op: OpReturn, Key: key, State: appendGrant(nil, 0, chunk)})
 		cancel()
 		if err != nil {
 			now := n.cfg.Now()

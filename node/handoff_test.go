@@ -31,7 +31,7 @@ func ringOf(t testing.TB, nodes ...*Node) *ring.Ring {
 func admit(t *testing.T, nd *Node, key string, n int) (allowed int) {
 	t.Helper()
 	for range n {
-		a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+		a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
 		if err != nil {
 			t.Fatalf("acquire %s via %s: %v", key, nd.Name(), err)
 		}
@@ -191,7 +191,7 @@ func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 	ctx := context.Background()
 	var leases []uint64
 	for range 2 {
-		a, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: key})
+		a, err := n1.Do(ctx, Call{Op: OpAcquire, Key: key})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("acquire: %+v %v", a, err)
 		}
@@ -203,7 +203,7 @@ func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 	}
 	waiter := make(chan result, 1)
 	go func() {
-		a, err := n1.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
+		a, err := n1.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
 		waiter <- result{a, err}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -216,7 +216,7 @@ func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 	n2.SetRing(after)
 	n1.SetRing(after)
 	// Both slots are still held at the new owner.
-	if a, err := n2.Do(ctx, &Call{Op: OpAcquire, Key: key}); err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.Concurrency {
+	if a, err := n2.Do(ctx, Call{Op: OpAcquire, Key: key}); err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.Concurrency {
 		t.Fatalf("acquire at the new owner: %+v %v, want a concurrency refusal", a, err)
 	}
 	for n2.Waiting() != 1 {
@@ -228,7 +228,7 @@ func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 	// A lease issued by the old owner settles at the new one, exactly
 	// once, and the freed slot goes to the waiter that moved.
 	for i, want := range []bool{true, false} {
-		if a, err := n1.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: leases[0]}); err != nil || a.OK != want || a.Owner != "n2" {
+		if a, err := n1.Do(ctx, Call{Op: OpSettle, Key: key, Lease: leases[0]}); err != nil || a.OK != want || a.Owner != "n2" {
 			t.Fatalf("settle #%d: %+v %v, want ok=%v decided by n2", i+1, a, err, want)
 		}
 	}
@@ -340,7 +340,7 @@ func TestCrashRecoversFromReplica(t *testing.T) {
 			t.Fatalf("%s: %d of 6", k, got)
 		}
 		// a 7th admission whose lease must survive the crash
-		a, err := n3.Do(ctx, &Call{Op: OpAcquire, Key: k})
+		a, err := n3.Do(ctx, Call{Op: OpAcquire, Key: k})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("7th: %+v %v", a, err)
 		}
@@ -354,7 +354,7 @@ func TestCrashRecoversFromReplica(t *testing.T) {
 	n2.SetRing(after)
 	n3.SetRing(after)
 	for i, k := range keys {
-		if a, err := nodes[2-i%2].Do(ctx, &Call{Op: OpSettle, Key: k, Lease: held[k], Usage: limiter.Usage{PromptTokens: 1}}); err != nil || !a.OK {
+		if a, err := nodes[2-i%2].Do(ctx, Call{Op: OpSettle, Key: k, Lease: held[k], Usage: limiter.Usage{PromptTokens: 1}}); err != nil || !a.OK {
 			t.Fatalf("%s: the lease taken before the crash does not settle after it: %+v %v", k, a, err)
 		}
 		if got := admit(t, nodes[1+i%2], k, 10); got != 3 {

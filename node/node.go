@@ -254,7 +254,8 @@ func (n *Node) Owner(key string) (ring.Member, bool) {
 // forward that cannot reach the owner fails with an error wrapping
 // ErrPeerDown; ctx ending returns ctx's error. On those errors the caller
 // decides the fallback; nothing was admitted.
-func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
+func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
+	c := &call // Do's own copy (a waiter that follows its key spends its wait on it); a forward sends another
 	select {
 	case <-n.stop:
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
@@ -275,10 +276,6 @@ func (n *Node) Do(ctx context.Context, c *Call) (Answer, error) {
 		if t, err = n.awaitFirstRing(ctx); err != nil {
 			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, err)
 		}
-	}
-	if c.Req.Wait > 0 { // a waiter that follows its key spends its wait here, on its own copy
-		cc := *c
-		c = &cc
 	}
 	p := n.ring.Load().Partition(c.Key)
 	g := &t.gates[p]

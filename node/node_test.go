@@ -201,7 +201,7 @@ func testForwardedDecisionsAreExact(t *testing.T, batch BatchConfig) {
 		go func() {
 			defer wg.Done()
 			nd := c.nodes[i%3]
-			a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+			a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -231,7 +231,7 @@ func TestForwardedSettleAndWait(t *testing.T) {
 	key := c.keyOwnedBy(t, 0)
 	via := c.nodes[1]
 	ctx := context.Background()
-	first, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key})
+	first, err := via.Do(ctx, Call{Op: OpAcquire, Key: key})
 	if err != nil || !first.Decision.Allowed {
 		t.Fatalf("first: %+v %v", first, err)
 	}
@@ -239,7 +239,7 @@ func TestForwardedSettleAndWait(t *testing.T) {
 	// same connection.
 	done := make(chan Answer, 1)
 	go func() {
-		a, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: 10 * time.Second}})
+		a, err := via.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: 10 * time.Second}})
 		if err != nil {
 			t.Error(err)
 		}
@@ -253,10 +253,10 @@ func TestForwardedSettleAndWait(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	other := c.keyOwnedBy(t, 0) + "-other"
-	if a, err := via.Do(ctx, &Call{Op: OpStatus, Key: other}); err != nil || a.Owner == "" {
+	if a, err := via.Do(ctx, Call{Op: OpStatus, Key: other}); err != nil || a.Owner == "" {
 		t.Fatalf("status behind a waiter: %+v %v", a, err)
 	}
-	if a, err := via.Do(ctx, &Call{Op: OpSettle, Key: key, Lease: first.Decision.Lease, Usage: limiter.Usage{PromptTokens: 1}}); err != nil || !a.OK {
+	if a, err := via.Do(ctx, Call{Op: OpSettle, Key: key, Lease: first.Decision.Lease, Usage: limiter.Usage{PromptTokens: 1}}); err != nil || !a.OK {
 		t.Fatalf("settle: %+v %v", a, err)
 	}
 	if a := <-done; !a.Decision.Allowed {
@@ -291,7 +291,7 @@ func TestUnreachableOwnerFailsFast(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = nd.Do(ctx, &Call{Op: OpAcquire, Key: key})
+	_, err = nd.Do(ctx, Call{Op: OpAcquire, Key: key})
 	if !errors.Is(err, ErrPeerDown) {
 		t.Fatalf("err = %v, want ErrPeerDown", err)
 	}
@@ -312,7 +312,7 @@ func TestHopLimit(t *testing.T) {
 	r2, _ := ring.New(ring.Config{}, []ring.Member{{Name: "n1", Peer: nodes[0].PeerAddr()}})
 	nodes[0].SetRing(r1)
 	nodes[1].SetRing(r2)
-	_, err := nodes[0].Do(context.Background(), &Call{Op: OpStatus, Key: "t:x"})
+	_, err := nodes[0].Do(context.Background(), Call{Op: OpStatus, Key: "t:x"})
 	if err == nil || !strings.Contains(err.Error(), ErrNoOwner.Error()) {
 		t.Fatalf("err = %v, want the hop limit", err)
 	}
@@ -323,7 +323,7 @@ func TestWithdrawnHeadUnblocksQueue(t *testing.T) {
 	c := newCluster(t, 1, limits, BatchConfig{})
 	nd := c.nodes[0]
 	bg := context.Background()
-	if a, _ := nd.Do(bg, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 500}}); !a.Decision.Allowed {
+	if a, _ := nd.Do(bg, Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 500}}); !a.Decision.Allowed {
 		t.Fatalf("first: %+v", a)
 	}
 	// The head needs 900 tokens and cannot fit; the second needs 10 and
@@ -331,13 +331,13 @@ func TestWithdrawnHeadUnblocksQueue(t *testing.T) {
 	headCtx, cancelHead := context.WithCancel(bg)
 	headDone := make(chan error, 1)
 	go func() {
-		_, err := nd.Do(headCtx, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 900, Wait: time.Minute}})
+		_, err := nd.Do(headCtx, Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 900, Wait: time.Minute}})
 		headDone <- err
 	}()
 	waitWaiting(t, nd, 1)
 	second := make(chan Answer, 1)
 	go func() {
-		a, _ := nd.Do(bg, &Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 10, Wait: time.Minute}})
+		a, _ := nd.Do(bg, Call{Op: OpAcquire, Key: "t:k", Req: limiter.Request{Reserve: 10, Wait: time.Minute}})
 		second <- a
 	}()
 	waitWaiting(t, nd, 2)
@@ -375,23 +375,23 @@ func TestAbandonedForwardIsCancelledAtOwner(t *testing.T) {
 	key := c.keyOwnedBy(t, 0)
 	owner, via := c.nodes[0], c.nodes[1]
 	bg := context.Background()
-	held, err := owner.Do(bg, &Call{Op: OpAcquire, Key: key})
+	held, err := owner.Do(bg, Call{Op: OpAcquire, Key: key})
 	if err != nil || !held.Decision.Allowed {
 		t.Fatalf("hold: %+v %v", held, err)
 	}
 	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
 	defer cancel()
-	if _, err := via.Do(ctx, &Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := via.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("forward: err %v, want the caller's deadline", err)
 	}
 	// The owner still has the waiter; freeing the slot admits it, and the
 	// forwarding node, whose caller is gone, cancels that admission.
-	if a, err := owner.Do(bg, &Call{Op: OpRelease, Key: key, Lease: held.Decision.Lease}); err != nil || !a.OK {
+	if a, err := owner.Do(bg, Call{Op: OpRelease, Key: key, Lease: held.Decision.Lease}); err != nil || !a.OK {
 		t.Fatalf("release: %+v %v", a, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a, err := owner.Do(bg, &Call{Op: OpAcquire, Key: key})
+		a, err := owner.Do(bg, Call{Op: OpAcquire, Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}

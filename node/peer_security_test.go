@@ -82,7 +82,7 @@ var acquireOne = Call{Op: OpAcquire, Key: "t:tenant", Req: limiter.Request{Promp
 func remaining(t *testing.T, nd *Node, key string) int {
 	t.Helper()
 	for n := 0; n < 100; n++ {
-		a, err := nd.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
+		a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +428,7 @@ func TestPeerLargePartitionHandsOffUnderFrameCap(t *testing.T) {
 	src.SetRing(ringOfConfig(t, src.cfg.Ring, src))
 	for i := range keys {
 		key := "t:big-" + strconv.Itoa(i)
-		if a, err := src.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}); err != nil || !a.Decision.Allowed {
+		if a, err := src.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}); err != nil || !a.Decision.Allowed {
 			t.Fatalf("%s: %+v %v", key, a, err)
 		}
 	}

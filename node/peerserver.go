@@ -415,7 +415,7 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	}
 	lazy, cancel := lazyctx.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
 	defer cancel()
-	return n.Do(lazy, c)
+	return n.Do(lazy, *c)
 }
 
 // inline reports whether a forwarded call is cheap enough to run on the

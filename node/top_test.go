@@ -30,7 +30,7 @@ func TestNearest(t *testing.T) {
 	defer n.Close()
 	admit := func(key string, times int, tokens int64) {
 		for range times {
-			a, err := n.Do(context.Background(), &Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: tokens, MaxTokens: 1}})
+			a, err := n.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: tokens, MaxTokens: 1}})
 			if err != nil || !a.Decision.Allowed {
 				t.Fatalf("acquire %s: %+v %v", key, a, err)
 			}

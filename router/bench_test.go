@@ -19,7 +19,7 @@ import (
 
 // benchRouter is one node alone and its router, with limits no benchmark
 // reaches; the node closes when b ends.
-func benchRouter(b *testing.B) *Router {
+func benchRouter(b testing.TB) *Router {
 	b.Helper()
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Minute}

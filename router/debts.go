@@ -190,7 +190,7 @@ func (d *debts) charge(key string, c charge) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.maxWait)
 	defer cancel()
 	call := node.Call{Op: node.OpCharge, Key: key, Charge: node.Charge{Requests: c.requests, Tokens: c.tokens, At: c.at}}
-	a, err := d.cluster.Do(ctx, &call)
+	a, err := d.cluster.Do(ctx, call)
 	if err != nil || !a.OK {
 		d.metrics.debtChargeFailed()
 		d.log.Debug("fallback debt not charged yet; retried next round", "key", key, "debts", c.requests, "err", err)

@@ -45,7 +45,7 @@ func newFakeOwner(t *testing.T, members ...string) *fakeOwner {
 	return &fakeOwner{ring: rg}
 }
 
-func (f *fakeOwner) Do(_ context.Context, c *node.Call) (node.Answer, error) {
+func (f *fakeOwner) Do(_ context.Context, c node.Call) (node.Answer, error) {
 	f.mu.Lock()
 	if f.down {
 		f.mu.Unlock()
@@ -354,7 +354,7 @@ func TestChargeCountsAtNode(t *testing.T) {
 		r.debts.recorded("t:acme", 1)
 	}
 	r.debts.round()
-	a, err := n.Do(context.Background(), &node.Call{Op: node.OpStatus, Key: "t:acme"})
+	a, err := n.Do(context.Background(), node.Call{Op: node.OpStatus, Key: "t:acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

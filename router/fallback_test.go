@@ -26,7 +26,7 @@ import (
 // every call fails the way a refused connection does.
 type downCluster struct{ ring *ring.Ring }
 
-func (d downCluster) Do(context.Context, *node.Call) (node.Answer, error) {
+func (d downCluster) Do(context.Context, node.Call) (node.Answer, error) {
 	return node.Answer{}, fmt.Errorf("peer 127.0.0.1:1: %w", node.ErrPeerDown)
 }
 func (d downCluster) Ring() *ring.Ring { return d.ring }
@@ -427,7 +427,7 @@ type errCluster struct {
 	deadline []time.Time
 }
 
-func (e *errCluster) Do(ctx context.Context, _ *node.Call) (node.Answer, error) {
+func (e *errCluster) Do(ctx context.Context, _ node.Call) (node.Answer, error) {
 	dl, _ := ctx.Deadline()
 	e.mu.Lock()
 	e.entered, e.deadline = append(e.entered, time.Now()), append(e.deadline, dl)

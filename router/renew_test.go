@@ -22,7 +22,7 @@ type renewCluster struct {
 	started  chan struct{}
 }
 
-func (c *renewCluster) Do(ctx context.Context, call *node.Call) (node.Answer, error) {
+func (c *renewCluster) Do(ctx context.Context, call node.Call) (node.Answer, error) {
 	if call.Op != node.OpRenew {
 		return node.Answer{OK: true, Owner: "n1"}, nil
 	}

@@ -31,7 +31,7 @@ type Cluster interface {
 	// state is still on its way (node.ErrTransferPending), or ctx ended
 	// (wrapping ctx.Err(): the router's cap on a live but slow owner, or the
 	// client gone).
-	Do(ctx context.Context, c *node.Call) (node.Answer, error)
+	Do(ctx context.Context, c node.Call) (node.Answer, error)
 	// Ring is the current ring; nil on a node that has not joined a cluster.
 	Ring() *ring.Ring
 	// Name is this member's name.
@@ -286,7 +286,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	}
 	cctx, cancel := lazyctx.WithTimeout(ctx, wait)
 	start := r.cfg.Now()
-	a, err := r.cluster.Do(cctx, c)
+	a, err := r.cluster.Do(cctx, *c)
 	cancel()
 	where := "local"
 	switch {
