@@ -247,15 +247,18 @@ func (n *Node) Owner(key string) (ring.Member, bool) {
 	return m, m.Name == n.cfg.Name
 }
 
-// Do executes c at its key's owner: here when this node is custodian of
+// Do executes call at its key's owner: here when this node is custodian of
 // the key's partition, otherwise over the peer connection to the member
 // that is (or is about to be). A call whose partition is on its way here
 // waits for it, at most TransferWait, then fails with ErrTransferPending. A
 // forward that cannot reach the owner fails with an error wrapping
 // ErrPeerDown; ctx ending returns ctx's error. On those errors the caller
-// decides the fallback; nothing was admitted.
+// decides the fallback; nothing was admitted. call is taken by value, so
+// that a decision made here allocates no Call: Do's copy stays on its
+// stack (a waiter that follows its key spends its wait on it), and a
+// forward sends a copy of its own.
 func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
-	c := &call // Do's own copy (a waiter that follows its key spends its wait on it); a forward sends another
+	c := &call
 	select {
 	case <-n.stop:
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrClosed)
