@@ -111,21 +111,32 @@ func (r *Router) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
 // bad request, 403 for a tenant outside set, 200 admitted, 429 refused
 // (with its retry-after), 503 or 499 when no decision was made.
 func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
+	a, res, decided := r.acquireDecision(ctx, set, in)
+	if decided {
+		a.body = &res
+	}
+	return a
+}
+
+// acquireDecision is acquireCall with a decision's body (a 200 or a 429,
+// decided true) returned apart, by value: ServePlain writes it from its
+// own stack, with no answer on the heap. Undecided, a is the whole answer.
+func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquireRequest) (a apiAnswer, res acquireResponse, decided bool) {
 	adm, err := r.parseAcquire(in)
 	if err != nil {
-		return errorAnswer(http.StatusBadRequest, err.Error())
+		return errorAnswer(http.StatusBadRequest, err.Error()), res, false
 	}
 	if a, refused := forbidden(set, adm.tenant); refused {
-		return a
+		return a, res, false
 	}
-	res, err := r.admit(ctx, adm)
+	res, err = r.admit(ctx, adm)
 	if err != nil {
-		return decideErrorAnswer(err) // an owner alive but slow: nothing admitted
+		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}
 	if !res.Allowed {
-		return apiAnswer{status: http.StatusTooManyRequests, body: &res, retryAfterMS: res.RetryAfterMS}
+		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 	}
-	return apiAnswer{status: http.StatusOK, body: &res}
+	return apiAnswer{status: http.StatusOK}, res, true
 }
 
 // completeCall settles (with usage) or releases (without) one lease.

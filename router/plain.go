@@ -31,11 +31,21 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
 			return false
 		}
-		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
+		set, deny := r.tenantsOf(string(req.Authorization))
+		if deny != nil {
 			a = *deny
-		} else {
-			a = r.acquireCall(ctx, set, &in)
+			break
 		}
+		// The decision's body is written from this stack: no answer
+		// on the heap (acquireDecision).
+		head, res, decided := r.acquireDecision(ctx, set, &in)
+		if !decided {
+			head.appendPlain(resp)
+			return true
+		}
+		head.appendHead(resp)
+		resp.Body = append(res.appendJSON(resp.Body), '\n')
+		return true
 	case "/v1/complete", "/v1/renew":
 		var in completeRequest
 		if !decodeFast(req.Body, &in) {
@@ -77,6 +87,18 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 
 // appendPlain writes a into resp as write writes it to a ResponseWriter.
 func (a apiAnswer) appendPlain(resp *http1.Response) {
+	a.appendHead(resp)
+	if j, ok := a.body.(jsonAppender); ok {
+		resp.Body = j.appendJSON(resp.Body)
+	} else {
+		b, _ := json.Marshal(a.body) // the other bodies are maps of strings and numbers: they always marshal
+		resp.Body = append(resp.Body, b...)
+	}
+	resp.Body = append(resp.Body, '\n')
+}
+
+// appendHead writes a's status and headers into resp.
+func (a apiAnswer) appendHead(resp *http1.Response) {
 	resp.Status = a.status
 	resp.AddHeader("Content-Type", "application/json")
 	if a.retryAfterMS > 0 {
@@ -85,11 +107,4 @@ func (a apiAnswer) appendPlain(resp *http1.Response) {
 	if a.wwwAuth {
 		resp.AddHeader("Www-Authenticate", `Bearer realm="tokenring"`)
 	}
-	if j, ok := a.body.(jsonAppender); ok {
-		resp.Body = j.appendJSON(resp.Body)
-	} else {
-		b, _ := json.Marshal(a.body) // the other bodies are maps of strings and numbers: they always marshal
-		resp.Body = append(resp.Body, b...)
-	}
-	resp.Body = append(resp.Body, '\n')
 }

@@ -292,7 +292,9 @@ func benchServePlain(b *testing.B, r *Router, path string, bodies [][]byte) {
 // A decision on the fast path allocates what its answer needs (the lease
 // token, the answer's JSON, the tenant's name) and no more. Among what it
 // does not: the call to the node, which crosses the Cluster interface by
-// value and stays on the stack (it used to escape: 184 B a decision).
+// value and stays on the stack (it used to escape: 184 B a decision), and
+// the answer, which ServePlain writes from its own stack (it used to go
+// through apiAnswer's interface: 235 B).
 func TestPlainAcquireAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
@@ -313,4 +315,4 @@ func TestPlainAcquireAllocs(t *testing.T) {
 }
 
 // maxAcquireAllocs bounds TestPlainAcquireAllocs.
-const maxAcquireAllocs = 7
+const maxAcquireAllocs = 6
