@@ -81,6 +81,9 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
 	}
 	out := batchResponse{Results: make([]batchResult, len(in.Calls))}
+	// The answers of the acquires decided here, one slot a call: one
+	// allocation a batch rather than one a call.
+	answers := make([]acquireResponse, len(in.Calls))
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i, raw := range in.Calls {
@@ -88,7 +91,7 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 		if pre != nil && pre[i].ok {
 			c = &pre[i].acquire
 		}
-		if a, ok := r.acquireHere(ctx, set, raw, c); ok {
+		if a, ok := r.acquireHere(ctx, set, raw, c, &answers[i]); ok {
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 			continue
 		}
@@ -109,8 +112,9 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 // its own, so that a call forwarded to its owner, or waiting, holds up no
 // other. (A goroutine per call grows a fresh stack per call: the most
 // costly part of a batch of local decisions.) c, if not nil, is raw
-// already decoded. ok is false when raw was not run.
-func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *batchAcquire) (a apiAnswer, ok bool) {
+// already decoded. A decision's body is res, which a then points at. ok is
+// false when raw was not run.
+func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *batchAcquire, res *acquireResponse) (a apiAnswer, ok bool) {
 	if c == nil {
 		c = new(batchAcquire)
 		if !decodeFast(raw, c) {
@@ -123,7 +127,11 @@ func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *
 	if pool, ok := r.cfg.PoolFor(c.Model); ok && !r.ownedHere(PoolKey(pool)) {
 		return apiAnswer{}, false
 	}
-	return r.acquireCall(ctx, set, &c.acquireRequest), true
+	a, *res, ok = r.acquireDecision(ctx, set, &c.acquireRequest)
+	if ok {
+		a.body = res
+	}
+	return a, true
 }
 
 // ownedHere reports whether this node owns key by its current ring (a node
