@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./router/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./router/   # the fast JSON decoder against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzScalars -fuzztime 10s ./internal/jsonwire/   # the scanner's strings, integers and white space by table, against the byte-by-byte readers
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIAnswer -fuzztime 10s ./router/   # OpenAI answers and stream chunks against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIRequest -fuzztime 10s ./router/   # OpenAI requests against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's answer decoder against encoding/json

@@ -11,10 +11,7 @@
 // encoding/json does.
 package jsonwire
 
-import (
-	"encoding/json"
-	"strconv"
-)
+import "encoding/json"
 
 // AppendString appends s as a JSON string, byte for byte as encoding/json
 // writes it (which escapes <, > and & too).
@@ -48,15 +45,31 @@ func New(b []byte) Scanner { return Scanner{b: b} }
 func (s *Scanner) Pos() int { return s.i }
 
 func (s *Scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
+	b, i := s.b, s.i // locals: the loop keeps them in registers
+	for i < len(b) && class[b[i]]&blank != 0 {
+		i++
+	}
+	s.i = i
+}
+
+// The classes of a byte, by table: one load a byte in the loops that read
+// white space and strings. A space is both.
+const (
+	blank = 1 << iota // JSON white space: ' ', '\t', '\n', '\r'
+	plain             // taken as it is inside a string: printable ASCII but '"' and '\\'
+)
+
+var class = func() (t [256]uint8) {
+	for c := 0x20; c < 0x7f; c++ {
+		if c != '"' && c != '\\' {
+			t[c] = plain
 		}
 	}
-}
+	for _, c := range []byte(" \t\n\r") {
+		t[c] |= blank
+	}
+	return t
+}()
 
 // Byte consumes c, after white space.
 func (s *Scanner) Byte(c byte) bool {
@@ -83,19 +96,17 @@ func (s *Scanner) Raw() ([]byte, bool) {
 	if !s.Byte('"') {
 		return nil, false
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return nil, false
-		}
-		s.i++
+	b, start := s.b, s.i
+	i := start
+	for i < len(b) && class[b[i]]&plain != 0 {
+		i++
 	}
-	return nil, false
+	if i == len(b) || b[i] != '"' {
+		s.i = i
+		return nil, false // an escape, a control or non-ASCII byte, or the end
+	}
+	s.i = i + 1
+	return b[start:i], true
 }
 
 // String reads a string as Raw does, as a string.
@@ -109,20 +120,26 @@ func (s *Scanner) String() (string, bool) {
 // an exponent after it is not a ',', '}' or ']': the caller fails there.
 func (s *Scanner) Int() (int64, bool) {
 	s.space()
-	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
+	neg := s.i < len(s.b) && s.b[s.i] == '-'
+	if neg {
 		s.i++
 	}
-	digits := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
+	b, digits := s.b, s.i
+	i := digits
+	var v int64 // 18 digits at most fit: a longer run is refused below
+	for i < len(b) && b[i]-'0' <= 9 {
+		v = v*10 + int64(b[i]-'0')
+		i++
 	}
-	n := s.i - digits
-	if n == 0 || n > 18 || (n > 1 && s.b[digits] == '0') {
+	s.i = i
+	n := i - digits
+	if n == 0 || n > 18 || (n > 1 && b[digits] == '0') {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
-	return v, err == nil
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 // Bool reads true or false.
