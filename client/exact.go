@@ -8,6 +8,8 @@ package client
 // scanner (wire.go) or encoding/json instead, to the same values
 // (FuzzDecodeAnswer).
 
+import "github.com/tokenring/tokenring/internal/jsonwire"
+
 // exact reads b from i.
 type exact struct {
 	b []byte
@@ -38,16 +40,11 @@ func (r *exact) str() ([]byte, bool) {
 		return nil, false
 	}
 	start := r.i
-	for ; r.i < len(r.b); r.i++ {
-		switch c := r.b[r.i]; {
-		case c == '"':
-			r.i++
-			return r.b[start : r.i-1], true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return nil, false
-		}
+	r.i += jsonwire.PlainLen(r.b[start:])
+	if !r.next('"') {
+		return nil, false // an escape, a control or non-ASCII byte, or the end
 	}
-	return nil, false
+	return r.b[start : r.i-1], true
 }
 
 // int reads an integer as jsonwire.Scanner.Int does (no leading zero, at

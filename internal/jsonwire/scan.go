@@ -97,16 +97,25 @@ func (s *Scanner) Raw() ([]byte, bool) {
 		return nil, false
 	}
 	b, start := s.b, s.i
-	i := start
-	for i < len(b) && class[b[i]]&plain != 0 {
-		i++
-	}
+	i := start + PlainLen(b[start:])
 	if i == len(b) || b[i] != '"' {
 		s.i = i
 		return nil, false // an escape, a control or non-ASCII byte, or the end
 	}
 	s.i = i + 1
 	return b[start:i], true
+}
+
+// PlainLen is the length of b's longest prefix of bytes that a string
+// carries as they are (printable ASCII but '"' and '\\'): where a string
+// of the subset ends, at its closing quote.
+func PlainLen(b []byte) int {
+	for i, c := range b {
+		if class[c]&plain == 0 {
+			return i
+		}
+	}
+	return len(b)
 }
 
 // String reads a string as Raw does, as a string.
