@@ -320,9 +320,10 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 
 // againstINCR measures Redis INCR, one node's single calls and the
 // batching client, whose ratios the must-show lines are, both again at 16
-// workers, and the single calls through net/http's client, in alternating
-// runs: INCR on a flushed redis-server of its own, tokenring on a node of
-// its own each run (none carries an earlier run's keys and leases).
+// workers, the single calls through net/http's client, and the Go floors
+// (floor.go), in alternating runs: INCR on a flushed redis-server of its
+// own, tokenring on a node of its own each run (none carries an earlier
+// run's keys and leases).
 func (o options) againstINCR(ctx context.Context, cfg string, r *report, single func(...string) func(string) []string) error {
 	srv, err := startRedis(ctx, o.redisServer)
 	if err != nil {
@@ -335,6 +336,22 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 				return measured{}, err
 			}
 			return o.loadOnce(ctx, label, []int{srv.pid()}, slices.Concat([]string{"-system", "redis-incr", "-tenants", "1000", "-redis", srv.addr}, more)...)
+		}}
+	}
+	floor, stopFloor, err := serveFloor()
+	if err != nil {
+		return err
+	}
+	defer stopFloor()
+	loop, stopLoop, err := serveFloorLoop()
+	if err != nil {
+		return err
+	}
+	defer stopLoop()
+	self := []int{os.Getpid()} // the floors serve from this process
+	floorRun := func(name string, into *measured, addr string, more ...string) alternated {
+		return alternated{name, into, func(label string, k int) (measured, error) {
+			return o.loadOnce(ctx, label, self, slices.Concat(single(more...)("http://"+addr), []string{"-client", "raw"})...)
 		}}
 	}
 	node := func(name string, into *measured, prefix string, more ...string) alternated {
@@ -351,6 +368,11 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 		incr("Redis INCR, 16 workers", &r.incr16, "-c", "16"),
 		node("tokenring 1 node, 16 workers", &r.single16, "single16-", "-client", "raw", "-c", "16"),
 		node("tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-"),
+		// What Go gives a server that decides nothing, on this machine
+		// and in this hour: the gap to tokenring is tokenring's own.
+		floorRun("Go floor, a goroutine a connection", &r.floor, floor),
+		floorRun("Go floor, a goroutine a connection, 16 workers", &r.floor16, floor, "-c", "16"),
+		floorRun("Go floor, one event loop, 16 workers", &r.loop16, loop, "-c", "16"),
 	})
 }
 

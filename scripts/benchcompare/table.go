@@ -63,7 +63,7 @@ type flatPoint struct {
 
 // report is every run of the comparison. The rows of the main table are,
 // in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
-// incr16, single16.
+// incr16, single16, singleNetHTTP, floor, floor16, loop16.
 type report struct {
 	workers int     // of every run but incr16's, single16's and the proxy's
 	seconds float64 // -d of each run
@@ -89,7 +89,10 @@ type report struct {
 	incr16                measured // incr at 16 workers
 	single16              measured // single at 16 workers
 	singleNetHTTP         measured // single through net/http's client
-	flat                  []flatPoint
+	// The Go floors (floor.go): a fixed answer, a goroutine a connection
+	// (at both worker counts) or one event loop (at 16 workers).
+	floor, floor16, loop16 measured
+	flat                   []flatPoint
 	// The LLM proxy, one worker: fakellm directly and through a node,
 	// whole answers and streams (time to first byte), and through Go's
 	// standard reverse proxy (whole answers): the floor of a Go proxy.
@@ -116,6 +119,9 @@ func (r *report) rows() []tableRow {
 		{"Redis INCR, 16 workers (others: " + w + ")", r.incr16},
 		{"tokenring 1 node, 16 workers", r.single16},
 		{"tokenring 1 node, POST /v1/acquire through net/http's client", r.singleNetHTTP},
+		{"Go floor: a fixed answer, a goroutine a connection", r.floor},
+		{"Go floor: a fixed answer, a goroutine a connection, 16 workers", r.floor16},
+		{"Go floor: a fixed answer, one event loop, 16 workers", r.loop16},
 	}
 }
 
@@ -148,6 +154,7 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s (through net/http's client %s), batching client %s\n",
 		decimal(r.incr.clientPerDecisionUs()), decimal(r.zset10.clientPerDecisionUs()),
 		decimal(r.single.clientPerDecisionUs()), decimal(r.singleNetHTTP.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
+	r.writeFloor(w)
 	r.writeFlat(w)
 	r.writeProxy(w)
 	fmt.Fprintln(w, "\nMust-show:")
@@ -187,6 +194,16 @@ func (r *report) hotAdmitted() string {
 		return head + ": exact"
 	}
 	return head + ": under the limit by " + thousands(float64(l-a))
+}
+
+// writeFloor compares one node with the Go floors: what tokenring's own
+// code costs a decision, and what an event loop would give the tail.
+func (r *report) writeFloor(w io.Writer) {
+	fmt.Fprintf(w, "tokenring 1 node ÷ the Go floor (a goroutine a connection): %s the decisions/s, %s the server CPU a decision (%s µs more)\n",
+		times(ratio(r.single.res.PerSecond, r.floor.res.PerSecond)), times(ratio(r.single.cpuPerDecisionUs(), r.floor.cpuPerDecisionUs())),
+		decimal(r.single.cpuPerDecisionUs()-r.floor.cpuPerDecisionUs()))
+	fmt.Fprintf(w, "p99 at 16 workers: tokenring %s, the Go floor %s a goroutine a connection and %s one event loop, Redis INCR %s\n",
+		micros(r.single16.res.P99us), micros(r.floor16.res.P99us), micros(r.loop16.res.P99us), micros(r.incr16.res.P99us))
 }
 
 // writeFlat prints the flatness table.

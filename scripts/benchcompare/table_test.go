@@ -39,6 +39,9 @@ func cannedReport() *report {
 		incr16:        canned(52_000, 300, 1_900, 208_000, 0, 1.04e9),  // 5.0
 		single16:      canned(44_000, 350, 12_345, 176_000, 0, 0),      // CPU not measured
 		singleNetHTTP: canned(30_000, 1_000, 3_000, 120_000, 0, 1.5e9), // 12.5
+		floor:         canned(60_000, 500, 1_800, 240_000, 0, 1.2e9),   // 5.0
+		floor16:       canned(58_000, 250, 1_400, 232_000, 0, 1.16e9),  // 5.0
+		loop16:        canned(62_000, 240, 700, 248_000, 0, 0.992e9),   // 4.0
 		flat: []flatPoint{
 			{perKey: 10, tenants: 18_000, tokenring: canned(45_000, 0, 0, 180_000, 0, 0), zset: canned(25_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
 			{perKey: 1000, tenants: 180, tokenring: canned(41_000, 0, 0, 164_000, 0, 0), zset: canned(20_000, 0, 0, 0, 0, 0), zsetKeys: 1000},
@@ -71,11 +74,16 @@ const cannedOutput = `32 workers, 4s a run (the proxy: 1 worker); 2 CPUs, load a
 | Redis INCR, 16 workers (others: 32) | 52,000 | 300 µs | 1,900 µs | 1.04× | 5.0 | 2.0% |
 | tokenring 1 node, 16 workers | 44,000 | 350 µs | 12.3 ms | 0.88× | n/a | 2.0% |
 | tokenring 1 node, POST /v1/acquire through net/http's client | 30,000 | 1,000 µs | 3,000 µs | 0.60× | 12.5 | 2.0% |
+| Go floor: a fixed answer, a goroutine a connection | 60,000 | 500 µs | 1,800 µs | 1.20× | 5.0 | 2.0% |
+| Go floor: a fixed answer, a goroutine a connection, 16 workers | 58,000 | 250 µs | 1,400 µs | 1.16× | 5.0 | 2.0% |
+| Go floor: a fixed answer, one event loop, 16 workers | 62,000 | 240 µs | 700 µs | 1.24× | 4.0 | 2.0% |
 
 forwarded ÷ local (3 nodes): 0.95×
 hot tenant ÷ spread (row 6): 0.90×; admitted 90,000 of its limit 90,000, refused 54,000: exact
 server CPU per decision, tokenring 1 node ÷ Redis INCR: 1.80×
 the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR 2.0, sorted set n/a, tokenring 1 node 12.5 (through net/http's client 30.0), batching client n/a
+tokenring 1 node ÷ the Go floor (a goroutine a connection): 0.75× the decisions/s, 1.80× the server CPU a decision (4.0 µs more)
+p99 at 16 workers: tokenring 12.3 ms, the Go floor 1,400 µs a goroutine a connection and 700 µs one event loop, Redis INCR 1,900 µs
 
 Flatness: decisions/s by requests in each key's window
 | requests a key | tokenring 1 node | vs first | tenants (requests a key by the end) | CPU stolen | Redis sorted set | vs first | keys |
@@ -107,7 +115,8 @@ Must-show:
 
 // The whole printed comparison of canned runs, exactly: the ratios to
 // Redis INCR, CPU per decision, forwarded ÷ local, the hot tenant, the
-// flatness spread, the proxy's added latency and each must-show verdict.
+// flatness spread, the proxy's added latency, tokenring against the Go
+// floors, and each must-show verdict.
 func TestReportOutput(t *testing.T) {
 	var b strings.Builder
 	cannedReport().write(&b)
