@@ -87,8 +87,10 @@ clean:
 ## on free loopback ports and drives each with the same load generator
 ## (tokenring load): Redis INCR and the sorted-set Lua sliding log against
 ## tokenring (one node, batching client, 16 workers beside INCR at 16, three
-## nodes local/forwarded, a hot tenant), flatness, the LLM proxy's added
-## latency and the servers' CPU per decision; prints markdown tables and
+## nodes local/forwarded, a hot tenant), the Go floor (a server in its own
+## process that decides nothing: a goroutine a connection, or one epoll
+## loop), flatness, the LLM proxy's added latency and the servers' CPU per
+## decision; prints markdown tables and
 ## stops everything it started. ~2 min;
 ## go run ./scripts/benchcompare -h for -workers and -d.
 .PHONY: bench-compare
