@@ -1,6 +1,7 @@
 // Command benchcompare is `make bench-compare`: it starts its own
-// redis-server, tokenringd nodes and fakellm on free loopback ports, drives
-// each with the same load generator (`tokenring load`, one process a run),
+// redis-server, tokenringd nodes and fakellm on free loopback ports, and
+// the Go floor in its own process (floor.go), drives each with the same
+// load generator (`tokenring load`, one process a run),
 // reads the servers' CPU time from /proc over each timed run, stops
 // everything it started, and prints the comparison as markdown tables.
 //
