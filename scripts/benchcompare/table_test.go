@@ -104,7 +104,7 @@ Must-show:
 - meets  server CPU per decision ÷ Redis INCR's ≤ 2×: 1.80×
 - meets  batching client ÷ Redis INCR ≥ 1.5×: 1.60×
 - MISSES 1 node ÷ sorted set at 1,000 entries ≥ 10×: 2.25×
-- meets  flat within ±20%: ±11%
+- meets  flat within ±20%: ±11.1%
 - meets  forwarded ÷ local ≥ 0.9×: 0.95×
 - meets  hot tenant ≥ 0.8× spread, admitted exactly its limit: 0.90×, admitted 90,000 of its limit 90,000, refused 54,000: exact
 - MISSES p99 at 16 workers ≤ 2,000 µs: 12.3 ms (Redis INCR at 16 workers: 1,900 µs)
@@ -130,6 +130,14 @@ func TestReportOutput(t *testing.T) {
 	r.write(&b)
 	want := "| tokenring 3 nodes, -route other (forwarded) (1,234 errors) | 38,000 | 850 µs | 2,600 µs | 0.76× | 30.0 | 2.0% |\n"
 	if !strings.Contains(b.String(), want) {
+		t.Fatalf("no line %q in:\n%s", want, b.String())
+	}
+	// A spread just over the line prints as over it, not rounded to it.
+	r = cannedReport()
+	r.flat[2].tokenring.res.PerSecond = 54_180 // 1.204× the first point
+	b.Reset()
+	r.write(&b)
+	if want := "- MISSES flat within ±20%: ±20.4%\n"; !strings.Contains(b.String(), want) {
 		t.Fatalf("no line %q in:\n%s", want, b.String())
 	}
 	// With -max-steal, the header says what it did.
