@@ -26,8 +26,8 @@ import (
 var floorAnswer = []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: Wed, 02 Dec 2026 05:01:53 GMT\r\nContent-Length: 373\r\n\r\n" +
 	`{"allowed":true,"lease":"AgCX3pad8pnnkpgBAAdsb2FkLTE3AAh2bS0xODA5MJyuDdgHg2z2xjkAsy9wcbP_G1IMI2u-dqjbpV2P6cB9","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60695},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60695},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"vm-18090"}` + "\n")
 
-// floorBuffer is a connection's read buffer: a request longer is refused
-// (the connection closed).
+// floorBuffer is a connection's read buffer: a request that fills it is
+// refused (the connection closed).
 const floorBuffer = 16 << 10
 
 // answered appends floorAnswer to out for each whole request at the start
