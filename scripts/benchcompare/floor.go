@@ -72,7 +72,7 @@ func serveFloor() (addr string, stop func(), err error) {
 		return "", nil, err
 	}
 	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
+	conns := map[net.Conn]bool{} // nil once stopped
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -81,6 +81,11 @@ func serveFloor() (addr string, stop func(), err error) {
 				return
 			}
 			mu.Lock()
+			if conns == nil { // accepted as stop closed the others
+				mu.Unlock()
+				c.Close()
+				return
+			}
 			conns[c] = true
 			mu.Unlock()
 			wg.Go(func() {
@@ -97,6 +102,7 @@ func serveFloor() (addr string, stop func(), err error) {
 		for c := range conns {
 			c.Close()
 		}
+		conns = nil
 		mu.Unlock()
 		wg.Wait()
 	}, nil
@@ -173,11 +179,12 @@ func serveFloorLoop() (addr string, stop func(), err error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port)), func() {
 		_, _ = unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 		<-done
+		unix.Close(wake) // here, not in the loop: a loop that ended first leaves it open to write
 	}, nil
 }
 
-// floorLoop is serveFloorLoop's loop; it closes ep, ln, wake and every
-// connection when wake is written.
+// floorLoop is serveFloorLoop's loop; it ends when wake is written, and
+// closes ep, ln and every connection.
 func floorLoop(ep, ln, wake int) {
 	bufs := map[int][]byte{} // the connections, by fd: what each has sent of a request not yet whole
 	defer func() {
@@ -185,7 +192,6 @@ func floorLoop(ep, ln, wake int) {
 			unix.Close(fd)
 		}
 		unix.Close(ln)
-		unix.Close(wake)
 		unix.Close(ep)
 	}()
 	drop := func(fd int) {
