@@ -127,8 +127,9 @@ func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *
 	if pool, ok := r.cfg.PoolFor(c.Model); ok && !r.ownedHere(PoolKey(pool)) {
 		return apiAnswer{}, false
 	}
-	a, *res, ok = r.acquireDecision(ctx, set, &c.acquireRequest)
-	if ok {
+	var decided bool
+	a, *res, decided = r.acquireDecision(ctx, set, &c.acquireRequest)
+	if decided {
 		a.body = res
 	}
 	return a, true

@@ -63,6 +63,27 @@ func contentLength(head []byte) int {
 	return 0
 }
 
+// pending is what a connection has sent of a request not yet whole, in a
+// buffer of floorBuffer bytes.
+type pending []byte
+
+func newPending() pending { return make(pending, 0, floorBuffer) }
+
+// free is where the next read goes.
+func (p pending) free() []byte { return p[len(p):cap(p)] }
+
+// full reports whether a request fills the whole buffer: it is refused.
+func (p pending) full() bool { return len(p) == cap(p) }
+
+// take counts n bytes read into free, keeps what they leave of a request
+// not yet whole, and returns out (reused) holding the answers to the
+// requests they complete.
+func (p *pending) take(n int, out []byte) []byte {
+	rest, out := answered((*p)[:len(*p)+n], out[:0])
+	*p = (*p)[:copy((*p)[:cap(*p)], rest)]
+	return out
+}
+
 // serveFloor serves floorAnswer on a loopback port of this process, a
 // goroutine a connection. stop closes it and its connections, and waits
 // for its goroutines.
@@ -111,17 +132,14 @@ func serveFloor() (addr string, stop func(), err error) {
 // serveFloorConn answers c's requests until it fails or closes.
 func serveFloorConn(c net.Conn) {
 	defer c.Close()
-	buf := make([]byte, 0, floorBuffer)
+	p := newPending()
 	var out []byte
-	for len(buf) < cap(buf) {
-		n, err := c.Read(buf[len(buf):cap(buf)])
+	for !p.full() {
+		n, err := c.Read(p.free())
 		if err != nil {
 			return
 		}
-		var rest []byte
-		rest, out = answered(buf[:len(buf)+n], out[:0])
-		buf = buf[:copy(buf[:cap(buf)], rest)]
-		if len(out) > 0 {
+		if out = p.take(n, out); len(out) > 0 {
 			if _, err := c.Write(out); err != nil {
 				return
 			}
@@ -186,7 +204,7 @@ func serveFloorLoop() (addr string, stop func(), err error) {
 // floorLoop is serveFloorLoop's loop; it ends when wake is written, and
 // closes ep, ln and every connection.
 func floorLoop(ep, ln, wake int) {
-	bufs := map[int][]byte{} // the connections, by fd: what each has sent of a request not yet whole
+	bufs := map[int]pending{} // the connections, by fd
 	defer func() {
 		for fd := range bufs {
 			unix.Close(fd)
@@ -224,28 +242,32 @@ func floorLoop(ep, ln, wake int) {
 						unix.Close(c)
 						continue
 					}
-					bufs[c] = make([]byte, 0, floorBuffer)
+					bufs[c] = newPending()
 				}
 				continue
 			}
-			buf := bufs[fd]
-			m, err := unix.Read(fd, buf[len(buf):cap(buf)])
+			p := bufs[fd]
+			m, err := unix.Read(fd, p.free())
 			if errors.Is(err, unix.EAGAIN) {
 				continue
 			}
-			if err != nil || m <= 0 || len(buf)+m == cap(buf) {
+			if err != nil || m <= 0 {
 				drop(fd)
 				continue
 			}
-			var rest []byte
-			rest, out = answered(buf[:len(buf)+m], out[:0])
-			bufs[fd] = buf[:copy(buf[:cap(buf)], rest)]
+			out = p.take(m, out)
+			bufs[fd] = p
 			// One write of at most a few answers to a socket with room:
-			// a short write (a client that does not read) drops it.
+			// a short write (a client that does not read) drops it, as
+			// does a request that fills the buffer.
 			if len(out) > 0 {
 				if w, err := unix.Write(fd, out); err != nil || w < len(out) {
 					drop(fd)
+					continue
 				}
+			}
+			if p.full() {
+				drop(fd)
 			}
 		}
 	}
