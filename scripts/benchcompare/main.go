@@ -43,7 +43,7 @@ type options struct {
 	redisServer string        // the redis-server binary
 	workers     int           // load generator workers of each run
 	duration    time.Duration // of each run
-	repeat      int           // runs of each measurement; the median is kept
+	repeat      int           // runs of each measurement, in rounds (rounds.go)
 	// maxSteal is the share of the CPUs' time a run may lose to the
 	// hypervisor before it is made again (steady); 0: any.
 	maxSteal float64
@@ -60,7 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server `binary`")
 	fs.IntVar(&o.workers, "workers", 32, "load generator `workers` of each run (the proxy runs: 1; one row: 16)")
 	fs.DurationVar(&o.duration, "d", 4*time.Second, "`duration` of each run")
-	fs.IntVar(&o.repeat, "repeat", 1, "`runs` of each measurement, the one with the median decisions/s kept (3: steadier numbers on a shared machine, 3× as long)")
+	fs.IntVar(&o.repeat, "repeat", 1, "`runs` of each measurement: each figure is their median, and a ratio or difference of measurements made in turn the median of each round's own (3: steadier numbers on a shared machine, 3× as long)")
 	fs.Float64Var(&maxSteal, "max-steal", 0, fmt.Sprintf("`percent` of the CPUs' time a run may lose to the hypervisor (steal, /proc/stat): a run that lost more is made again, up to %d times, and the least robbed kept (0: any; on a shared VM, 5 measures the software rather than the neighbours)", stealRetries))
 	if err := fs.Parse(args); err != nil {
 		return o, err

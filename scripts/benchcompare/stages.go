@@ -198,10 +198,11 @@ type alternated struct {
 	run  func(label string, k int) (measured, error)
 }
 
-// alternate runs each of ms -repeat times, one run of each in turn, and
-// keeps each one's run with the median decisions/s. The ratios between
-// them then compare runs made minutes apart at most, whatever a shared
-// host does meanwhile.
+// alternate runs each of ms -repeat times, one run of each in turn (a
+// round), and keeps each one's run with the median decisions/s, with its
+// rounds: the ratios between them are then taken round by round
+// (rounds.go), between runs made seconds apart, whatever a shared host
+// does from one round to the next.
 func (o options) alternate(ms []alternated) error {
 	runs := make([][]measured, len(ms))
 	for k := range o.repeat {
@@ -215,8 +216,10 @@ func (o options) alternate(ms []alternated) error {
 			runs[i] = append(runs[i], r)
 		}
 	}
+	set := &alternation{rounds: o.repeat}
 	for i, m := range ms {
 		*m.into = medianRun(runs[i])
+		m.into.rounds, m.into.set = runs[i], set
 	}
 	return nil
 }

@@ -72,3 +72,43 @@ func TestTryPrefix(t *testing.T) {
 		t.Errorf("try 2: %q", got)
 	}
 }
+
+// alternate runs one run of each measurement a round, in turn, keeps each
+// one's median run with its rounds in order, and marks the measurements
+// of one call as one alternation, apart from another call's.
+func TestAlternate(t *testing.T) {
+	o := options{repeat: 3, reruns: &reruns{}, stderr: io.Discard}
+	var order []string
+	var a, b, c measured
+	run := func(name string, into *measured, perSecond ...float64) alternated {
+		return alternated{name, into, func(label string, k int) (measured, error) {
+			order = append(order, label)
+			return measured{res: loadResult{PerSecond: perSecond[k]}}, nil
+		}}
+	}
+	if err := o.alternate([]alternated{run("a", &a, 30, 10, 20), run("b", &b, 5, 6, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a (1 of 3)", "b (1 of 3)", "a (2 of 3)", "b (2 of 3)", "a (3 of 3)", "b (3 of 3)"}; !slices.Equal(order, want) {
+		t.Errorf("runs in order %q, want %q", order, want)
+	}
+	rounds := func(m measured) []float64 {
+		var vs []float64
+		for _, r := range m.rounds {
+			vs = append(vs, r.res.PerSecond)
+		}
+		return vs
+	}
+	if a.res.PerSecond != 20 || b.res.PerSecond != 5 || !slices.Equal(rounds(a), []float64{30, 10, 20}) || !slices.Equal(rounds(b), []float64{5, 6, 4}) {
+		t.Errorf("kept a %v rounds %v, b %v rounds %v", a.res.PerSecond, rounds(a), b.res.PerSecond, rounds(b))
+	}
+	if !paired(a, b) {
+		t.Error("a and b ran in turn but do not pair")
+	}
+	if err := o.alternate([]alternated{run("c", &c, 1, 2, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if paired(a, c) {
+		t.Error("measurements of two alternations pair")
+	}
+}

@@ -33,6 +33,12 @@ type measured struct {
 	// steal is the share of the CPUs' time the hypervisor gave elsewhere
 	// during the run.
 	steal float64
+	// rounds are the runs of an alternated measurement, in round order,
+	// the measured itself being its median run; set is its alternation
+	// (rounds.go). Both are nil for a single run, and for measurements
+	// that did not alternate.
+	rounds []measured
+	set    *alternation
 }
 
 // decisions is the run's admissions and refusals.
@@ -129,7 +135,7 @@ func (r *report) rows() []tableRow {
 func (r *report) write(w io.Writer) {
 	median := ""
 	if r.repeat > 1 {
-		median = fmt.Sprintf(", each figure the median of %d runs", r.repeat)
+		median = fmt.Sprintf(", each figure the median of %d runs, and a ratio or difference of measurements made in turn the median of their rounds' own", r.repeat)
 	}
 	steady := ""
 	if r.maxSteal > 0 {
@@ -145,15 +151,16 @@ func (r *report) write(w io.Writer) {
 			row.name += fmt.Sprintf(" (%s errors)", thousands(float64(row.m.res.Errors)))
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", row.name, thousands(row.m.res.PerSecond),
-			micros(row.m.res.P50us), micros(row.m.res.P99us), times(ratio(row.m.res.PerSecond, r.incr.res.PerSecond)),
-			decimal(row.m.cpuPerDecisionUs()), percent(row.m.steal))
+			micros(medianStat(row.m, p50)), micros(medianStat(row.m, p99)), times(pairedRatio(row.m, r.incr, perSecond)),
+			decimal(medianStat(row.m, measured.cpuPerDecisionUs)), percent(row.m.steal))
 	}
 	fmt.Fprintf(w, "\nforwarded ÷ local (3 nodes): %s\n", times(r.forwardedRatio()))
 	fmt.Fprintf(w, "hot tenant ÷ spread (row 6): %s; %s\n", times(r.hotRatio()), r.hotAdmitted())
 	fmt.Fprintf(w, "server CPU per decision, tokenring 1 node ÷ Redis INCR: %s\n", times(r.cpuRatio()))
 	fmt.Fprintf(w, "the load generator's own CPU µs/decision (it shares the CPUs with the servers): Redis INCR %s, sorted set %s, tokenring 1 node %s (through net/http's client %s), batching client %s\n",
-		decimal(r.incr.clientPerDecisionUs()), decimal(r.zset10.clientPerDecisionUs()),
-		decimal(r.single.clientPerDecisionUs()), decimal(r.singleNetHTTP.clientPerDecisionUs()), decimal(r.batch.clientPerDecisionUs()))
+		decimal(medianStat(r.incr, measured.clientPerDecisionUs)), decimal(medianStat(r.zset10, measured.clientPerDecisionUs)),
+		decimal(medianStat(r.single, measured.clientPerDecisionUs)), decimal(medianStat(r.singleNetHTTP, measured.clientPerDecisionUs)),
+		decimal(medianStat(r.batch, measured.clientPerDecisionUs)))
 	r.writeFloor(w)
 	r.writeFlat(w)
 	r.writeProxy(w)
@@ -167,12 +174,10 @@ func (r *report) write(w io.Writer) {
 	}
 }
 
-func (r *report) forwardedRatio() float64 {
-	return ratio(r.forwarded.res.PerSecond, r.local.res.PerSecond)
-}
-func (r *report) hotRatio() float64 { return ratio(r.hot.res.PerSecond, r.local.res.PerSecond) }
+func (r *report) forwardedRatio() float64 { return pairedRatio(r.forwarded, r.local, perSecond) }
+func (r *report) hotRatio() float64       { return pairedRatio(r.hot, r.local, perSecond) }
 func (r *report) cpuRatio() float64 {
-	return ratio(r.single.cpuPerDecisionUs(), r.incr.cpuPerDecisionUs())
+	return pairedRatio(r.single, r.incr, measured.cpuPerDecisionUs)
 }
 
 // hotExact reports whether the hot tenant was admitted exactly its limit
@@ -200,10 +205,10 @@ func (r *report) hotAdmitted() string {
 // code costs a decision, and what an event loop would give the tail.
 func (r *report) writeFloor(w io.Writer) {
 	fmt.Fprintf(w, "tokenring 1 node ÷ the Go floor (a goroutine a connection): %s the decisions/s, %s the server CPU a decision (%s µs more)\n",
-		times(ratio(r.single.res.PerSecond, r.floor.res.PerSecond)), times(ratio(r.single.cpuPerDecisionUs(), r.floor.cpuPerDecisionUs())),
-		decimal(r.single.cpuPerDecisionUs()-r.floor.cpuPerDecisionUs()))
+		times(pairedRatio(r.single, r.floor, perSecond)), times(pairedRatio(r.single, r.floor, measured.cpuPerDecisionUs)),
+		decimal(pairedDiff(r.single, r.floor, measured.cpuPerDecisionUs)))
 	fmt.Fprintf(w, "p99 at 16 workers: tokenring %s, the Go floor %s a goroutine a connection and %s one event loop, Redis INCR %s\n",
-		micros(r.single16.res.P99us), micros(r.floor16.res.P99us), micros(r.loop16.res.P99us), micros(r.incr16.res.P99us))
+		micros(medianStat(r.single16, p99)), micros(medianStat(r.floor16, p99)), micros(medianStat(r.loop16, p99)), micros(medianStat(r.incr16, p99)))
 }
 
 // writeFlat prints the flatness table.
@@ -218,10 +223,28 @@ func (r *report) writeFlat(w io.Writer) {
 	for _, p := range r.flat {
 		perKey := float64(p.tokenring.res.Allowed) / float64(max(1, p.tenants))
 		fmt.Fprintf(w, "| %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", thousands(float64(p.perKey)),
-			thousands(p.tokenring.res.PerSecond), times(ratio(p.tokenring.res.PerSecond, first.tokenring.res.PerSecond)),
+			thousands(p.tokenring.res.PerSecond), times(pairedRatio(p.tokenring, first.tokenring, perSecond)),
 			thousands(float64(p.tenants)), thousands(perKey), percent(p.tokenring.steal),
-			thousands(p.zset.res.PerSecond), times(ratio(p.zset.res.PerSecond, first.zset.res.PerSecond)), thousands(float64(p.zsetKeys)))
+			thousands(p.zset.res.PerSecond), times(pairedRatio(p.zset, first.zset, perSecond)), thousands(float64(p.zsetKeys)))
 	}
+	if len(first.tokenring.rounds) < 2 {
+		return
+	}
+	fmt.Fprint(w, "tokenring, each round's ratio to the first point:")
+	for i, p := range r.flat[1:] {
+		if !paired(p.tokenring, first.tokenring) {
+			continue
+		}
+		sep := ";"
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s requests a key", sep, thousands(float64(p.perKey)))
+		for _, v := range roundRatios(p.tokenring, first.tokenring, perSecond) {
+			fmt.Fprint(w, " "+times(v))
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // flatSpread is the largest relative distance of a tokenring flatness
@@ -232,7 +255,7 @@ func (r *report) flatSpread() float64 {
 	}
 	spread := 0.0
 	for _, p := range r.flat {
-		spread = max(spread, math.Abs(ratio(p.tokenring.res.PerSecond, r.flat[0].tokenring.res.PerSecond)-1))
+		spread = max(spread, math.Abs(pairedRatio(p.tokenring, r.flat[0].tokenring, perSecond)-1))
 	}
 	return spread
 }
@@ -250,20 +273,20 @@ func (r *report) writeProxy(w io.Writer) {
 		{"the same through Go's httputil.ReverseProxy (no limiting: the floor)", r.direct, r.reference},
 		{"chat completion stream through tokenring, first byte", r.directStream, r.throughStream},
 	} {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name, micros(c.d.res.P50us), micros(c.d.res.P99us),
-			micros(c.thr.res.P50us), micros(c.thr.res.P99us), micros(c.thr.res.P50us-c.d.res.P50us), micros(c.thr.res.P99us-c.d.res.P99us))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name, micros(medianStat(c.d, p50)), micros(medianStat(c.d, p99)),
+			micros(medianStat(c.thr, p50)), micros(medianStat(c.thr, p99)), micros(pairedDiff(c.thr, c.d, p50)), micros(pairedDiff(c.thr, c.d, p99)))
 	}
 }
 
 // tail16 adds Redis INCR's p99 at 16 workers to c, the p99 line's check:
 // what a networked counter's tail is on this machine, in the same run.
 func (r *report) tail16(c check) check {
-	c.got += " (Redis INCR at 16 workers: " + micros(r.incr16.res.P99us) + ")"
+	c.got += " (Redis INCR at 16 workers: " + micros(medianStat(r.incr16, p99)) + ")"
 	return c
 }
 
-func (r *report) addedP50() float64 { return r.through.res.P50us - r.direct.res.P50us }
-func (r *report) addedP99() float64 { return r.through.res.P99us - r.direct.res.P99us }
+func (r *report) addedP50() float64 { return pairedDiff(r.through, r.direct, p50) }
+func (r *report) addedP99() float64 { return pairedDiff(r.through, r.direct, p99) }
 
 // check is one must-show target and what the runs got.
 type check struct {
@@ -280,22 +303,21 @@ func (r *report) checks() []check {
 	atMostUs := func(name string, v, want float64) check {
 		return check{name + " ≤ " + micros(want), v <= want, micros(v)}
 	}
-	incr := r.incr.res.PerSecond
 	return []check{
-		atLeast("1 node ÷ Redis INCR", ratio(r.single.res.PerSecond, incr), 0.8),
+		atLeast("1 node ÷ Redis INCR", pairedRatio(r.single, r.incr, perSecond), 0.8),
 		{"server CPU per decision ÷ Redis INCR's ≤ 2×", r.cpuRatio() <= 2, times(r.cpuRatio())},
-		atLeast("batching client ÷ Redis INCR", ratio(r.batch.res.PerSecond, incr), 1.5),
-		atLeast("1 node ÷ sorted set at 1,000 entries", ratio(r.single.res.PerSecond, r.zset1000.res.PerSecond), 10),
+		atLeast("batching client ÷ Redis INCR", pairedRatio(r.batch, r.incr, perSecond), 1.5),
+		atLeast("1 node ÷ sorted set at 1,000 entries", pairedRatio(r.single, r.zset1000, perSecond), 10),
 		// One decimal: a miss by less than half a percent must not print
 		// as the line itself (±20%).
 		{"flat within ±20%", r.flatSpread() <= 0.2, fmt.Sprintf("±%.1f%%", 100*r.flatSpread())},
 		atLeast("forwarded ÷ local", r.forwardedRatio(), 0.9),
 		{"hot tenant ≥ 0.8× spread, admitted exactly its limit", r.hotRatio() >= 0.8 && r.hotExact(),
 			times(r.hotRatio()) + ", " + r.hotAdmitted()},
-		r.tail16(atMostUs("p99 at 16 workers", r.single16.res.P99us, 2000)),
+		r.tail16(atMostUs("p99 at 16 workers", medianStat(r.single16, p99), 2000)),
 		atMostUs("proxy added p50", r.addedP50(), 200),
 		atMostUs("proxy added p99", r.addedP99(), 1000),
-		atMostUs("stream first byte through tokenring (p50)", r.throughStream.res.P50us, 1000),
+		atMostUs("stream first byte through tokenring (p50)", medianStat(r.throughStream, p50), 1000),
 	}
 }
 

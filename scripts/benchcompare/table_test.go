@@ -283,7 +283,7 @@ func TestMedianRun(t *testing.T) {
 	r.repeat = 3
 	var b strings.Builder
 	r.write(&b)
-	want := "32 workers, 4s a run, each figure the median of 3 runs (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after; 12.5% of the CPUs' time stolen by the hypervisor during them\n"
+	want := "32 workers, 4s a run, each figure the median of 3 runs, and a ratio or difference of measurements made in turn the median of their rounds' own (the proxy: 1 worker); 2 CPUs, load average 0.50 before the runs, 2.25 after; 12.5% of the CPUs' time stolen by the hypervisor during them\n"
 	if !strings.HasPrefix(b.String(), want) {
 		t.Fatalf("header %q, want %q", strings.SplitAfter(b.String(), "\n")[0], want)
 	}
