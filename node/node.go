@@ -50,17 +50,18 @@ type Node struct {
 	server    *peerServer
 
 	// Splits (fence.go, quorum.go): only for members joined through gossip.
-	gossiped    atomic.Bool               // Join ran: the quorum rules apply
-	quorum      *quorum                   // guarded by tmu
-	leased      atomic.Bool               // heard from a majority lately
-	fenced      atomic.Bool               // gave up custody; waiting to rejoin as a new incarnation
-	fencedBoot  string                    // the boot id fenced; guarded by tmu
-	retired     []*transfer               // machines retired by fences; guarded by tmu
-	reincarnate chan struct{}             // fence asks Join's loop for a new boot id
-	fenceSink   atomic.Pointer[FenceSink] // where fenced keys' unreplicated admissions go
-	fences      atomic.Int64              // fences so far
-	heardMu     sync.Mutex                // guards heard
-	heard       map[string]*atomic.Int64  // peer address → when a frame from it last arrived at our server (unix ns)
+	gossiped    atomic.Bool                 // Join ran: the quorum rules apply
+	quorum      *quorum                     // guarded by tmu
+	leased      atomic.Bool                 // heard from a majority lately
+	fenced      atomic.Bool                 // gave up custody; waiting to rejoin as a new incarnation
+	fencedBoot  string                      // the boot id fenced; guarded by tmu
+	retired     []*transfer                 // machines retired by fences; guarded by tmu
+	reincarnate chan struct{}               // fence asks Join's loop for a new boot id
+	fenceSink   atomic.Pointer[FenceSink]   // where fenced keys' unreplicated admissions go
+	releaseSink atomic.Pointer[ReleaseSink] // where the statuses of keys leaving the table go
+	fences      atomic.Int64                // fences so far
+	heardMu     sync.Mutex                  // guards heard
+	heard       map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
 
 	auth *peerAuth  // nil: the plaintext peer protocol
 	wire wireLimits // bounds of every peer connection

@@ -30,6 +30,8 @@ type fakeOwner struct {
 	status      limiter.Status
 	charges     []node.Charge
 	onCharge    func() // runs during a charge, before it is acknowledged
+	local       bool   // answer as this node (n1), the key's owner; else as n2
+	release     node.ReleaseSink
 }
 
 func newFakeOwner(t *testing.T, members ...string) *fakeOwner {
@@ -52,6 +54,9 @@ func (f *fakeOwner) Do(_ context.Context, c node.Call) (node.Answer, error) {
 		return node.Answer{}, fmt.Errorf("peer 127.0.0.1:1: %w", node.ErrPeerDown)
 	}
 	a := node.Answer{Owner: "n2", Decision: limiter.Decision{Status: f.status}}
+	if f.local {
+		a.Owner = "n1"
+	}
 	switch c.Op {
 	case node.OpAcquire:
 		a.Decision.Allowed, a.Decision.Lease, a.Decision.Reserved = true, 1, c.Req.PromptTokens
@@ -77,6 +82,9 @@ func (f *fakeOwner) Do(_ context.Context, c node.Call) (node.Answer, error) {
 }
 func (f *fakeOwner) Ring() *ring.Ring { return f.ring }
 func (f *fakeOwner) Name() string     { return "n1" }
+
+// OnRelease keeps the router's release sink, as *node.Node does.
+func (f *fakeOwner) OnRelease(sink node.ReleaseSink) { f.release = sink }
 
 func (f *fakeOwner) set(fn func(f *fakeOwner)) {
 	f.mu.Lock()
@@ -177,6 +185,45 @@ func TestDegradedSpendsCachedRemaining(t *testing.T) {
 	if got := admitted(t, s, 100, tbody, true); got != 5 {
 		t.Fatalf("fallback admitted %d requests of 100 tokens with 1000 remaining and 2 members, want 5", got)
 	}
+}
+
+// This node's own answers are not reported one by one: while it owns a
+// key, its table is the report. When the key's state leaves the table (a
+// handoff, a fence), the node hands the router the key's status, and a
+// fallback afterwards spends the share of what this node had left, not of
+// the whole limit.
+func TestDegradedStartsFromTheStatusReleased(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeOwner(t, "n1", "n2")
+	f.local = true
+	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
+	r, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	const body = `{"tenant":"acme","prompt_tokens":1}`
+	if got := admitted(t, s, 3, body, false); got != 3 {
+		t.Fatal("this node, the owner, did not admit")
+	}
+	if n := fallbackEntries(r); n != 0 {
+		t.Fatalf("%d fallback entries after local answers only, want 0", n)
+	}
+	if f.release == nil {
+		t.Fatal("New did not subscribe to the keys leaving the node's table")
+	}
+	f.release(TenantKey("acme"), f.status, clock.Now()) // the key handed on
+	f.set(func(f *fakeOwner) { f.down, f.local = true, false })
+	if got := admitted(t, s, 100, body, true); got != 5 {
+		t.Fatalf("fallback admitted %d with 10 left at the release and 2 members, want 5", got)
+	}
+}
+
+// fallbackEntries counts the keys r's fallback holds.
+func fallbackEntries(r *Router) (n int) {
+	for i := range r.degraded.shards {
+		s := &r.degraded.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // A key its owner never reported gets the full limit ÷ live members.

@@ -254,6 +254,39 @@ func BenchmarkServePlainByKeys(b *testing.B) {
 	}
 }
 
+// BenchmarkServePlainSpread is bench-compare's flatness runs in process:
+// 180,000 acquires, never completed, on a fresh router, spread over
+// 18,000, 180 or 18 tenants (10, 1,000 and 10,000 requests a key), each
+// new when first called. ns/decision is what a decision costs there,
+// the keys' creation and the state they leave behind included.
+func BenchmarkServePlainSpread(b *testing.B) {
+	const total = 180_000
+	for _, keys := range []int{18_000, 180, 18} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			bodies := make([][]byte, keys)
+			for i := range bodies {
+				bodies[i] = fmt.Appendf(nil, `{"tenant":"f%d","model":"gpt-4o-mini","prompt_tokens":100,"max_tokens":100}`, i)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				r := benchRouter(b)
+				b.StartTimer()
+				var resp http1.Response
+				req := http1.Request{Path: []byte("/v1/acquire")}
+				for i := range total {
+					req.Body = bodies[(i*7919)%keys] // a prime: the tenants in a scattered order
+					resp = http1.Response{Header: resp.Header[:0], Body: resp.Body[:0]}
+					if !r.ServePlain(context.Background(), &req, &resp) || resp.Status != http.StatusOK {
+						b.Fatalf("%d %s", resp.Status, resp.Body)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*total), "ns/decision")
+		})
+	}
+}
+
 // BenchmarkServePlainBatch is one /v1/batch of 22 acquires (what the
 // batching client sends at 32 workers) through ServePlain over 1,000
 // tenants; ns/op ÷ 22 is the router's part of a batched decision.

@@ -199,8 +199,25 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		}
 	}
 	r.debts = newDebts(r, cfg.DebtInterval)
+	if rs, ok := cluster.(releaser); ok {
+		rs.OnRelease(r.released)
+	}
 	r.routes()
 	return r, nil
+}
+
+// releaser is a Cluster that reports the keys leaving its table
+// (*node.Node).
+type releaser interface {
+	OnRelease(node.ReleaseSink)
+}
+
+// released records the status of a key whose state left this node's table
+// (node.ReleaseSink): cut off from the key's new owner, this node falls
+// back from what it had counted itself, and must not hand out what is
+// already spent.
+func (r *Router) released(key string, st limiter.Status, at time.Time) {
+	r.degraded.report(key, st, at)
 }
 
 // upstreamClient is the client that sends requests to u.
@@ -301,11 +318,15 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		return outcome{}, &tableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
 	}
 	if err == nil {
-		// Every answer carries the key's status: remember what the owner
-		// reported as remaining, for the degraded share. (Also this
-		// node's own: cut off from the cluster, it falls back for the
-		// keys it owned, and must not hand out what is already spent.)
-		r.degraded.report(c.Key, a.Decision.Status, end)
+		// Every answer carries the key's status: remember what another
+		// owner reported as remaining, for the degraded share. This
+		// node's own answers are not reported one by one: its table is
+		// their report while it owns the key, and the key's status is
+		// handed to the fallback as its state leaves the table
+		// (released), before any call for it goes elsewhere.
+		if where == "forwarded" {
+			r.degraded.report(c.Key, a.Decision.Status, end)
+		}
 		return outcome{answer: a}, nil
 	}
 	if ctx.Err() != nil {

@@ -1,0 +1,27 @@
+package node
+
+import (
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// ReleaseSink receives a key's status as this member last counted it, at
+// now, when the key's state leaves this member's table: frozen for a
+// handoff to the key's new owner, or taken when this member fences itself.
+// It is what this member's fallback may start from if the key's new owner
+// cannot be reached, in place of a report from every local decision. It is
+// called with the key's partition gate held, before any call is sent
+// elsewhere for the key: it must not call back into the Node.
+type ReleaseSink func(key string, st limiter.Status, now time.Time)
+
+// OnRelease sets where the statuses of keys leaving this member's table go
+// (the router's fallback). Set it before Join.
+func (n *Node) OnRelease(sink ReleaseSink) { n.releaseSink.Store(&sink) }
+
+// released hands key's status st at now to the release sink, if any.
+func (n *Node) released(key string, st limiter.Status, now time.Time) {
+	if s := n.releaseSink.Load(); s != nil {
+		(*s)(key, st, now)
+	}
+}

@@ -1,0 +1,104 @@
+package node
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/limiter"
+)
+
+// releases records what a node hands its release sink.
+type releases struct {
+	mu sync.Mutex
+	st map[string][]limiter.Status
+}
+
+func (r *releases) sink(key string, st limiter.Status, _ time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st == nil {
+		r.st = map[string][]limiter.Status{}
+	}
+	r.st[key] = append(r.st[key], st)
+}
+
+func (r *releases) get(key string) []limiter.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st[key]
+}
+
+func (r *releases) keys() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.st)
+}
+
+// A key whose state leaves a node's table, handed to its new owner on a
+// join, is released once, with the status the node had counted; keys that
+// stay are not released.
+func TestReleasedOnHandoff(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
+	nodes := newNodes(t, 3, limits)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	var got releases
+	n1.OnRelease(got.sink)
+	before := ringOf(t, n1, n2)
+	n1.SetRing(before)
+	n2.SetRing(before)
+	after := ringOf(t, n1, n2, n3)
+	moving := keysMoving(before, after, "n1", "n3", 5)
+	staying := keysMoving(before, after, "n1", "n1", 5)
+	for _, k := range append(moving, staying...) {
+		if a := admit(t, n2, k, 6); a != 6 {
+			t.Fatalf("%s: %d of 6 admitted", k, a)
+		}
+	}
+	n3.SetRing(after)
+	n1.SetRing(after)
+	n2.SetRing(after)
+	deadline := time.Now().Add(10 * time.Second)
+	for n3.Keys() < len(moving) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, k := range moving {
+		st := got.get(k)
+		if len(st) != 1 || st[0].Requests.Limit != 10 || st[0].Requests.Remaining != 4 {
+			t.Errorf("%s handed on: released %+v, want once with 4 of 10 requests left", k, st)
+		}
+	}
+	if n := got.keys(); n != len(moving) {
+		t.Errorf("%d keys released, want the %d that moved", n, len(moving))
+	}
+}
+
+// A member that fences itself releases every key it held, with its count.
+func TestReleasedOnFence(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
+	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	var got releases
+	n3.OnRelease(got.sink)
+	joinAll(t, nodes)
+	all, majority := ringOf(t, n1, n2, n3), ringOf(t, n1, n2)
+	keys := keysMoving(all, majority, "n3", "n1", 3)
+	for i, k := range keys {
+		admit(t, n1, k, 5+i) // forwarded to n3
+	}
+	if err := n3.follow(gossipView(nodes[2:], "a")); err != nil {
+		t.Fatal(err)
+	}
+	if !n3.Fenced() {
+		t.Fatal("n3 alone is not fenced")
+	}
+	for i, k := range keys {
+		st := got.get(k)
+		if want := int64(30 - 5 - i); len(st) != 1 || st[0].Requests.Remaining != want {
+			t.Errorf("%s at the fence: released %+v, want once with %d of 30 left", k, st, want)
+		}
+	}
+	if n := got.keys(); n != len(keys) {
+		t.Errorf("%d keys released, want %d", n, len(keys))
+	}
+}
