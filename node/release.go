@@ -25,3 +25,13 @@ func (n *Node) released(key string, st limiter.Status, now time.Time) {
 		(*s)(key, st, now)
 	}
 }
+
+// Held returns key's status if this member's table holds the key's state:
+// what a fallback here may start from while this member holds the key but
+// cannot decide for it (its lease lapsed), exactly as counted. It only
+// reads; false if the key is not here.
+func (n *Node) Held(key string) (st limiter.Status, ok bool) {
+	now := n.cfg.Now()
+	ok = n.table.Peek(key, func(b *limiter.Budget) { st = b.Status(now) })
+	return st, ok
+}

@@ -102,3 +102,19 @@ func TestReleasedOnFence(t *testing.T) {
 		t.Errorf("%d keys released, want %d", n, len(keys))
 	}
 }
+
+// Held shows a key's status from the table, and nothing for a key the
+// table does not hold; it changes nothing.
+func TestHeld(t *testing.T) {
+	nd := newNodes(t, 1, func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} })[0]
+	admit(t, nd, "t:a", 3)
+	for range 2 {
+		st, ok := nd.Held("t:a")
+		if !ok || st.Requests.Limit != 10 || st.Requests.Remaining != 7 {
+			t.Fatalf("Held(t:a) = %+v, %v; want 7 of 10 left", st, ok)
+		}
+	}
+	if _, ok := nd.Held("t:b"); ok || nd.Keys() != 1 {
+		t.Fatalf("Held of a key never seen: %v, %d keys held; want false, 1", ok, nd.Keys())
+	}
+}

@@ -31,6 +31,7 @@ type fakeOwner struct {
 	charges     []node.Charge
 	onCharge    func() // runs during a charge, before it is acknowledged
 	local       bool   // answer as this node (n1), the key's owner; else as n2
+	held        bool   // Held shows status for every key: this node's table holds them
 	release     node.ReleaseSink
 }
 
@@ -85,6 +86,13 @@ func (f *fakeOwner) Name() string     { return "n1" }
 
 // OnRelease keeps the router's release sink, as *node.Node does.
 func (f *fakeOwner) OnRelease(sink node.ReleaseSink) { f.release = sink }
+
+// Held shows status for every key while held is set.
+func (f *fakeOwner) Held(string) (limiter.Status, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status, f.held
+}
 
 func (f *fakeOwner) set(fn func(f *fakeOwner)) {
 	f.mu.Lock()
@@ -212,6 +220,24 @@ func TestDegradedStartsFromTheStatusReleased(t *testing.T) {
 	f.set(func(f *fakeOwner) { f.down, f.local = true, false })
 	if got := admitted(t, s, 100, body, true); got != 5 {
 		t.Fatalf("fallback admitted %d with 10 left at the release and 2 members, want 5", got)
+	}
+}
+
+// A node that still holds a key's state but cannot decide for it (its
+// lease lapsed: calls fail with node.ErrMinority) falls back from its own
+// count of the key, read from its table at the fallback.
+func TestDegradedStartsFromItsOwnCountWhileHeld(t *testing.T) {
+	f := newFakeOwner(t, "n1", "n2")
+	f.local = true
+	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
+	_, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
+	const body = `{"tenant":"acme","prompt_tokens":1}`
+	if got := admitted(t, s, 3, body, false); got != 3 {
+		t.Fatal("this node, the owner, did not admit")
+	}
+	f.set(func(f *fakeOwner) { f.down, f.held = true, true })
+	if got := admitted(t, s, 100, body, true); got != 5 {
+		t.Fatalf("fallback admitted %d with 10 left in this node's table and 2 members, want 5", got)
 	}
 }
 

@@ -212,6 +212,24 @@ type releaser interface {
 	OnRelease(node.ReleaseSink)
 }
 
+// holder is a Cluster that shows the status of a key whose state its
+// table holds (*node.Node).
+type holder interface {
+	Held(key string) (limiter.Status, bool)
+}
+
+// reportHeld makes this node's own count of key its report when its table
+// still holds the key's state but it cannot decide (its lease lapsed): the
+// degraded share then starts from what is left, exactly as counted here,
+// as it does from a forwarded answer or a released key's status.
+func (r *Router) reportHeld(key string) {
+	if h, ok := r.cluster.(holder); ok {
+		if st, held := h.Held(key); held {
+			r.degraded.report(key, st, r.cfg.Now())
+		}
+	}
+}
+
 // released records the status of a key whose state left this node's table
 // (node.ReleaseSink): cut off from the key's new owner, this node falls
 // back from what it had counted itself, and must not hand out what is
@@ -321,9 +339,9 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		// Every answer carries the key's status: remember what another
 		// owner reported as remaining, for the degraded share. This
 		// node's own answers are not reported one by one: its table is
-		// their report while it owns the key, and the key's status is
-		// handed to the fallback as its state leaves the table
-		// (released), before any call for it goes elsewhere.
+		// their report while it holds the key (reportHeld), and the
+		// key's status is handed to the fallback as its state leaves the
+		// table (released), before any call for it goes elsewhere.
 		if where == "forwarded" {
 			r.degraded.report(c.Key, a.Decision.Status, end)
 		}
@@ -362,6 +380,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 				d.Reason, d.RetryAfter = limiter.TableFull, fallbackFullRetry
 			}
 		default:
+			r.reportHeld(c.Key)
 			id, reason, retry := r.degraded.acquire(c.Key, l, r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}

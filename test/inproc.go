@@ -57,6 +57,7 @@ type InProcMember struct {
 	Registry *prometheus.Registry // the node's and the router's metrics
 
 	srv      *http.Server
+	rt       *router.Router // closed once srv's handlers are done: stops its debt loop
 	served   chan struct{}  // closed when srv.Serve has returned
 	handlers sync.WaitGroup // requests being handled; srv.Close does not wait for them
 	hmu      sync.Mutex     // guards down, and orders handlers.Add before handlers.Wait
@@ -236,6 +237,7 @@ func (c *InProc) start(name string, join []string) (m *InProcMember, err error) 
 		Node:       n,
 		Gossip:     members,
 		Registry:   reg,
+		rt:         r,
 		served:     make(chan struct{}),
 		cancel:     cancel,
 	}
@@ -424,8 +426,9 @@ func (c *InProc) Crash(i int) {
 	c.release(m)
 }
 
-// release shuts m's gossip down, closes its node and waits for its HTTP
-// server's goroutines; m's HTTP server is already closed. Requests still
+// release shuts m's gossip down, closes its node, waits for its HTTP
+// server's goroutines and closes its router; m's HTTP server is already
+// closed. Requests still
 // being handled after a crash (srv.Close does not wait for them) end within
 // their forward timeout, their clients long gone.
 func (c *InProc) release(m *InProcMember) {
@@ -441,6 +444,7 @@ func (c *InProc) release(m *InProcMember) {
 	m.down = true
 	m.hmu.Unlock()
 	m.handlers.Wait()
+	m.rt.Close()
 }
 
 // stopAll stops every live member without a graceful leave: the whole

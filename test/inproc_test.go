@@ -453,3 +453,64 @@ func hasLabels(m *dto.Metric, kv ...string) bool {
 	}
 	return true
 }
+
+// A member cut off from the others (both crash: it hears from no
+// majority, its lease lapses and it fences itself) falls back for a key
+// it owned from its own count: the degraded share is what it had left ÷
+// the members, not the whole limit ÷ the members.
+func TestInProcCutOffOwnerFallsBackFromItsCount(t *testing.T) {
+	noLeaks(t)
+	limits := func(key string) limiter.Limits {
+		l := inProcLimits(key)
+		if key == router.TenantKey("rpm30") {
+			l.Requests = 30
+		}
+		return l
+	}
+	c := NewInProc(t, 3, limits, WithFallback(router.Degraded))
+	client := inProcClient(t)
+	owner := mustOwner(t, client, c, 0, "rpm30")
+	i := 0
+	for c.Member(i).Name != owner {
+		i++
+	}
+	acquire := func() (admitted, fallback bool) {
+		t.Helper()
+		code, out, err := Post(context.Background(), client, c.URL(i)+"/v1/acquire", `{"tenant":"rpm30","prompt_tokens":1,"max_tokens":1}`)
+		if err != nil || (code != http.StatusOK && code != http.StatusTooManyRequests) {
+			t.Fatalf("acquire via %s: %d %v", owner, code, err)
+		}
+		return code == http.StatusOK, out["fallback"] == true
+	}
+	for range 12 {
+		if ok, fb := acquire(); !ok || fb {
+			t.Fatalf("the owner's own admission: admitted %v, fallback %v", ok, fb)
+		}
+	}
+	for k := range c.Len() {
+		if k != i {
+			c.Crash(k)
+		}
+	}
+	nd := c.Member(i).Node
+	deadline := time.Now().Add(10 * time.Second)
+	for nd.Leased() && !nd.Fenced() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if nd.Leased() && !nd.Fenced() {
+		t.Fatal("the cut-off owner still decides 10 s after the others crashed")
+	}
+	admitted := 0
+	for range 40 {
+		ok, fb := acquire()
+		if ok && !fb {
+			t.Fatal("admitted without a majority, not as a fallback")
+		}
+		if ok {
+			admitted++
+		}
+	}
+	if admitted != 6 {
+		t.Fatalf("the cut-off owner's fallback admitted %d, want (30 - 12) ÷ 3 members = 6", admitted)
+	}
+}
