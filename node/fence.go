@@ -242,14 +242,7 @@ func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) 
 	}
 	now := n.cfg.Now()
 	n.table.Range(func(key string) bool {
-		var st limiter.Status
-		n.table.Peek(key, func(b *limiter.Budget) {
-			b.DrainWaiters(now, nil)
-			st = b.Status(now)
-		})
-		n.local.moveAll(key)
-		if state, ok := n.table.Take(key); ok {
-			n.released(key, st, now)
+		if state, ok := n.takeOut(key, now); ok {
 			owe(key, state)
 		}
 		return true

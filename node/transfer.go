@@ -266,17 +266,10 @@ func (t *transfer) freeze(ps []int) map[int][]byte {
 	entries := make(map[int][]byte, len(ps))
 	counts := make(map[int]uint64, len(ps))
 	for _, key := range keys {
-		var st limiter.Status
-		t.n.table.Peek(key, func(b *limiter.Budget) {
-			b.DrainWaiters(now, nil)
-			st = b.Status(now)
-		})
-		t.n.local.moveAll(key)
-		state, ok := t.n.table.Take(key)
+		state, ok := t.n.takeOut(key, now)
 		if !ok {
 			continue // swept meanwhile: idle, nothing to hand on
 		}
-		t.n.released(key, st, now)
 		p := t.ring.Partition(key)
 		entries[p] = appendEntry(entries[p], key, state)
 		counts[p]++

@@ -360,8 +360,14 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	r.warn.Do(func() {
 		r.log.Warn("owner unreachable, falling back (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
 	})
+	return r.fallback(c, tokens)
+}
+
+// fallback decides c here, by the fallback policy, its owner being out of
+// reach: an acquire is admitted or refused, anything else changes nothing
+// (the owner holds the lease; it expires there by its TTL).
+func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 	o := outcome{fallback: true, answer: node.Answer{Owner: r.cluster.Name()}}
-	l := r.cfg.Limits(c.Key)
 	switch c.Op {
 	case node.OpAcquire:
 		// Every fallback admission is a debt, charged to the key's window
@@ -381,7 +387,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 			}
 		default:
 			r.reportHeld(c.Key)
-			id, reason, retry := r.degraded.acquire(c.Key, l, r.members(), tokens)
+			id, reason, retry := r.degraded.acquire(c.Key, r.cfg.Limits(c.Key), r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}
 		if d.Reason == limiter.TableFull && !d.Allowed {
