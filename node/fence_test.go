@@ -69,7 +69,9 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	var owed sink
+	var released releases
 	n3.OnFence(owed.owe)
+	n3.OnRelease(released.sink)
 	joinAll(t, nodes)
 	all, majority := ringOf(t, n1, n2, n3), ringOf(t, n1, n2)
 	keys := keysMoving(all, majority, "n3", "n1", 2)
@@ -92,6 +94,16 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	}
 	if got := owed.get(fresh); got[0] != 4 {
 		t.Errorf("%s: %d requests owed, want all 4 (never replicated)", fresh, got[0])
+	}
+	// Each key's status went to the release sink as it left the table:
+	// what n3's fallback starts from.
+	for key, left := range map[string]int64{replicated: 30 - 8, fresh: 30 - 4} {
+		if st := released.get(key); len(st) != 1 || st[0].Requests.Remaining != left {
+			t.Errorf("%s at the fence: released %+v, want once with %d of 30 left", key, st, left)
+		}
+	}
+	if n := released.keys(); n != len(keys) {
+		t.Errorf("%d keys released at the fence, want %d", n, len(keys))
 	}
 	_, err := n3.Do(ctx, Call{Op: OpAcquire, Key: replicated})
 	if !errors.Is(err, ErrMinority) || !errors.Is(err, ErrTransferPending) {

@@ -73,36 +73,6 @@ func TestReleasedOnHandoff(t *testing.T) {
 	}
 }
 
-// A member that fences itself releases every key it held, with its count.
-func TestReleasedOnFence(t *testing.T) {
-	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
-	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
-	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
-	var got releases
-	n3.OnRelease(got.sink)
-	joinAll(t, nodes)
-	all, majority := ringOf(t, n1, n2, n3), ringOf(t, n1, n2)
-	keys := keysMoving(all, majority, "n3", "n1", 3)
-	for i, k := range keys {
-		admit(t, n1, k, 5+i) // forwarded to n3
-	}
-	if err := n3.follow(gossipView(nodes[2:], "a")); err != nil {
-		t.Fatal(err)
-	}
-	if !n3.Fenced() {
-		t.Fatal("n3 alone is not fenced")
-	}
-	for i, k := range keys {
-		st := got.get(k)
-		if want := int64(30 - 5 - i); len(st) != 1 || st[0].Requests.Remaining != want {
-			t.Errorf("%s at the fence: released %+v, want once with %d of 30 left", k, st, want)
-		}
-	}
-	if n := got.keys(); n != len(keys) {
-		t.Errorf("%d keys released, want %d", n, len(keys))
-	}
-}
-
 // Held shows a key's status from the table, and nothing for a key the
 // table does not hold; it changes nothing.
 func TestHeld(t *testing.T) {
