@@ -467,7 +467,7 @@ func TestInProcCutOffOwnerFallsBackFromItsCount(t *testing.T) {
 		}
 		return l
 	}
-	c := NewInProc(t, 3, limits, WithFallback(router.Degraded))
+	c := NewInProc(t, 3, limits, WithFallback(router.Degraded), WithGossip(steadyGossip)) // the shipped LAN timings
 	client := inProcClient(t)
 	owner := mustOwner(t, client, c, 0, "rpm30")
 	i := 0
