@@ -7,13 +7,12 @@ import (
 )
 
 // ReleaseSink receives a key's status as this member last counted it, at
-// now, as the key's state leaves this member's table (just before): frozen
-// for a handoff to the key's new owner, or taken when this member fences
-// itself.
-// It is what this member's fallback may start from if the key's new owner
-// cannot be reached, in place of a report from every local decision. It is
-// called with the key's partition gate held, before any call is sent
-// elsewhere for the key: it must not call back into the Node.
+// now, just before the key's state leaves this member's table: frozen for
+// a handoff to the key's new owner, or taken when this member fences
+// itself. It is what this member's fallback starts from if the key's new
+// owner cannot be reached, in place of a report from every local decision.
+// It is called with the key's partition gate held, before any call for the
+// key goes elsewhere, and must not call back into the Node.
 type ReleaseSink func(key string, st limiter.Status, now time.Time)
 
 // OnRelease sets where the statuses of keys leaving this member's table go
