@@ -428,9 +428,9 @@ func (c *InProc) Crash(i int) {
 
 // release shuts m's gossip down, closes its node, waits for its HTTP
 // server's goroutines and closes its router; m's HTTP server is already
-// closed. Requests still
-// being handled after a crash (srv.Close does not wait for them) end within
-// their forward timeout, their clients long gone.
+// closed. Requests still being handled after a crash (srv.Close does not
+// wait for them) end within their forward timeout, their clients long
+// gone.
 func (c *InProc) release(m *InProcMember) {
 	if err := m.Gossip.Shutdown(); err != nil {
 		c.t.Errorf("%s: gossip shutdown: %v", m.Name, err)
