@@ -200,7 +200,10 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	}
 	r.debts = newDebts(r, cfg.DebtInterval)
 	if rs, ok := cluster.(releaser); ok {
-		rs.OnRelease(r.released)
+		// Cut off from a key's new owner, this node falls back from
+		// what it had counted itself: it must not hand out what is
+		// already spent.
+		rs.OnRelease(r.degraded.report)
 	}
 	r.routes()
 	return r, nil
@@ -228,14 +231,6 @@ func (r *Router) reportHeld(key string) {
 			r.degraded.report(key, st, r.cfg.Now())
 		}
 	}
-}
-
-// released records the status of a key whose state left this node's table
-// (node.ReleaseSink): cut off from the key's new owner, this node falls
-// back from what it had counted itself, and must not hand out what is
-// already spent.
-func (r *Router) released(key string, st limiter.Status, at time.Time) {
-	r.degraded.report(key, st, at)
 }
 
 // upstreamClient is the client that sends requests to u.
@@ -341,7 +336,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		// node's own answers are not reported one by one: its table is
 		// their report while it holds the key (reportHeld), and the
 		// key's status is handed to the fallback as its state leaves the
-		// table (released), before any call for it goes elsewhere.
+		// table (node.OnRelease), before any call for it goes elsewhere.
 		if where == "forwarded" {
 			r.degraded.report(c.Key, a.Decision.Status, end)
 		}

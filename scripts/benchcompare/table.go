@@ -230,21 +230,18 @@ func (r *report) writeFlat(w io.Writer) {
 	if len(first.tokenring.rounds) < 2 {
 		return
 	}
-	fmt.Fprint(w, "tokenring, each round's ratio to the first point:")
-	for i, p := range r.flat[1:] {
+	var points []string
+	for _, p := range r.flat[1:] {
 		if !paired(p.tokenring, first.tokenring) {
 			continue
 		}
-		sep := ";"
-		if i == 0 {
-			sep = ""
-		}
-		fmt.Fprintf(w, "%s %s requests a key", sep, thousands(float64(p.perKey)))
+		point := thousands(float64(p.perKey)) + " requests a key"
 		for _, v := range roundRatios(p.tokenring, first.tokenring, perSecond) {
-			fmt.Fprint(w, " "+times(v))
+			point += " " + times(v)
 		}
+		points = append(points, point)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "tokenring, each round's ratio to the first point: %s\n", strings.Join(points, "; "))
 }
 
 // flatSpread is the largest relative distance of a tokenring flatness
