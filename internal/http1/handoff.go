@@ -62,3 +62,28 @@ func (c *replayConn) CloseWrite() error {
 	}
 	return nil
 }
+
+// prefixConn is a connection an event loop handed to a goroutine: it reads
+// what the loop had read (and not answered) before the connection's own
+// bytes.
+type prefixConn struct {
+	net.Conn
+	rest []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.rest) > 0 {
+		n := copy(p, c.rest)
+		c.rest = c.rest[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// CloseWrite half-closes the connection when it can (replayConn's).
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

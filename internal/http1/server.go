@@ -27,6 +27,18 @@ type Handler func(ctx context.Context, req *Request, resp *Response) bool
 type Config struct {
 	// Handler answers the plain requests it takes. Required.
 	Handler Handler
+	// Quick answers, on an event loop's thread, the plain requests it
+	// can answer at once, without waiting on anything (the network, a
+	// queue, another goroutine); it declines every other (false, having
+	// changed nothing), and Handler serves it and what follows on its
+	// connection from a goroutine of the connection's own. Nil: no loop.
+	Quick Handler
+	// Loops is the number of event loops that serve connections while
+	// Quick takes their requests, each accepted connection going to the
+	// next loop in turn. 0: none, a goroutine a connection. Linux only
+	// (elsewhere ignored); a connection that is not a socket (nor a
+	// Wrapper of one) gets a goroutine.
+	Loops int
 	// Fallback serves every connection from the first request Handler
 	// does not take. Required; its own timeouts apply from then on.
 	Fallback *http.Server
@@ -57,6 +69,16 @@ const DefaultMaxBody = 64 << 10
 // body fit is answered from it without a copy.
 const readBufferSize = 8 << 10
 
+// Wrapper is a listener's connection that wraps the socket it accepted, as
+// tokenringd's counted connections do: an event loop takes the socket out
+// (NetConn, which it closes once it holds a duplicate) and serves it
+// itself, and when it gives the connection to a goroutine it puts a fresh
+// one back (SetNetConn). The Wrapper is closed when the connection ends.
+type Wrapper interface {
+	NetConn() net.Conn
+	SetNetConn(net.Conn)
+}
+
 // Server serves HTTP/1.1 connections, answering the plain requests its
 // Handler takes and handing each connection to Config.Fallback at the
 // first request it does not. The zero value is not usable: use NewServer.
@@ -66,11 +88,13 @@ type Server struct {
 	handoff  *handoffListener
 	shutting atomic.Bool
 
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[*conn]struct{} // on the fast path
-	wg    sync.WaitGroup     // serveConn calls
-	fb    chan struct{}      // closed when Fallback.Serve has returned
+	mu       sync.Mutex
+	ln       net.Listener
+	loops    []*loop
+	nextLoop int
+	conns    map[*conn]struct{} // on the fast path
+	wg       sync.WaitGroup     // serveConn calls
+	fb       chan struct{}      // closed when Fallback.Serve has returned
 }
 
 // NewServer returns a Server of cfg.
@@ -98,6 +122,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.handoff.addr = ln.Addr()
+	if s.cfg.Quick != nil && s.cfg.Loops > 0 {
+		loops, err := startLoops(s, s.cfg.Loops)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.loops = loops
+	}
 	s.mu.Unlock()
 	go func() {
 		defer close(s.fb)
@@ -111,18 +143,33 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		cn := &conn{Conn: c}
-		s.mu.Lock()
-		if s.shutting.Load() { // accepted as Shutdown closed the listener: its wait has begun
-			s.mu.Unlock()
-			_ = c.Close()
+		if !s.serveOwn(c, nil, s.loops) {
 			return http.ErrServerClosed
 		}
-		s.conns[cn] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serveConn(cn)
 	}
+}
+
+// serveOwn serves c on the next of loops, or (when there are none, or c
+// cannot go on one) on a goroutine of its own that first writes pending.
+// It is false, having closed c, once Shutdown has begun.
+func (s *Server) serveOwn(c net.Conn, pending []byte, loops []*loop) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() { // accepted as Shutdown closed the listener, or handed over as it stops the loops
+		_ = c.Close()
+		return false
+	}
+	if len(loops) > 0 {
+		s.nextLoop++
+		if loops[s.nextLoop%len(loops)].add(c) == nil {
+			return true
+		}
+	}
+	cn := &conn{Conn: c}
+	s.conns[cn] = struct{}{}
+	s.wg.Add(1)
+	go s.serveConn(cn, pending)
+	return true
 }
 
 // Shutdown stops accepting, closes the fast path's idle connections, waits
@@ -136,7 +183,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.ln.Close()
 	}
 	started := s.ln != nil
+	loops := s.loops
 	s.mu.Unlock()
+	for _, l := range loops {
+		l.stop() // closes its connections, idle or part-read: a loop has no answer in progress between events
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -209,9 +260,9 @@ func setDeadline(set func(time.Time) error, cur *time.Time, now time.Time, d tim
 	_ = set(t)
 }
 
-// serveConn answers c's plain requests until c closes, fails, or meets a
-// request for Fallback.
-func (s *Server) serveConn(c *conn) {
+// serveConn writes pending to c, then answers c's plain requests until c
+// closes, fails, or meets a request for Fallback.
+func (s *Server) serveConn(c *conn, pending []byte) {
 	defer s.wg.Done()
 	handed := false
 	defer func() {
@@ -222,6 +273,12 @@ func (s *Server) serveConn(c *conn) {
 			_ = c.Close()
 		}
 	}()
+	if len(pending) > 0 {
+		setDeadline(c.SetWriteDeadline, &c.wdl, s.cfg.Now(), s.cfg.WriteTimeout)
+		if _, err := c.Write(pending); err != nil {
+			return
+		}
+	}
 	br := bufio.NewReaderSize(c, readBufferSize)
 	ex := exchange{last: s.cfg.Now(), watch: watchable{c: c, br: br}}
 	for {
