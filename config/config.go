@@ -87,6 +87,12 @@ type HTTP struct {
 	// one is answered 503 and closed at once. 0 (the default) is automatic:
 	// tokenringd uses ¾ of the process's open-file limit, at most 16384.
 	MaxConns int `yaml:"max_conns"`
+	// EventLoops is the number of event loops that answer, each on one
+	// thread, the decision calls this node decides at once (see README,
+	// "Event loops"). 0 (the default) is automatic: tokenringd uses one
+	// for every two CPUs it may run on, at least one. -1: none, every
+	// connection served by a goroutine of its own.
+	EventLoops int `yaml:"event_loops"`
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// ReadTimeout bounds reading a whole request, body included (default 30s).

@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// MaxEventLoops bounds http.event_loops.
+const MaxEventLoops = 256
+
 // MaxConnsLimit bounds http.max_conns and peer.max_conns.
 const MaxConnsLimit = 1 << 20
 
@@ -61,6 +64,9 @@ func (c Config) validateSecurity(errs *errorList) {
 	errs.count("hot_key_rate", int64(c.HotKeyRate), 0)
 	if c.HTTP.MaxConns < 0 || c.HTTP.MaxConns > MaxConnsLimit {
 		errs.add("http.max_conns", fmt.Sprintf("must be between 0 (automatic) and %d, got %d", MaxConnsLimit, c.HTTP.MaxConns))
+	}
+	if c.HTTP.EventLoops < -1 || c.HTTP.EventLoops > MaxEventLoops {
+		errs.add("http.event_loops", fmt.Sprintf("must be between -1 (none) and %d (0: automatic), got %d", MaxEventLoops, c.HTTP.EventLoops))
 	}
 	errs.duration("http.read_header_timeout", c.HTTP.ReadHeaderTimeout, 1, MaxDuration)
 	errs.duration("http.read_timeout", c.HTTP.ReadTimeout, 1, MaxDuration)
@@ -122,9 +128,12 @@ func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 	if d.int(f["hot_key_rate"], "hot_key_rate", &n) {
 		c.HotKeyRate = clampInt(n)
 	}
-	if h := d.fields(f["http"], "http", "max_conns", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
+	if h := d.fields(f["http"], "http", "max_conns", "event_loops", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
 		if d.int(h["max_conns"], "http.max_conns", &n) {
 			c.HTTP.MaxConns = clampInt(n)
+		}
+		if d.int(h["event_loops"], "http.event_loops", &n) {
+			c.HTTP.EventLoops = clampInt(n)
 		}
 		d.duration(h["read_header_timeout"], "http.read_header_timeout", &c.HTTP.ReadHeaderTimeout)
 		d.duration(h["read_timeout"], "http.read_timeout", &c.HTTP.ReadTimeout)

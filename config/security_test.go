@@ -19,7 +19,7 @@ clients:
     tenants: ["*"]
 max_keys: 2e3
 hot_key_rate: 0
-http: {max_conns: 50, read_header_timeout: 1s, read_timeout: 2s, idle_timeout: 3s, write_timeout: 4s}
+http: {max_conns: 50, event_loops: 3, read_header_timeout: 1s, read_timeout: 2s, idle_timeout: 3s, write_timeout: 4s}
 peer: {max_frame_bytes: 65536, max_conns: 7}
 upstream: {dial_timeout: 1s, tls_timeout: 2s, response_header_timeout: 3s, stream_idle_timeout: 4s}
 anthropic_upstream: {stream_idle_timeout: 9s}
@@ -32,7 +32,7 @@ anthropic_upstream: {stream_idle_timeout: 9s}
 	want.Clients = map[string]Client{"tok-a": {Tenants: []string{"acme", "beta"}}, "tok-all": {Tenants: []string{"*"}}}
 	want.MaxKeys = 2000
 	want.HotKeyRate = 0 // slices off
-	want.HTTP = HTTP{MaxConns: 50, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second}
+	want.HTTP = HTTP{MaxConns: 50, EventLoops: 3, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second}
 	want.Peer = Peer{MaxFrameBytes: 65536, MaxConns: 7}
 	want.Upstream.DialTimeout, want.Upstream.TLSTimeout = time.Second, 2*time.Second
 	want.Upstream.ResponseHeaderTimeout, want.Upstream.StreamIdleTimeout = 3*time.Second, 4*time.Second
@@ -57,6 +57,8 @@ func TestParseSecurityErrors(t *testing.T) {
 		{"max_keys: 0\n", "max_keys: must be >= 1, got 0"},
 		{"hot_key_rate: -5\n", "hot_key_rate: must be >= 0, got -5"},
 		{"http: {max_conns: -1}\n", "http.max_conns: must be between 0 (automatic) and 1048576, got -1"},
+		{"http: {event_loops: -2}\n", "http.event_loops: must be between -1 (none) and 256 (0: automatic), got -2"},
+		{"http: {event_loops: 257}\n", "http.event_loops: must be between -1 (none) and 256 (0: automatic), got 257"},
 		{"http: {read_timeout: 0s}\n", "http.read_timeout: must be > 0"},
 		{"peer: {max_frame_bytes: 10}\n", "peer.max_frame_bytes: must be between 4096 and 67108864, got 10"},
 		{"peer: {max_conns: 0}\n", "peer.max_conns: must be between 1 and 1048576, got 0"},

@@ -331,6 +331,39 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	}
 }
 
+// Immediate reports whether a call for key without a wait (Request.Wait
+// 0) would now be decided at this node without waiting on anything: the
+// node has no cluster, or it is the key's custodian, holds a majority's
+// lease, need not first look the key up at its backup or the checkpoint
+// (a key not yet in the table, shortly after custody came here), and does
+// not replicate each admission before answering (ReplicationSync). It reads
+// the partition's route without its gate: custody that moves in between
+// makes the call wait after all (for the gate, or forwarded), never
+// decides it wrongly. An event loop asks it before deciding on its own
+// thread.
+func (n *Node) Immediate(key string) bool {
+	select {
+	case <-n.stop:
+		return false
+	default:
+	}
+	if n.fenced.Load() || n.cfg.ReplicationSync {
+		return false
+	}
+	t := n.tr.Load()
+	if t == nil {
+		return true // no cluster: everything is here (Do)
+	}
+	g := &t.gates[n.ring.Load().Partition(key)]
+	if g.hop.Load().mode != routeLocal || !n.leased.Load() {
+		return false
+	}
+	// A key not in the table may first be looked up at its backup or the
+	// checkpoint (restoreKey), while the partition's restore hint lasts.
+	h := g.restore.Load()
+	return h == nil || n.cfg.Now().After(h.until) || n.table.Peek(key, func(*limiter.Budget) {})
+}
+
 // awaitFirstRing waits, at most TransferWait, for this node's first
 // membership (Join or SetRing) and returns its custody shell.
 func (n *Node) awaitFirstRing(ctx context.Context) (*transfer, error) {

@@ -24,11 +24,17 @@ import (
 // hangs up while the call waits. It also serves the LLM proxy's requests
 // that do not ask for a stream (proxyPlain).
 func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
+	return r.servePlain(ctx, req, resp, false)
+}
+
+// servePlain is ServePlain, or (quick) ServeQuick: then it declines what
+// would wait.
+func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1.Response, quick bool) bool {
 	var a apiAnswer
 	switch string(req.Path) {
 	case "/v1/acquire":
 		var in acquireRequest
-		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !r.immediateAcquire(in.Tenant, in.Model) {
 			return false
 		}
 		set, deny := r.tenantsOf(string(req.Authorization))
@@ -48,7 +54,7 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 		return true
 	case "/v1/complete", "/v1/renew":
 		var in completeRequest
-		if !decodeFast(req.Body, &in) {
+		if !decodeFast(req.Body, &in) || quick && !r.immediateLease(&in) {
 			return false
 		}
 		set, deny := r.tenantsOf(string(req.Authorization))
@@ -66,7 +72,7 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 			return false
 		}
 		pre, ok := decodeBatchFast(req.Body, &in)
-		if !ok {
+		if !ok || quick && !r.immediateBatch(pre) {
 			return false
 		}
 		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
@@ -75,9 +81,9 @@ func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1
 			a = r.batchAnswer(ctx, set, &in, pre)
 		}
 	case "/v1/chat/completions":
-		return r.proxyPlain(req, resp, openAI{})
+		return !quick && r.proxyPlain(req, resp, openAI{})
 	case "/v1/messages":
-		return r.proxyPlain(req, resp, anthropic{})
+		return !quick && r.proxyPlain(req, resp, anthropic{})
 	default:
 		return false
 	}

@@ -47,6 +47,7 @@ func twinRouter(t testing.TB, s setup, more ...func(*Config)) *Router {
 type plainStep struct {
 	path, token, body string
 	declined          bool // ServePlain must leave it to ServeHTTP
+	notQuick          bool // ServeQuick must leave it to ServePlain (a batch with a complete)
 }
 
 // answer is what a client sees of an answer but the Date.
@@ -75,12 +76,17 @@ func viaHTTP(r *Router, st plainStep, body string) answer {
 }
 
 func viaPlain(r *Router, st plainStep, body string) (answer, bool) {
+	return via(r.ServePlain, st, body)
+}
+
+// via is what handle answers st with body, or false when it declines.
+func via(handle http1.Handler, st plainStep, body string) (answer, bool) {
 	req := http1.Request{Path: []byte(st.path), Body: []byte(body), ContentLength: int64(len(body))}
 	if st.token != "" {
 		req.Authorization = []byte("Bearer " + st.token)
 	}
 	var resp http1.Response
-	if !r.ServePlain(context.Background(), &req, &resp) {
+	if !handle(context.Background(), &req, &resp) {
 		return answer{}, false
 	}
 	a := answer{status: resp.Status, header: map[string]string{}, body: string(resp.Body)}
@@ -98,8 +104,15 @@ var leaseInAnswer = regexp.MustCompile(`"lease":"([^"]+)"`)
 // headers, body) is the same, admissions, refusals, settles and every
 // kind of error included; the calls ServePlain declines change nothing
 // (the twins go on answering alike once both have served them through
-// ServeHTTP).
+// ServeHTTP). ServeQuick, on a node without a cluster (every key decided
+// at once), answers the same, and declines a batch holding a complete too.
 func TestServePlainAnswersAsServeHTTP(t *testing.T) {
+	for _, quick := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quick=%v", quick), func(t *testing.T) { servePlainAsServeHTTP(t, quick) })
+	}
+}
+
+func servePlainAsServeHTTP(t *testing.T, quick bool) {
 	clock := newFakeClock()
 	s := setup{
 		tenants: map[string]limiter.Limits{"": {Requests: 3, Tokens: 1000, Concurrency: 2, Window: time.Minute, LeaseTTL: time.Minute}},
@@ -129,20 +142,25 @@ func TestServePlainAnswersAsServeHTTP(t *testing.T) {
 		{path: "/v1/renew", token: "tok-all", body: `{"tenant":"d","lease":"forged","usage":{"prompt_tokens":1}}`},
 		{path: "/v1/complete", token: "tok-all", body: `{"tenant":"d","lease":"Zm9yZ2Vk"}`},
 		{path: "/v1/batch", token: "tok-all", body: `{"calls":[` + strings.TrimSuffix(`{"op":"acquire",`+acq("b")[1:], "") +
-			`,{"op":"complete","tenant":"b","lease":"$LEASE"},{"op":"dance"},{"op":"acquire","tenant":"x","prompt_tokens":-5}]}`},
+			`,{"op":"complete","tenant":"b","lease":"$LEASE"},{"op":"dance"},{"op":"acquire","tenant":"x","prompt_tokens":-5}]}`, notQuick: true},
 		{path: "/v1/batch", token: "tok-a", body: `{"calls":[{"op":"acquire","tenant":"c","prompt_tokens":1}]}`}, // 403 in its slot
 		{path: "/v1/batch", token: "tok-all", body: `{"calls":[{"op":"acquire","tenant":"e","prompt_tokens":1,"wait_ms":9}]}`, declined: true},
-		{path: "/v1/batch", token: "tok-all", body: `{"calls":[` + strings.Repeat(`{"op":"renew"},`, maxBatchCalls) + `{"op":"renew"}]}`},
+		{path: "/v1/batch", token: "tok-all", body: `{"calls":[` + strings.Repeat(`{"op":"renew"},`, maxBatchCalls) + `{"op":"renew"}]}`, notQuick: true},
+		{path: "/v1/batch", token: "tok-all", body: `{"calls":[{"op":"acquire",` + acq("f")[1:] + `,{"op":"acquire",` + acq("f")[1:] + `]}`},
 		{path: "/v1/tenants/a", token: "tok-a", declined: true},
 		{path: "/v1/acquire", token: "tok-a", body: acq("b")},
 		{path: "/v1/acquire", token: "tok-a", body: acq("b")},
 	}
 	lease := ""
+	handle, declined := plain.ServePlain, func(st plainStep) bool { return st.declined }
+	if quick {
+		handle, declined = plain.ServeQuick, func(st plainStep) bool { return st.declined || st.notQuick }
+	}
 	for i, st := range steps {
 		body := strings.ReplaceAll(st.body, "$LEASE", lease)
-		got, taken := viaPlain(plain, st, body)
-		if taken == st.declined {
-			t.Fatalf("step %d %s %s: taken by ServePlain = %v, want %v", i, st.path, body, taken, !st.declined)
+		got, taken := via(handle, st, body)
+		if taken == declined(st) {
+			t.Fatalf("step %d %s %s: taken = %v, want %v", i, st.path, body, taken, !declined(st))
 		}
 		if !taken {
 			got = viaHTTP(plain, st, body)

@@ -125,6 +125,7 @@ func PoolKey(pool string) string { return "p:" + pool }
 type Router struct {
 	cfg      Config
 	cluster  Cluster
+	quick    immediate // cluster, when it tells which keys it decides at once (ServeQuick)
 	degraded *degraded // per key: the owner's last report, the local fallback window, the debts
 	debts    *debts    // charges the debts to the keys' owners
 	metrics  *metrics
@@ -205,6 +206,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		// already spent.
 		rs.OnRelease(r.degraded.report)
 	}
+	r.quick, _ = cluster.(immediate)
 	r.routes()
 	return r, nil
 }

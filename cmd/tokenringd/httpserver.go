@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,14 +48,21 @@ func newHTTPServer(h http.Handler, hc config.HTTP) *http.Server {
 	}
 }
 
-// newServer returns the HTTP server of tokenringd: the decision API's
-// plain calls answered by plain straight from the connection, and every
-// other request served by h through net/http (newHTTPServer), both bounded
-// by hc. closing reports a draining node: its answers close their
-// connections.
-func newServer(h http.Handler, plain http1.Handler, hc config.HTTP, closing func() bool) *http1.Server {
+// decisions are the decision API's handlers of connection bytes: quick on
+// an event loop, plain on a connection's goroutine.
+type decisions struct{ plain, quick http1.Handler }
+
+// newServer returns the HTTP server of tokenringd: the decision API's calls
+// this node decides at once answered by d.quick on hc's event loops, its
+// other plain calls by d.plain on a goroutine a connection, both straight
+// from the connection, and every other request served by h through
+// net/http (newHTTPServer); all bounded by hc. closing reports a draining
+// node: its answers close their connections.
+func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool) *http1.Server {
 	return http1.NewServer(http1.Config{
-		Handler:           plain,
+		Handler:           d.plain,
+		Quick:             d.quick,
+		Loops:             eventLoops(hc.EventLoops),
 		Fallback:          newHTTPServer(h, hc),
 		ReadHeaderTimeout: hc.ReadHeaderTimeout,
 		ReadTimeout:       hc.ReadTimeout,
@@ -74,6 +82,19 @@ func withDeadlines(h http.Handler, writeTimeout time.Duration, now func() time.T
 		}
 		h.ServeHTTP(w, req)
 	})
+}
+
+// eventLoops is the number of event loops of http.event_loops n: 0 is one
+// for every two CPUs the process may run on (GOMAXPROCS), at least one;
+// -1 none.
+func eventLoops(n int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	return n
 }
 
 // listenHTTP listens on addr with the connection cap of hc (automatic when
@@ -241,6 +262,14 @@ func (c *countedConn) CloseWrite() error {
 	}
 	return nil
 }
+
+// NetConn is the accepted socket (http1.Wrapper): an event loop serves it
+// itself.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
+// SetNetConn puts back the socket an event loop hands to a goroutine
+// (http1.Wrapper).
+func (c *countedConn) SetNetConn(nc net.Conn) { c.Conn = nc }
 
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.open.Add(-1) })

@@ -202,11 +202,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer members.Shutdown()
-	srv := newServer(closeWhileDraining(r, &draining), r.ServePlain, cfg.HTTP, draining.Load)
+	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
 	case err := <-errc:
