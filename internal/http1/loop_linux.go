@@ -29,6 +29,8 @@ type loop struct {
 	wake int // an eventfd: written to end the loop
 	done chan struct{}
 
+	stopOnce sync.Once
+
 	mu     sync.Mutex
 	conns  map[int32]*loopConn // by descriptor
 	closed bool
@@ -94,9 +96,13 @@ func newLoop(s *Server) (*loop, error) {
 }
 
 // stop ends the loop, which closes its connections, and waits for it.
+// Later calls do nothing.
 func (l *loop) stop() {
-	_, _ = unix.Write(l.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-	<-l.done
+	l.stopOnce.Do(func() {
+		_, _ = unix.Write(l.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		<-l.done
+		unix.Close(l.wake) // here, not in the loop: a loop that ended first leaves it open to write
+	})
 }
 
 // add takes c onto the loop: its socket leaves Go's poller for the loop's

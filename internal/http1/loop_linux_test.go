@@ -3,6 +3,7 @@ package http1
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,5 +178,42 @@ func TestLoopServesAWrappersSocket(t *testing.T) {
 	defer ln.mu.Unlock()
 	if got := ln.closes.Load(); got != 2 || len(ln.conns) != 2 || ln.conns[0].rebind != 1 || ln.conns[1].rebind != 0 {
 		t.Fatalf("closes %d of 2 wrappers; sockets put back %d and %d times, want 1 and 0", got, ln.conns[0].rebind, ln.conns[1].rebind)
+	}
+}
+
+// TestLoopLeavesNoDescriptors: a server with loops, having served
+// connections on them, handed one to a goroutine and cut one idle, holds
+// no descriptor once shut down.
+func TestLoopLeavesNoDescriptors(t *testing.T) {
+	open := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip(err)
+		}
+		return len(fds)
+	}
+	before := open()
+	t.Run("served", func(t *testing.T) {
+		ts := startServer(t, Config{Loops: 2, IdleTimeout: 50 * time.Millisecond})
+		var conns []*client
+		for range 4 {
+			c := ts.dial(t)
+			c.send(t, post("/a", "x"))
+			c.read(t)
+			conns = append(conns, c)
+		}
+		conns[0].send(t, post("/slow", "handed over"))
+		conns[0].read(t)
+		conns[1].Close()
+		if !conns[2].closed() { // cut by IdleTimeout
+			t.Fatal("idle connection not closed")
+		}
+	}) // its cleanups: the clients closed, Shutdown
+	deadline := time.Now().Add(5 * time.Second)
+	for open() > before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if after := open(); after != before {
+		t.Fatalf("%d descriptors open before, %d after", before, after)
 	}
 }
