@@ -62,12 +62,6 @@ type Call struct {
 	// Count is how many admissions an OpAllot asks for, each reserving
 	// Req.Reserve tokens.
 	Count uint32
-	// Now asks for a decision at once, on the caller's thread, or
-	// ErrWouldWait having changed nothing: never forwarded, queued, or
-	// waiting for custody, a restore or a synchronous replica. A key this
-	// node does not own is decided here only from a live slice of its
-	// budget (hot keys). Never sent to a peer.
-	Now bool
 }
 
 // Charge is a debt: units another node admitted for the key by its

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -84,61 +82,5 @@ func TestImmediate(t *testing.T) {
 	n1.Close()
 	if n1.Immediate(mine[0]) {
 		t.Fatal("a closed node: immediate")
-	}
-}
-
-// TestCallNowDecidesAtOnceOrNot: a call with Now is decided at its owner
-// and, at another node, from that node's slice of a hot key's budget; a
-// call that would be forwarded is refused with ErrWouldWait, and the key's
-// window at its owner is as it was.
-func TestCallNowDecidesAtOnceOrNot(t *testing.T) {
-	limits := func(string) limiter.Limits {
-		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20}
-	}
-	c := newCluster(t, 2, limits, BatchConfig{}, noReplication)
-	owner, other := c.nodes[0], c.nodes[1]
-	key := c.keyOwnedBy(t, 0)
-	now := func(nd *Node) (Answer, error) {
-		return nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}, Now: true})
-	}
-	if _, err := now(owner); !errors.Is(err, ErrWouldWait) {
-		t.Fatalf("at its owner, never seen, custody just come (its backup may hold it): %v, want ErrWouldWait", err)
-	}
-	if a, err := owner.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}}); err != nil || !a.Decision.Allowed {
-		t.Fatalf("at its owner: %+v %v", a.Decision, err)
-	}
-	if a, err := now(owner); err != nil || !a.Decision.Allowed {
-		t.Fatalf("at its owner, now in its table: %+v %v", a.Decision, err)
-	}
-	if _, err := now(other); !errors.Is(err, ErrWouldWait) {
-		t.Fatalf("at the other node, no slice: %v, want ErrWouldWait", err)
-	}
-	if st, _ := owner.Held(key); st.Requests.Limit-st.Requests.Remaining != 2 {
-		t.Fatalf("the owner counts %d admissions, want the 2 made there", st.Requests.Limit-st.Requests.Remaining)
-	}
-	for range 40 { // about 20 a second for 2 s, forwarded: the key turns warm, and slices come
-		if a, err := other.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}}); err != nil || !a.Decision.Allowed {
-			t.Fatalf("acquire: %+v %v", a.Decision, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// A slice may be between two buckets: a call without Now asks for the
-	// next, as the router's would after a refusal.
-	for try := 0; ; try++ {
-		before := other.stats.allotted.Load()
-		a, err := now(other)
-		if err == nil {
-			if !a.Decision.Allowed || other.stats.allotted.Load() != before+1 {
-				t.Fatalf("at the other node, holding a slice: %+v, %d served from slices (%d before)", a.Decision, other.stats.allotted.Load(), before)
-			}
-			break
-		}
-		if !errors.Is(err, ErrWouldWait) || try == 20 {
-			t.Fatalf("at the other node, warm: %v after %d tries", err, try)
-		}
-		if _, err := other.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -83,10 +83,6 @@ type Node struct {
 // unreachable owner: nobody admits against the key meanwhile.
 var ErrTransferPending = errors.New("partition state in transfer")
 
-// ErrWouldWait is the answer to a Call with Now that this node cannot
-// decide at once: nothing was changed.
-var ErrWouldWait = errors.New("not decidable at once")
-
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("node closed")
 
@@ -276,9 +272,6 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	if t == nil && c.Hops == 0 {
 		return n.local.do(ctx, c) // no cluster: everything is here
 	}
-	if c.Now && (t == nil || c.Req.Wait > 0) {
-		return Answer{}, ErrWouldWait
-	}
 	if t == nil {
 		// Forwarded here by a member that already knows of us, before
 		// our own first membership arrived: deciding from an empty table
@@ -302,8 +295,6 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 				continue // the partition left while we queued: follow it
 			}
 			return a, err
-		case c.Now && h.mode == routeAwait:
-			return Answer{}, ErrWouldWait
 		case h.mode == routeAwait || (c.Handed && c.Hops > 0 && !h.handed):
 			// Custody is on its way here (by our ring, or by the word of
 			// the member that forwarded the call, whose ring may be
@@ -331,9 +322,6 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 		default:
 			if int(c.Hops) >= n.cfg.MaxHops {
 				return Answer{}, fmt.Errorf("call %s %q at %s: %w: %w", c.Op, c.Key, n.cfg.Name, ErrNoOwner, ErrTransferPending)
-			}
-			if c.Now {
-				return n.allotted(c, h.addr, func() (Answer, error) { return Answer{}, ErrWouldWait })
 			}
 			fwd := *c
 			fwd.Hops++
@@ -370,15 +358,10 @@ func (n *Node) Immediate(key string) bool {
 	if g.hop.Load().mode != routeLocal || !n.leased.Load() {
 		return false
 	}
+	// A key not in the table may first be looked up at its backup or the
+	// checkpoint (restoreKey), while the partition's restore hint lasts.
 	h := g.restore.Load()
-	return h == nil || !n.mayLookUp(h, key)
-}
-
-// mayLookUp reports whether a decision of key may first look it up at its
-// backup or the checkpoint (restoreKey): while the partition's restore
-// hint h lasts, for a key not in the table.
-func (n *Node) mayLookUp(h *restoreHint, key string) bool {
-	return !n.cfg.Now().After(h.until) && !n.table.Peek(key, func(*limiter.Budget) {})
+	return h == nil || n.cfg.Now().After(h.until) || n.table.Peek(key, func(*limiter.Budget) {})
 }
 
 // awaitFirstRing waits, at most TransferWait, for this node's first
@@ -408,13 +391,7 @@ var errNotHere = errors.New("partition not here")
 func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Answer, error) {
 	g := &t.gates[p]
 	if h := g.restore.Load(); h != nil {
-		if c.Now && n.mayLookUp(h, c.Key) {
-			return Answer{}, ErrWouldWait
-		}
 		n.restoreKey(ctx, g, h, c.Key)
-	}
-	if c.Now && n.cfg.ReplicationSync {
-		return Answer{}, ErrWouldWait
 	}
 	g.mu.RLock()
 	if g.hop.Load().mode != routeLocal {

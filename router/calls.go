@@ -130,9 +130,6 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 		return a, res, false
 	}
 	res, err = r.admit(ctx, adm)
-	if errors.Is(err, node.ErrWouldWait) {
-		return apiAnswer{}, res, false // asked at once (nowCtx) and not decidable so: no answer
-	}
 	if err != nil {
 		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}

@@ -42,17 +42,10 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 			a = *deny
 			break
 		}
-		actx := ctx
-		if quick {
-			actx = nowCtx
-		}
 		// The decision's body is written from this stack: no answer
 		// on the heap (acquireDecision).
-		head, res, decided := r.acquireDecision(actx, set, &in)
+		head, res, decided := r.acquireDecision(ctx, set, &in)
 		if !decided {
-			if head.status == 0 { // ServeQuick's, not decidable at once: nothing happened
-				return false
-			}
 			head.appendPlain(resp)
 			return true
 		}

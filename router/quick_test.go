@@ -8,36 +8,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 )
 
-// picky is a node that decides at once only the keys in now: a call with
-// Now for another is refused with node.ErrWouldWait, as a node refuses a
-// key it would forward.
+// picky is a node that decides at once only the keys in now.
 type picky struct {
 	*node.Node
 	now   map[string]bool
-	calls atomic.Int64 // Do calls that reached the node
+	calls atomic.Int64 // Do calls
 }
 
 func (p *picky) Immediate(key string) bool { return p.now[key] }
 
 func (p *picky) Do(ctx context.Context, c node.Call) (node.Answer, error) {
-	if c.Now && !p.now[c.Key] {
-		return node.Answer{}, node.ErrWouldWait
-	}
 	p.calls.Add(1)
 	return p.Node.Do(ctx, c)
 }
 
 // TestServeQuickDeclinesWhatWouldWait: ServeQuick takes a call only when
-// it is decided at once: an acquire without a pool as the node answers it
-// asked so (Call.Now), one with a pool, a lease's sides and each call of a
-// batch when every key is (Immediate); any other it declines having
-// changed nothing; and a cluster that cannot tell gets every call
-// declined.
+// every key it touches is decided at once (the tenant, the pool, a
+// lease's sides, each call of a batch); any other it declines having
+// called nothing; and a cluster that cannot tell gets every call declined.
 func TestServeQuickDeclinesWhatWouldWait(t *testing.T) {
 	s := setup{
 		tenants: map[string]limiter.Limits{"": {Requests: 5, Tokens: 1000, Concurrency: 5, Window: time.Minute, LeaseTTL: time.Minute}},
@@ -112,17 +104,5 @@ func TestServeQuickDeclinesWhatWouldWait(t *testing.T) {
 	t.Cleanup(func() { blind.Close() })
 	if _, taken := via(blind.ServeQuick, plainStep{path: "/v1/acquire"}, acq("here", "")); taken {
 		t.Fatal("a cluster without Immediate: taken")
-	}
-}
-
-// TestAside: the decision API's calls are answered beside an event loop;
-// the LLM proxy's, which watch their client, and anything else are not.
-func TestAside(t *testing.T) {
-	r := twinRouter(t, setup{now: newFakeClock().Now})
-	for path, want := range map[string]bool{"/v1/acquire": true, "/v1/complete": true, "/v1/renew": true, "/v1/batch": true,
-		"/v1/chat/completions": false, "/v1/messages": false, "/v1/tenants/a": false, "/admin/ring": false} {
-		if got := r.Aside(&http1.Request{Path: []byte(path)}); got != want {
-			t.Errorf("Aside(%s) = %v, want %v", path, got, want)
-		}
 	}
 }

@@ -318,12 +318,8 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	}
 	cctx, cancel := lazyctx.WithTimeout(ctx, wait)
 	start := r.cfg.Now()
-	c.Now = decidingNow(ctx)
 	a, err := r.cluster.Do(cctx, *c)
 	cancel()
-	if c.Now && errors.Is(err, node.ErrWouldWait) {
-		return outcome{}, err // ServeQuick declines the request: nothing happened
-	}
 	where := "local"
 	switch {
 	case err != nil:

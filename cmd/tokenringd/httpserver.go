@@ -49,12 +49,8 @@ func newHTTPServer(h http.Handler, hc config.HTTP) *http.Server {
 }
 
 // decisions are the decision API's handlers of connection bytes: quick on
-// an event loop, plain on a connection's goroutine, or beside the loop for
-// the requests aside takes.
-type decisions struct {
-	plain, quick http1.Handler
-	aside        func(*http1.Request) bool
-}
+// an event loop, plain on a connection's goroutine.
+type decisions struct{ plain, quick http1.Handler }
 
 // newServer returns the HTTP server of tokenringd: the decision API's calls
 // this node decides at once answered by d.quick on hc's event loops, its
@@ -66,7 +62,6 @@ func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool)
 	return http1.NewServer(http1.Config{
 		Handler:           d.plain,
 		Quick:             d.quick,
-		Aside:             d.aside,
 		Loops:             eventLoops(hc.EventLoops),
 		Fallback:          newHTTPServer(h, hc),
 		ReadHeaderTimeout: hc.ReadHeaderTimeout,

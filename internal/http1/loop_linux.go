@@ -20,9 +20,9 @@ import (
 // it no goroutine wake-up and no scheduling: that is the point (the tail
 // of a loaded node is its goroutines waiting for a CPU). A connection
 // leaves the loop for a goroutine of its own (serveConn) at the first
-// request Quick declines (unless Aside takes it: then only while Handler
-// answers it), a request larger than readBufferSize, a head ParseHead does
-// not take, or an answer the socket has no room for; it never comes back.
+// request Quick declines, a request larger than readBufferSize, a head
+// ParseHead does not take, or an answer the socket has no room for; it
+// never comes back.
 type loop struct {
 	s    *Server
 	ep   int // the epoll set
@@ -334,11 +334,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		l.req.Body = data[n:total]
 		l.resp.reset()
 		if !s.cfg.Quick(context.Background(), &l.req, &l.resp) {
-			if total == len(data) && s.cfg.Aside != nil && s.cfg.Aside(&l.req) {
-				l.aside(c, out, data) // the connection comes back once it is answered
-			} else {
-				l.handoff(c, out, data)
-			}
+			l.handoff(c, out, data)
 			return nil, false
 		}
 		if l.resp.Abort {
@@ -403,84 +399,4 @@ func (l *loop) handoff(c *loopConn, pending, rest []byte) {
 		nc = &prefixConn{Conn: nc, rest: append([]byte(nil), rest...)}
 	}
 	l.s.serveOwn(nc, append([]byte(nil), pending...), nil)
-}
-
-// aside takes c off the loop while Handler answers raw (one whole request,
-// the last c sent) on a goroutine, after the answers in pending; then c
-// comes back to the loop. A request Handler declines sends c to a
-// goroutine of its own for good (handoff), as does a Shutdown begun in the
-// meantime, which waits for the answer.
-func (l *loop) aside(c *loopConn, pending, raw []byte) {
-	s := l.s
-	l.mu.Lock()
-	delete(l.conns, int32(c.fd))
-	l.mu.Unlock()
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
-	s.mu.Lock()
-	if s.shutting.Load() {
-		s.mu.Unlock()
-		l.close(c)
-		return
-	}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	pending, raw = append([]byte(nil), pending...), append([]byte(nil), raw...)
-	go func() {
-		defer s.wg.Done()
-		var req Request
-		var resp Response
-		n, _ := ParseHead(raw, s.cfg.MaxBody, &req) // parsed on the loop already
-		req.Body = raw[n:]
-		if !s.cfg.Handler(context.Background(), &req, &resp) {
-			l.handoff(c, pending, raw)
-			return
-		}
-		if resp.Abort {
-			_, _ = unix.Write(c.fd, pending)
-			l.close(c)
-			return
-		}
-		now := s.cfg.Now()
-		closing := req.Close || s.cfg.Closing() || s.shutting.Load()
-		out := resp.appendTo(pending, s.date.get(now), closing)
-		if err := writeAll(c.fd, out, now, s.cfg.WriteTimeout, s.cfg.Now); err != nil || closing {
-			l.close(c)
-			return
-		}
-		c.part, c.head, c.since = nil, false, now
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.closed || unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)}) != nil {
-			l.drop(c)
-			return
-		}
-		l.conns[int32(c.fd)] = c
-	}()
-}
-
-// writeAll writes b to the non-blocking socket fd, waiting for room at most
-// timeout (none when 0) from start.
-func writeAll(fd int, b []byte, start time.Time, timeout time.Duration, now func() time.Time) error {
-	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if n > 0 {
-			b = b[n:]
-		}
-		switch {
-		case err == nil || errors.Is(err, unix.EINTR):
-		case errors.Is(err, unix.EAGAIN):
-			wait := -1
-			if timeout > 0 {
-				if wait = int((timeout - now().Sub(start)).Milliseconds()); wait <= 0 {
-					return os.ErrDeadlineExceeded
-				}
-			}
-			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, wait); err != nil && !errors.Is(err, unix.EINTR) {
-				return err
-			}
-		default:
-			return err
-		}
-	}
-	return nil
 }

@@ -1,7 +1,6 @@
 package http1
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -216,60 +215,5 @@ func TestLoopLeavesNoDescriptors(t *testing.T) {
 	}
 	if after := open(); after != before {
 		t.Fatalf("%d descriptors open before, %d after", before, after)
-	}
-}
-
-// TestLoopAnswersAsideAndTakesTheConnectionBack: a request Quick declines
-// and Aside takes is answered by Handler on a goroutine, after the answers
-// before it, and its connection comes back to the loop; one Handler
-// declines too goes with its connection to net/http; one followed by
-// another already read sends its connection to a goroutine for good.
-func TestLoopAnswersAsideAndTakesTheConnectionBack(t *testing.T) {
-	ts := startServer(t, Config{Loops: 1})
-	c := ts.dial(t)
-	c.send(t, post("/a", "one"), post("/aside", "two"))
-	want := []struct{ body, served string }{{"fast /a one", "loop"}, {"fast /aside two", ""}, {"fast /a three", "loop"}}
-	for i, w := range want {
-		if i == 2 {
-			c.send(t, post("/a", "three"))
-		}
-		resp, body := c.read(t)
-		if body != w.body || resp.Header.Get("X-Served") != w.served {
-			t.Fatalf("answer %d: %q served by %q, want %q by %q", i, body, resp.Header.Get("X-Served"), w.body, w.served)
-		}
-	}
-	c.send(t, post("/aside", "four"), post("/a", "five")) // read together: /a five by the goroutine
-	for i, w := range []string{"fast /aside four", "fast /a five"} {
-		if resp, body := c.read(t); body != w || resp.Header.Get("X-Served") != "" {
-			t.Fatalf("pipelined answer %d: %q served by %q", i, body, resp.Header.Get("X-Served"))
-		}
-	}
-	d := ts.dial(t)
-	d.send(t, post("/decline", "six"))
-	if _, body := d.read(t); body != "fallback POST /decline six" {
-		t.Fatalf("declined aside: %q", body)
-	}
-}
-
-// TestShutdownWaitsForAnAnswerAside: Shutdown waits for an answer being
-// made beside the loop, which closes its connection.
-func TestShutdownWaitsForAnAnswerAside(t *testing.T) {
-	ts := startServer(t, Config{Loops: 1})
-	c := ts.dial(t)
-	c.send(t, post("/block", "x"))
-	<-ts.blocked
-	done := make(chan error, 1)
-	go func() { done <- ts.Shutdown(context.Background()) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Shutdown returned (%v) before the answer aside was written", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	close(ts.release)
-	if resp, body := c.read(t); body != "fast /block x" || !resp.Close || !c.closed() {
-		t.Fatalf("answer aside: %q close %v", body, resp.Close)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

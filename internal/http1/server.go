@@ -33,14 +33,6 @@ type Config struct {
 	// changed nothing), and Handler serves it and what follows on its
 	// connection from a goroutine of the connection's own. Nil: no loop.
 	Quick Handler
-	// Aside, for a request Quick declined, reports whether Handler may
-	// answer it on a goroutine while its connection waits off the loop,
-	// to come back once answered: a request whose answer may wait (a
-	// decision forwarded to its owner) but that does not watch its client
-	// (WatchClient does nothing there). Any other request Quick declines,
-	// and one Aside takes but Handler declines, sends its connection to a
-	// goroutine of its own for good. Nil: none.
-	Aside func(req *Request) bool
 	// Loops is the number of event loops that serve connections while
 	// Quick takes their requests, each accepted connection going to the
 	// next loop in turn. 0: none, a goroutine a connection. Linux only

@@ -83,10 +83,6 @@ func startServerOn(t *testing.T, cfg Config, wrap func(net.Listener) net.Listene
 	}
 	if cfg.Loops > 0 {
 		cfg.Quick = quick(cfg.Handler)
-		cfg.Aside = func(req *Request) bool { // answered by Handler beside the loop: /aside..., /block, /decline
-			p := string(req.Path)
-			return strings.HasPrefix(p, "/aside") || p == "/block" || p == "/decline"
-		}
 	}
 	if cfg.Fallback == nil {
 		cfg.Fallback = &http.Server{}
@@ -119,12 +115,12 @@ func startServerOn(t *testing.T, cfg Config, wrap func(net.Listener) net.Listene
 }
 
 // quick is the test servers' Quick: handler's answer, marked X-Served:
-// loop, for every path but those that wait (/block, /watch), /slow and
-// /aside..., which it declines (and handler answers as any other).
+// loop, for every path but those that wait (/block, /watch) and /slow,
+// which it declines (and handler answers as any other).
 func quick(handler Handler) Handler {
 	return func(ctx context.Context, req *Request, resp *Response) bool {
-		switch p := string(req.Path); {
-		case p == "/block" || p == "/watch" || p == "/slow" || strings.HasPrefix(p, "/aside"):
+		switch string(req.Path) {
+		case "/block", "/watch", "/slow":
 			return false
 		}
 		if !handler(ctx, req, resp) {
