@@ -106,7 +106,8 @@ func (l *loop) stop() {
 }
 
 // add takes c onto the loop: its socket leaves Go's poller for the loop's
-// epoll set.
+// epoll set. nil also when c could not join the set (or the loop has
+// stopped) and is closed; an error leaves c as it was, for a goroutine.
 func (l *loop) add(c net.Conn) error {
 	fd, err := detach(c)
 	if err != nil {
@@ -150,11 +151,11 @@ func detach(c net.Conn) (int, error) {
 	if derr != nil {
 		return -1, fmt.Errorf("http1 loop: dup: %w", derr)
 	}
-	_ = inner.Close()
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("http1 loop: %w", err)
 	}
+	_ = inner.Close()
 	return fd, nil
 }
 
@@ -294,13 +295,11 @@ func (l *loop) readable(c *loopConn, now time.Time) {
 		c.part, c.head = nil, false
 	case len(rest) == readBufferSize: // a head over the buffer: net/http's to answer (431)
 		l.handoff(c, nil, rest)
-	case &rest[0] != &buf[0] || c.part == nil:
+	default:
 		if c.part == nil {
 			c.part = make([]byte, 0, readBufferSize)
 		}
-		c.part = append(c.part[:0], rest...)
-	default:
-		c.part = rest // still at the start of its own buffer
+		c.part = append(c.part[:0], rest...) // rest may lie in c.part: append copies as memmove does
 	}
 }
 
@@ -315,7 +314,6 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 			l.out = out[:0]
 		}
 	}()
-	answered := false
 	for len(data) > 0 {
 		n, err := ParseHead(data, s.cfg.MaxBody, &l.req)
 		if errors.Is(err, ErrIncomplete) {
@@ -345,14 +343,13 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		closing := l.req.Close || s.cfg.Closing() || s.shutting.Load()
 		out = l.resp.appendTo(out, s.date.get(now), closing)
 		data = data[total:]
-		answered = true
 		if closing {
 			_, _ = unix.Write(c.fd, out)
 			l.close(c)
 			return nil, false
 		}
 	}
-	if !answered {
+	if len(out) == 0 { // nothing answered yet
 		return data, true
 	}
 	c.since = now // idle from this answer, or the next request's first byte came with this read
