@@ -209,6 +209,32 @@ func (l *cappedListener) collectors() []prometheus.Collector {
 	}
 }
 
+// loopCollectors are tokenring_http_loop_answers_total and
+// tokenring_http_loop_handovers_total{why}, srv's LoopStats: how much of
+// the decision traffic its event loops answer, and what sends connections
+// to goroutines (why: declined, a call the loop does not decide at once;
+// not_plain, a request other than a plain POST, such as a GET; large, a
+// request over 8 KiB; full, an answer the socket had no room for).
+func loopCollectors(srv *http1.Server) []prometheus.Collector {
+	stat := func(f func(http1.LoopStats) uint64) func() float64 {
+		return func() float64 { return float64(f(srv.LoopStats())) }
+	}
+	handovers := func(why string, f func(http1.LoopStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokenring_http_loop_handovers_total",
+			Help:        "HTTP connections an event loop gave to a goroutine of their own (http.event_loops), by why: declined (a call not decided here at once), not_plain (a request other than a plain POST, such as a GET), large (a request over 8 KiB), full (an answer the socket had no room for).",
+			ConstLabels: prometheus.Labels{"why": why}}, stat(f))
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokenring_http_loop_answers_total",
+			Help: "Decision API requests answered on an event loop's thread (http.event_loops)."},
+			stat(func(s http1.LoopStats) uint64 { return s.Answered })),
+		handovers("declined", func(s http1.LoopStats) uint64 { return s.Declined }),
+		handovers("not_plain", func(s http1.LoopStats) uint64 { return s.NotPlain }),
+		handovers("large", func(s http1.LoopStats) uint64 { return s.Large }),
+		handovers("full", func(s http1.LoopStats) uint64 { return s.Full }),
+	}
+}
+
 // countedConn gives its slot back when closed.
 type countedConn struct {
 	net.Conn

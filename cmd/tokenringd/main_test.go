@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -262,6 +263,9 @@ func TestMetricsHaveNoEmptyLabels(t *testing.T) {
 		"\ntokenring_http_conns_refused_total 0\n",
 		"\ntokenring_http_conns_open ",
 		"\ntokenring_limits_mismatch_members 0\n",
+		// every acquire and the bad request, each decided here at once
+		fmt.Sprintf("\ntokenring_http_loop_answers_total %d\n", config.DefaultConcurrency+3),
+		`tokenring_http_loop_handovers_total{why="declined"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics has no %s", want)

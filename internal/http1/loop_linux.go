@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -294,7 +295,7 @@ func (l *loop) readable(c *loopConn, now time.Time) {
 	case len(rest) == 0:
 		c.part, c.head = nil, false
 	case len(rest) == readBufferSize: // a head over the buffer: net/http's to answer (431)
-		l.handoff(c, nil, rest)
+		l.handoff(c, nil, rest, &l.s.loopStats.large)
 	default:
 		if c.part == nil {
 			c.part = make([]byte, 0, readBufferSize)
@@ -308,11 +309,12 @@ func (l *loop) readable(c *loopConn, now time.Time) {
 // is false when c has left the loop (closed, or handed to a goroutine).
 func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on bool) {
 	s := l.s
-	out := l.out[:0]
+	out, answered := l.out[:0], uint64(0)
 	defer func() {
 		if cap(out) <= DefaultMaxBody {
 			l.out = out[:0]
 		}
+		s.loopStats.answered.Add(answered)
 	}()
 	for len(data) > 0 {
 		n, err := ParseHead(data, s.cfg.MaxBody, &l.req)
@@ -320,9 +322,13 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 			c.head = false
 			break
 		}
+		if err != nil { // not a plain POST: net/http's to serve
+			l.handoff(c, out, data, &s.loopStats.notPlain)
+			return nil, false
+		}
 		total := n + int(l.req.ContentLength)
-		if err != nil || total > readBufferSize {
-			l.handoff(c, out, data) // serveConn reads it, or hands it to Fallback
+		if total > readBufferSize {
+			l.handoff(c, out, data, &s.loopStats.large) // serveConn reads it
 			return nil, false
 		}
 		if total > len(data) {
@@ -332,7 +338,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		l.req.Body = data[n:total]
 		l.resp.reset()
 		if !s.cfg.Quick(context.Background(), &l.req, &l.resp) {
-			l.handoff(c, out, data)
+			l.handoff(c, out, data, &s.loopStats.declined)
 			return nil, false
 		}
 		if l.resp.Abort {
@@ -342,6 +348,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		}
 		closing := l.req.Close || s.cfg.Closing() || s.shutting.Load()
 		out = l.resp.appendTo(out, s.date.get(now), closing)
+		answered++
 		data = data[total:]
 		if closing {
 			_, _ = unix.Write(c.fd, out)
@@ -374,7 +381,7 @@ func (l *loop) write(c *loopConn, out, rest []byte) bool {
 		return false
 	}
 	if w < len(out) {
-		l.handoff(c, out[w:], rest)
+		l.handoff(c, out[w:], rest, &l.s.loopStats.full)
 		return false
 	}
 	return true
@@ -382,8 +389,9 @@ func (l *loop) write(c *loopConn, out, rest []byte) bool {
 
 // handoff takes c off the loop and gives it to a goroutine of its own
 // (serveConn), which first writes pending, then serves the requests in
-// rest and what follows them on the connection.
-func (l *loop) handoff(c *loopConn, pending, rest []byte) {
+// rest and what follows them on the connection. why counts it.
+func (l *loop) handoff(c *loopConn, pending, rest []byte, why *atomic.Uint64) {
+	why.Add(1)
 	l.mu.Lock()
 	delete(l.conns, int32(c.fd))
 	l.mu.Unlock()

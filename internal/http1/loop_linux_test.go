@@ -14,7 +14,9 @@ import (
 // TestLoopAnswersUntilQuickDeclines: a loop answers the requests Quick
 // takes; at the first it declines, the connection goes to a goroutine,
 // whose Handler answers that request and the next, and net/http the one
-// after, all in order.
+// after, all in order. A request over the loop's buffer, and one that is
+// not a plain POST, send their connections to goroutines too. LoopStats
+// counts each.
 func TestLoopAnswersUntilQuickDeclines(t *testing.T) {
 	ts := startServer(t, Config{Loops: 1})
 	c := ts.dial(t)
@@ -27,6 +29,36 @@ func TestLoopAnswersUntilQuickDeclines(t *testing.T) {
 		if body != w.body || resp.Header.Get("X-Served") != w.served {
 			t.Fatalf("answer %d: %q served by %q, want %q by %q", i, body, resp.Header.Get("X-Served"), w.body, w.served)
 		}
+	}
+	large := ts.dial(t)
+	nines := strings.Repeat("9", readBufferSize+1)
+	large.send(t, post("/a", "small"), post("/a", nines))
+	for i, want := range []struct{ body, served string }{{"fast /a small", "loop"}, {"fast /a " + nines, ""}} {
+		if resp, body := large.read(t); body != want.body || resp.Header.Get("X-Served") != want.served {
+			t.Fatalf("large, answer %d: %d bytes served by %q, want %d by %q", i, len(body), resp.Header.Get("X-Served"), len(want.body), want.served)
+		}
+	}
+	get := ts.dial(t)
+	get.send(t, post("/a", "before"), "GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i, want := range []struct{ body, served string }{{"fast /a before", "loop"}, {"fallback GET /b ", ""}} {
+		if resp, body := get.read(t); body != want.body || resp.Header.Get("X-Served") != want.served {
+			t.Fatalf("get, answer %d: %q served by %q, want %q by %q", i, body, resp.Header.Get("X-Served"), want.body, want.served)
+		}
+	}
+	wantStats(t, ts.Server, LoopStats{Answered: 4, Declined: 1, NotPlain: 1, Large: 1})
+}
+
+// wantStats waits, at most 5 s, for s's LoopStats to be want (a loop
+// counts a batch's answers once it has handed its connection over), and
+// fails if they are not.
+func wantStats(t *testing.T, s *Server, want LoopStats) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.LoopStats() != want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := s.LoopStats(); got != want {
+		t.Fatalf("LoopStats %+v, want %+v", got, want)
 	}
 }
 
@@ -78,6 +110,7 @@ func TestLoopHandsOverAnswersWithoutRoom(t *testing.T) {
 	if byLoop == 0 || byLoop == n {
 		t.Fatalf("%d of %d answers by the loop: the socket never filled, or never handed over", byLoop, n)
 	}
+	wantStats(t, ts.Server, LoopStats{Answered: uint64(byLoop), Full: 1})
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}

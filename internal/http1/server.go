@@ -87,6 +87,8 @@ type Server struct {
 	date     dateCache
 	handoff  *handoffListener
 	shutting atomic.Bool
+	// loopStats are counted by the loops, read by LoopStats.
+	loopStats loopCounters
 
 	mu       sync.Mutex
 	ln       net.Listener
