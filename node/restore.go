@@ -122,10 +122,18 @@ func (n *Node) restorePartition(gate *gate, p int) {
 	keys, left := pl.take(p)
 	if h := gate.restore.Load(); h != nil && pl.whole {
 		// The partition's checkpointed keys are all here now: a key
-		// missing from the table costs no Redis read on first use.
-		hint := *h
-		hint.preloaded = true
-		gate.restore.Store(&hint)
+		// missing from the table costs no Redis read on first use. With
+		// no backup to ask either (a cluster of one), nothing is left to
+		// look up: the hint goes, and a new key is decided at once (on an
+		// event loop, inline on a peer connection), not after the
+		// HandoffHorizon.
+		if h.backup == "" {
+			gate.restore.Store(nil)
+		} else {
+			hint := *h
+			hint.preloaded = true
+			gate.restore.Store(&hint)
+		}
 	}
 	if left == 0 {
 		n.preload.CompareAndSwap(pl, nil)

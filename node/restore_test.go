@@ -122,6 +122,11 @@ func TestRestartRestoresCheckpointedKeys(t *testing.T) {
 	if fresh.preload.Load() != nil {
 		t.Error("the preload is still held after every partition was restored")
 	}
+	// Nothing is left to look up (no backup, the checkpoint all here): a
+	// key never seen is decided at once, as on a node without a checkpoint.
+	if !fresh.Immediate("t:never-seen") {
+		t.Error("a key never seen, after a whole restore with no backup: not immediate")
+	}
 }
 
 // The preload only serves the node's start: once a node is settled, a
