@@ -379,3 +379,69 @@ fallback: degraded
 	t.Logf("%d answers, none 5xx, slowest %v; %d before the kill, %d by the degraded fallback, %d by the new owner; ring converged %v after the kill",
 		len(answers), maxTook, before, during, after, converged)
 }
+
+// TestClusterDecidesOnEventLoops: with the shipped defaults (event loops
+// automatic), a tenant's owner answers its calls on an event loop,
+// exactly: every acquire sent to it on one connection is counted by its
+// tokenring_http_loop_answers_total, and its limit holds. A node that is
+// not the owner forwards the call, and its connection leaves the loop for
+// a goroutine (tokenring_http_loop_handovers_total{why="declined"}).
+func TestClusterDecidesOnEventLoops(t *testing.T) {
+	needFull(t)
+	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
+	owner, other := c.Procs[0], c.Procs[1]
+	for _, p := range c.Procs {
+		if p.Name == ownerOf(t, c.Procs[0], "rpm300") {
+			owner = p
+		}
+	}
+	for _, p := range c.Procs {
+		if p != owner {
+			other = p
+			break
+		}
+	}
+	metric := func(p *Proc, name string) float64 {
+		t.Helper()
+		v, ok, err := metricValue(p, name)
+		if err != nil || !ok {
+			t.Fatalf("%s on %s: %v (found: %v)", name, p.Name, err, ok)
+		}
+		return v
+	}
+	const answers, declined = "tokenring_http_loop_answers_total", `tokenring_http_loop_handovers_total{why="declined"}`
+	answered0, declined0 := metric(owner, answers), metric(owner, declined)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	body := `{"tenant":"rpm300","prompt_tokens":1,"max_tokens":1}`
+	allowed := 0
+	for i := range 310 {
+		code, out, err := Post(context.Background(), client, owner.URL()+"/v1/acquire", body)
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if out["owner"] != owner.Name {
+			t.Fatalf("acquire %d at %s decided by %v", i, owner.Name, out["owner"])
+		}
+		if code == http.StatusOK {
+			allowed++
+		}
+	}
+	if allowed != 300 {
+		t.Fatalf("%d of 310 admitted at the owner, want exactly its limit, 300", allowed)
+	}
+	if got := metric(owner, answers) - answered0; got != 310 {
+		t.Errorf("the owner answered %v of its 310 calls on its event loop, want all", got)
+	}
+	if got := metric(owner, declined) - declined0; got != 0 {
+		t.Errorf("the owner handed %v connections over, want none", got)
+	}
+	otherDeclined := metric(other, declined)
+	code, out, err := Post(context.Background(), client, other.URL()+"/v1/acquire", body)
+	if err != nil || code != http.StatusTooManyRequests || out["owner"] != owner.Name {
+		t.Fatalf("at %s, the limit spent: %d %v %v, want a 429 decided by %s", other.Name, code, out, err, owner.Name)
+	}
+	if got := metric(other, declined) - otherDeclined; got != 1 {
+		t.Errorf("%s, forwarding: %v connections handed over, want 1", other.Name, got)
+	}
+}
