@@ -94,10 +94,11 @@ type peerClient struct {
 	wire    wireLimits
 	authLog rate.Sometimes // a failed handshake is warned about once a second at most
 
-	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
+	mu      sync.Mutex    // guards cur, dialing, pending, started, nextID, closed, dialFailed and cur.ping
 	cur     *link         // the live connection; nil when there is none
 	dialing chan struct{} // non-nil while a dial is under way; closed when it ends
 	pending map[uint64]chan result
+	started map[uint64]*started // calls sent by start whose answers nobody waits for on a channel yet
 	nextID  uint64
 	closed  bool
 	// dialFailed is when the last dial failed; zero once one succeeds.
@@ -113,7 +114,8 @@ type peerClient struct {
 }
 
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
-	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats,
+		pending: make(map[uint64]chan result), started: make(map[uint64]*started)}
 	p.heard.Store(time.Now().UnixNano())
 	p.authLog.Interval = time.Second
 	return p
@@ -318,8 +320,10 @@ func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
 			}
 			ch := p.pending[it.id]
 			delete(p.pending, it.id)
+			st := p.started[it.id]
+			delete(p.started, it.id)
 			p.mu.Unlock()
-			if ch == nil {
+			if ch == nil && st == nil {
 				continue
 			}
 			var res result
@@ -327,6 +331,10 @@ func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
 				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
 			} else {
 				res.answer, res.err = DecodeAnswer(it.body)
+			}
+			if st != nil {
+				st.answer(res)
+				continue
 			}
 			ch <- res
 		}
@@ -343,8 +351,8 @@ func (p *peerClient) fail(l *link, cause error) {
 	}
 	p.cur = nil
 	close(l.done)
-	pending := p.pending
-	p.pending = make(map[uint64]chan result)
+	pending, sent := p.pending, p.started
+	p.pending, p.started = make(map[uint64]chan result), make(map[uint64]*started)
 	closed := p.closed
 	p.mu.Unlock()
 	l.conn.Close()
@@ -354,6 +362,9 @@ func (p *peerClient) fail(l *link, cause error) {
 	err := fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, cause)
 	for _, ch := range pending {
 		ch <- result{err: err}
+	}
+	for _, st := range sent {
+		st.answer(result{err: err})
 	}
 }
 
@@ -483,10 +494,16 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			p.fail(l, err)
 		}
 	}
-	timer := p.fwd.After(p.fwd.ProbeAfter)
+	return p.wait(ctx, c, item{id: id, body: body}, ch, q, v, p.fwd.After(p.fwd.ProbeAfter))
+}
+
+// wait waits for the answer to c, sent as it on l (queued on q unless q
+// is nil), on ch, checking l's liveness (v) when timer fires and every
+// check after; see call.
+func (p *peerClient) wait(ctx context.Context, c *Call, it item, ch chan result, q chan item, v liveness, timer <-chan time.Time) (Answer, error) {
 	for {
 		select {
-		case q <- item{id: id, body: body}:
+		case q <- it:
 			q = nil
 		case res := <-ch: // the answer, or ErrPeerDown from fail
 			return res.answer, res.err
@@ -494,7 +511,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			dead, next := v.check()
 			if dead {
 				p.stats.downs.Add(1)
-				p.fail(l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
+				p.fail(v.l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
 				continue // fail answered ch
 			}
 			timer = p.fwd.After(next)
@@ -502,7 +519,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			if q == nil && c.Op == OpAcquire {
 				p.abandon(c.Key, ch)
 			} else {
-				p.forget(id)
+				p.forget(it.id)
 			}
 			if v.doubted() || time.Since(p.heardAt()) >= 2*p.fwd.Liveness {
 				// Silent after a probe, or for two Liveness intervals (on
