@@ -86,46 +86,61 @@ func (p *peerClient) escalate(id uint64) {
 	}()
 }
 
-// Start begins call without waiting for it, for a caller that must not
-// block (an event loop's thread). It takes only an acquire this node
-// forwards to the key's owner (no wait_ms, not forwarded to it) over a
-// connection that is up: decided from this node's slice of the key's
-// budget when one serves it, done called before Start returns; otherwise
-// sent to the owner, done called with the answer by the goroutine that
-// reads it (done must not block), or, when the answer takes longer than
-// ForwardConfig.ProbeAfter, by a goroutine that waits for it as Do does,
-// at most maxWait. done is called exactly once, with what Do would have
-// returned. Start returns false, having done nothing, for any other call:
-// Do decides those.
+// Slice decides acquire call at once, on the caller's thread, from this
+// node's slice of its key's budget (hot keys, allot.go), when the key is
+// forwarded from here to its owner and a slice serves it: the answer Do
+// would give from the slice. ok is false, and nothing changed, otherwise.
+func (n *Node) Slice(call Call) (a Answer, ok bool) {
+	h, ok := n.forwarding(&call)
+	if !ok || !n.allotting(&call, h.addr) {
+		return Answer{}, false
+	}
+	return n.fromSlice(&call, h.addr, n.cfg.Now())
+}
+
+// Start forwards call to its key's owner without waiting for the answer,
+// for a caller that must not block (an event loop's thread). It takes only
+// an acquire of this node's (no wait_ms, not forwarded to it) that this
+// node forwards, over a connection that is up. done is called exactly
+// once, with what Do would have returned: by the goroutine that reads the
+// owner's answer (done must not block), or, when the answer takes longer
+// than ForwardConfig.ProbeAfter, by a goroutine that waits for it as Do
+// does, at most maxWait. Start does not look at slices (Slice does).
+// It returns false, having done nothing, for any other call: Do decides
+// those.
 func (n *Node) Start(call Call, maxWait time.Duration, done func(Answer, error)) bool {
-	select {
-	case <-n.stop:
-		return false
-	default:
-	}
-	t := n.tr.Load()
-	if n.fenced.Load() || t == nil || call.Op != OpAcquire || call.Hops != 0 || call.Req.Wait > 0 {
+	h, ok := n.forwarding(&call)
+	if !ok {
 		return false
 	}
-	h := t.gates[n.ring.Load().Partition(call.Key)].hop.Load()
-	if h.mode != routeForward || int(call.Hops) >= n.cfg.MaxHops {
-		return false
-	}
-	peer := n.peer(h.addr)
 	allot := n.allotting(&call, h.addr)
 	now := n.cfg.Now()
-	if allot {
-		if a, ok := n.fromSlice(&call, h.addr, now); ok {
-			done(a, nil)
-			return true
-		}
-	}
 	fwd := call
 	fwd.Hops, fwd.Handed = 1, h.handed
-	return peer.start(&fwd, maxWait, func(a Answer, err error) {
+	return n.peer(h.addr).start(&fwd, maxWait, func(a Answer, err error) {
 		if err == nil && allot {
 			n.forwardedHot(&call, h.addr, now)
 		}
 		done(a, err)
 	})
+}
+
+// forwarding returns the route of acquire c when this node forwards it to
+// its owner as Do would, at once: c is this node's own (no wait, no hop),
+// and the node is open, unfenced and in a cluster.
+func (n *Node) forwarding(c *Call) (*hop, bool) {
+	select {
+	case <-n.stop:
+		return nil, false
+	default:
+	}
+	t := n.tr.Load()
+	if n.fenced.Load() || t == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 {
+		return nil, false
+	}
+	h := t.gates[n.ring.Load().Partition(c.Key)].hop.Load()
+	if h.mode != routeForward || int(c.Hops) >= n.cfg.MaxHops {
+		return nil, false
+	}
+	return h, true
 }

@@ -119,3 +119,50 @@ func TestStartedCallToAHungPeerFailsAsACallDoes(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 }
+
+// TestSliceDecidesFromASliceOrNot: Slice serves a forwarded key's acquire
+// from this node's slice once the key is hot, as Do would, and otherwise
+// decides nothing: not at the owner, not before a slice came, and the
+// owner's count is as it was.
+func TestSliceDecidesFromASliceOrNot(t *testing.T) {
+	limits := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20}
+	}
+	c := newCluster(t, 2, limits, BatchConfig{}, noReplication)
+	owner, other := c.nodes[0], c.nodes[1]
+	key := c.keyOwnedBy(t, 0)
+	acquire := Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}}
+	if _, ok := owner.Slice(acquire); ok {
+		t.Fatal("Slice decided at the owner")
+	}
+	if _, ok := other.Slice(acquire); ok {
+		t.Fatal("Slice decided with no slice")
+	}
+	if st, _ := owner.Held(key); st.Requests.Limit-st.Requests.Remaining != 0 {
+		t.Fatalf("the owner counts %d admissions after Slice declined, want 0", st.Requests.Limit-st.Requests.Remaining)
+	}
+	for range 40 { // about 20 a second for 2 s, forwarded: the key turns hot, and slices come
+		if a, err := other.Do(context.Background(), acquire); err != nil || !a.Decision.Allowed {
+			t.Fatalf("acquire: %+v %v", a.Decision, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A slice may be between two buckets: Do asks for the next, as the
+	// router's goroutine path would.
+	for try := 0; ; try++ {
+		before := other.stats.allotted.Load()
+		if a, ok := other.Slice(acquire); ok {
+			if !a.Decision.Allowed || a.Owner != owner.Name() || other.stats.allotted.Load() != before+1 {
+				t.Fatalf("from a slice: %+v owner %s, %d served from slices (%d before)", a.Decision, a.Owner, other.stats.allotted.Load(), before)
+			}
+			break
+		}
+		if try == 20 {
+			t.Fatal("no acquire served by Slice from a hot key's slices")
+		}
+		if _, err := other.Do(context.Background(), acquire); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
