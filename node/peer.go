@@ -94,11 +94,10 @@ type peerClient struct {
 	wire    wireLimits
 	authLog rate.Sometimes // a failed handshake is warned about once a second at most
 
-	mu      sync.Mutex    // guards cur, dialing, pending, started, nextID, closed, dialFailed and cur.ping
+	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
 	cur     *link         // the live connection; nil when there is none
 	dialing chan struct{} // non-nil while a dial is under way; closed when it ends
 	pending map[uint64]chan result
-	started map[uint64]*started // calls sent by start whose answers nobody waits for on a channel yet
 	nextID  uint64
 	closed  bool
 	// dialFailed is when the last dial failed; zero once one succeeds.
@@ -114,8 +113,7 @@ type peerClient struct {
 }
 
 func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
-	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats,
-		pending: make(map[uint64]chan result), started: make(map[uint64]*started)}
+	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 	p.heard.Store(time.Now().UnixNano())
 	p.authLog.Interval = time.Second
 	return p
@@ -320,10 +318,8 @@ func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
 			}
 			ch := p.pending[it.id]
 			delete(p.pending, it.id)
-			st := p.started[it.id]
-			delete(p.started, it.id)
 			p.mu.Unlock()
-			if ch == nil && st == nil {
+			if ch == nil {
 				continue
 			}
 			var res result
@@ -331,10 +327,6 @@ func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
 				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
 			} else {
 				res.answer, res.err = DecodeAnswer(it.body)
-			}
-			if st != nil {
-				st.answer(res)
-				continue
 			}
 			ch <- res
 		}
@@ -351,8 +343,8 @@ func (p *peerClient) fail(l *link, cause error) {
 	}
 	p.cur = nil
 	close(l.done)
-	pending, sent := p.pending, p.started
-	p.pending, p.started = make(map[uint64]chan result), make(map[uint64]*started)
+	pending := p.pending
+	p.pending = make(map[uint64]chan result)
 	closed := p.closed
 	p.mu.Unlock()
 	l.conn.Close()
@@ -362,9 +354,6 @@ func (p *peerClient) fail(l *link, cause error) {
 	err := fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, cause)
 	for _, ch := range pending {
 		ch <- result{err: err}
-	}
-	for _, st := range sent {
-		st.answer(result{err: err})
 	}
 }
 
@@ -494,16 +483,10 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			p.fail(l, err)
 		}
 	}
-	return p.wait(ctx, c, item{id: id, body: body}, ch, q, v, p.fwd.After(p.fwd.ProbeAfter))
-}
-
-// wait waits for the answer to c, sent as it on l (queued on q unless q
-// is nil), on ch, checking l's liveness (v) when timer fires and every
-// check after; see call.
-func (p *peerClient) wait(ctx context.Context, c *Call, it item, ch chan result, q chan item, v liveness, timer <-chan time.Time) (Answer, error) {
+	timer := p.fwd.After(p.fwd.ProbeAfter)
 	for {
 		select {
-		case q <- it:
+		case q <- item{id: id, body: body}:
 			q = nil
 		case res := <-ch: // the answer, or ErrPeerDown from fail
 			return res.answer, res.err
@@ -511,7 +494,7 @@ func (p *peerClient) wait(ctx context.Context, c *Call, it item, ch chan result,
 			dead, next := v.check()
 			if dead {
 				p.stats.downs.Add(1)
-				p.fail(v.l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
+				p.fail(l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
 				continue // fail answered ch
 			}
 			timer = p.fwd.After(next)
@@ -519,7 +502,7 @@ func (p *peerClient) wait(ctx context.Context, c *Call, it item, ch chan result,
 			if q == nil && c.Op == OpAcquire {
 				p.abandon(c.Key, ch)
 			} else {
-				p.forget(it.id)
+				p.forget(id)
 			}
 			if v.doubted() || time.Since(p.heardAt()) >= 2*p.fwd.Liveness {
 				// Silent after a probe, or for two Liveness intervals (on

@@ -82,17 +82,6 @@ func (s *frameSender) send(it item) error {
 	return s.turn()
 }
 
-// sendNow is send without the yield: for a caller that must not let
-// others run first (an event loop's thread, locked to it, would hand its
-// thread's P away and wait to get one back).
-func (s *frameSender) sendNow(it item) error {
-	s.mu.Lock()
-	if s.err == nil {
-		s.q = append(s.q, it)
-	}
-	return s.take(false)
-}
-
 // flush writes what is queued unless another goroutine holds the turn.
 func (s *frameSender) flush() error {
 	s.mu.Lock()
@@ -101,17 +90,14 @@ func (s *frameSender) flush() error {
 
 // turn writes the queue until it is empty, unless another goroutine holds
 // the turn (that one writes it). Callers hold s.mu; turn releases it.
-func (s *frameSender) turn() error { return s.take(s.yield) }
-
-// take is turn, yielding first when yield says so.
-func (s *frameSender) take(yield bool) error {
+func (s *frameSender) turn() error {
 	if s.busy || s.err != nil {
 		err := s.err
 		s.mu.Unlock()
 		return err
 	}
 	s.busy = true
-	if yield {
+	if s.yield {
 		s.mu.Unlock()
 		runtime.Gosched()
 		s.mu.Lock()

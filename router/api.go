@@ -334,13 +334,6 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 	if err != nil {
 		return acquireResponse{}, err
 	}
-	return r.admitted(ctx, adm, tc.Key, to, start)
-}
-
-// admitted finishes acquire adm once its tenant's key (tenantKey) has
-// decided to: the pool's decision (asked since start, when adm waits), the
-// lease, the answer.
-func (r *Router) admitted(ctx context.Context, adm admission, tenantKey string, to outcome, start time.Time) (acquireResponse, error) {
 	td := to.answer.Decision
 	res := acquireResponse{Limits: limitsOf(td.Status), Owner: to.answer.Owner, Fallback: to.fallback}
 	if !td.Allowed {
@@ -359,7 +352,7 @@ func (r *Router) admitted(ctx context.Context, adm admission, tenantKey string, 
 		pc := node.Call{Op: node.OpAcquire, Key: PoolKey(pool), Req: preq}
 		po, err := r.decide(ctx, &pc, td.Reserved)
 		if err != nil || !po.answer.Decision.Allowed {
-			r.undo(tenantKey, to, node.OpCancel)
+			r.undo(tc.Key, to, node.OpCancel)
 			if err != nil {
 				return acquireResponse{}, err
 			}

@@ -130,20 +130,13 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 		return a, res, false
 	}
 	res, err = r.admit(ctx, adm)
-	a, decided = acquireAnswer(res, err)
-	return a, res, decided
-}
-
-// acquireAnswer is the answer to an acquire whose admission ended with res
-// or err: with decided, res is the body; undecided, a is the whole answer.
-func acquireAnswer(res acquireResponse, err error) (a apiAnswer, decided bool) {
 	if err != nil {
-		return decideErrorAnswer(err), false // an owner alive but slow: nothing admitted
+		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}
 	if !res.Allowed {
-		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, true
+		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 	}
-	return apiAnswer{status: http.StatusOK}, true
+	return apiAnswer{status: http.StatusOK}, res, true
 }
 
 // completeCall settles (with usage) or releases (without) one lease.

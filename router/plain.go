@@ -34,11 +34,8 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 	switch string(req.Path) {
 	case "/v1/acquire":
 		var in acquireRequest
-		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !r.immediateAcquire(in.Tenant, in.Model) {
 			return false
-		}
-		if quick && !r.immediateAcquire(in.Tenant, in.Model) {
-			return r.acquireLater(req, resp, &in)
 		}
 		set, deny := r.tenantsOf(string(req.Authorization))
 		if deny != nil {
@@ -48,7 +45,12 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 		// The decision's body is written from this stack: no answer
 		// on the heap (acquireDecision).
 		head, res, decided := r.acquireDecision(ctx, set, &in)
-		writeAcquire(resp, head, res, decided)
+		if !decided {
+			head.appendPlain(resp)
+			return true
+		}
+		head.appendHead(resp)
+		resp.Body = append(res.appendJSON(resp.Body), '\n')
 		return true
 	case "/v1/complete", "/v1/renew":
 		var in completeRequest
@@ -87,17 +89,6 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 	}
 	a.appendPlain(resp)
 	return true
-}
-
-// writeAcquire writes an acquire's answer into resp: head, and res as its
-// body when decided (acquireDecision).
-func writeAcquire(resp *http1.Response, head apiAnswer, res acquireResponse, decided bool) {
-	if !decided {
-		head.appendPlain(resp)
-		return
-	}
-	head.appendHead(resp)
-	resp.Body = append(res.appendJSON(resp.Body), '\n')
 }
 
 // appendPlain writes a into resp as write writes it to a ResponseWriter.

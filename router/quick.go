@@ -6,11 +6,8 @@ package router
 
 import (
 	"context"
-	"net/http"
-	"time"
 
 	"github.com/tokenring/tokenring/internal/http1"
-	"github.com/tokenring/tokenring/node"
 )
 
 // immediate is a Cluster that tells which keys it decides at once
@@ -19,17 +16,6 @@ type immediate interface {
 	// Immediate reports whether a call for key, without wait_ms, would
 	// now be decided here without waiting on anything.
 	Immediate(key string) bool
-}
-
-// starter is a Cluster that forwards an acquire without a goroutine
-// waiting for it (*node.Node).
-type starter interface {
-	// Slice decides an acquire the node forwards from its slice of the
-	// key's budget, at once, or reports false having changed nothing.
-	Slice(call node.Call) (node.Answer, bool)
-	// Start forwards an acquire and calls done with the answer later,
-	// or reports false having done nothing.
-	Start(call node.Call, maxWait time.Duration, done func(node.Answer, error)) bool
 }
 
 // ServeQuick is the decision API's http1 Quick handler, run on an event
@@ -46,61 +32,6 @@ func (r *Router) ServeQuick(ctx context.Context, req *http1.Request, resp *http1
 		return false
 	}
 	return r.servePlain(ctx, req, resp, true)
-}
-
-// acquireLater serves, on an event loop, an acquire of a tenant whose key
-// this node forwards to its owner (no pool: the tenant's is the only key
-// the acquire touches): from this node's slice of the key's budget when one
-// serves it, answered at once; otherwise forwarded without a goroutine
-// waiting (node.Node.Start) and answered, as ServePlain would answer it,
-// when the owner's answer comes (http1.Later). The loop serves its other
-// connections meanwhile. It declines what it cannot start so.
-func (r *Router) acquireLater(req *http1.Request, resp *http1.Response, in *acquireRequest) bool {
-	if r.start == nil {
-		return false
-	}
-	if _, pooled := r.cfg.PoolFor(in.Model); pooled {
-		return false
-	}
-	set, deny := r.tenantsOf(string(req.Authorization))
-	if deny != nil {
-		deny.appendPlain(resp)
-		return true
-	}
-	adm, err := r.parseAcquire(in)
-	if err != nil {
-		errorAnswer(http.StatusBadRequest, err.Error()).appendPlain(resp)
-		return true
-	}
-	if a, refused := forbidden(set, adm.tenant); refused {
-		a.appendPlain(resp)
-		return true
-	}
-	tc := node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req}
-	tokens, wait, start := adm.req.PromptTokens+adm.req.MaxTokens, r.cfg.ForwardMaxWait, r.cfg.Now()
-	answer := func(resp *http1.Response, a node.Answer, err error) {
-		ctx := context.Background()
-		var res acquireResponse
-		to, err := r.decided(ctx, &tc, tokens, wait, start, a, err)
-		if err == nil {
-			res, err = r.admitted(ctx, adm, tc.Key, to, start)
-		}
-		head, decided := acquireAnswer(res, err)
-		writeAcquire(resp, head, res, decided)
-	}
-	if a, ok := r.start.Slice(tc); ok {
-		answer(resp, a, nil)
-		return true
-	}
-	later := req.Later()
-	if later == nil {
-		return false
-	}
-	return r.start.Start(tc, wait, func(a node.Answer, err error) {
-		var out http1.Response
-		answer(&out, a, err)
-		later.Answer(&out)
-	})
 }
 
 // immediateAcquire reports whether an acquire of tenant for model touches

@@ -126,7 +126,6 @@ type Router struct {
 	cfg      Config
 	cluster  Cluster
 	quick    immediate // cluster, when it tells which keys it decides at once (ServeQuick)
-	start    starter   // cluster, when it forwards without a goroutine waiting (ServeQuick)
 	degraded *degraded // per key: the owner's last report, the local fallback window, the debts
 	debts    *debts    // charges the debts to the keys' owners
 	metrics  *metrics
@@ -208,7 +207,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		rs.OnRelease(r.degraded.report)
 	}
 	r.quick, _ = cluster.(immediate)
-	r.start, _ = cluster.(starter)
 	r.routes()
 	return r, nil
 }
@@ -322,13 +320,6 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	start := r.cfg.Now()
 	a, err := r.cluster.Do(cctx, *c)
 	cancel()
-	return r.decided(ctx, c, tokens, wait, start, a, err)
-}
-
-// decided is the outcome of c, asked of the cluster at start with the cap
-// wait on behalf of a caller whose context is ctx, and answered a or err:
-// metrics, the owner's report, and the fallback or refusal on an error.
-func (r *Router) decided(ctx context.Context, c *node.Call, tokens int64, wait time.Duration, start time.Time, a node.Answer, err error) (outcome, error) {
 	where := "local"
 	switch {
 	case err != nil:

@@ -42,9 +42,6 @@ type Request struct {
 	// watch is how WatchClient reaches the connection (set by the
 	// Server; nil after ParseHead alone).
 	watch *watchable
-	// promise is how Later reaches the event loop (set by a loop for its
-	// Quick handler; nil elsewhere).
-	promise *promise
 }
 
 // EachHeader calls fn with each header line's name and value (trimmed), in

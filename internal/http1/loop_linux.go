@@ -25,23 +25,19 @@ import (
 // ParseHead does not take, or an answer the socket has no room for; it
 // never comes back.
 type loop struct {
-	s     *Server
-	ep    int // the epoll set
-	wake  int // an eventfd: written to end the loop
-	ready int // an eventfd: written when a Later's answer is queued
-	done  chan struct{}
+	s    *Server
+	ep   int // the epoll set
+	wake int // an eventfd: written to end the loop
+	done chan struct{}
 
 	stopOnce sync.Once
 
-	mu       sync.Mutex
-	conns    map[int32]*loopConn // by descriptor
-	closed   bool
-	answers  []laterAnswer // Laters' answers for the loop to write
-	notified bool          // ready was written since the loop last took answers
+	mu     sync.Mutex
+	conns  map[int32]*loopConn // by descriptor
+	closed bool
 
 	// The loop goroutine's own.
 	scratch []byte // a read buffer for whole requests
-	promise promise // the request's under Quick, for Request.Later
 	req     Request
 	resp    Response
 	out     []byte
@@ -58,18 +54,6 @@ type loopConn struct {
 	// accept) or, while part is not empty, the request's first byte.
 	since time.Time
 	head  bool // part holds a whole head
-	// waiting: a request's answer was promised (Request.Later) and has
-	// not been written; part holds what was read after that request.
-	waiting bool
-	muted   bool // waiting, and off the epoll set's readable events
-}
-
-// laterAnswer is a Later's answer, queued for its loop.
-type laterAnswer struct {
-	c       *loopConn
-	b       []byte // the answer as written
-	closing bool
-	abort   bool
 }
 
 // errNoSocket: an accepted connection without a descriptor to serve.
@@ -106,18 +90,7 @@ func newLoop(s *Server) (*loop, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("http1 loop: epoll add: %w", err)
 	}
-	ready, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err == nil {
-		if err = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ready, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(ready)}); err != nil {
-			unix.Close(ready)
-		}
-	}
-	if err != nil {
-		unix.Close(ep)
-		unix.Close(wake)
-		return nil, fmt.Errorf("http1 loop: ready eventfd: %w", err)
-	}
-	l := &loop{s: s, ep: ep, wake: wake, ready: ready, done: make(chan struct{}),
+	l := &loop{s: s, ep: ep, wake: wake, done: make(chan struct{}),
 		conns: map[int32]*loopConn{}, scratch: make([]byte, readBufferSize)}
 	go l.run()
 	return l, nil
@@ -130,7 +103,6 @@ func (l *loop) stop() {
 		_, _ = unix.Write(l.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 		<-l.done
 		unix.Close(l.wake) // here, not in the loop: a loop that ended first leaves it open to write
-		unix.Close(l.ready)
 	})
 }
 
@@ -260,10 +232,6 @@ func (l *loop) run() {
 			if int(ev.Fd) == l.wake {
 				return
 			}
-			if int(ev.Fd) == l.ready {
-				l.deliver(now)
-				continue
-			}
 			l.mu.Lock()
 			c := l.conns[ev.Fd]
 			l.mu.Unlock()
@@ -288,9 +256,6 @@ func (l *loop) sweep(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range l.conns {
-		if c.waiting {
-			continue // its answer is bounded by whoever promised it
-		}
 		limit := cfg.IdleTimeout
 		switch {
 		case len(c.part) > 0 && !c.head:
@@ -305,20 +270,8 @@ func (l *loop) sweep(now time.Time) {
 }
 
 // readable reads what c's client sent and answers every whole request in
-// it. A connection waiting for a Later's answer is not read: it leaves the
-// readable events until the answer is written.
+// it.
 func (l *loop) readable(c *loopConn, now time.Time) {
-	if c.waiting {
-		// More bytes came behind the request whose answer is promised:
-		// they wait for it. An event on a muted connection is its client
-		// hanging up (or an error): the answer would have no reader.
-		if c.muted || unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(c.fd)}) != nil {
-			l.close(c)
-			return
-		}
-		c.muted = true
-		return
-	}
 	buf, have := l.scratch, 0
 	if len(c.part) > 0 {
 		buf, have = c.part[:cap(c.part)], len(c.part)
@@ -334,14 +287,10 @@ func (l *loop) readable(c *loopConn, now time.Time) {
 	if have == 0 {
 		c.since = now
 	}
-	if rest, on := l.answer(c, buf[:have+m], now); on {
-		l.keep(c, rest)
+	rest, on := l.answer(c, buf[:have+m], now)
+	if !on {
+		return
 	}
-}
-
-// keep holds rest, what is left of c's bytes once its whole requests are
-// answered (or one's answer is promised), for the next read.
-func (l *loop) keep(c *loopConn, rest []byte) {
 	switch {
 	case len(rest) == 0:
 		c.part, c.head = nil, false
@@ -388,19 +337,9 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		}
 		l.req.Body = data[n:total]
 		l.resp.reset()
-		if len(out) == 0 { // a Later only for a request with no answers before it unwritten
-			l.promise = promise{l: l, c: c, closing: l.req.Close || s.cfg.Closing() || s.shutting.Load()}
-			l.req.promise = &l.promise
-		}
 		if !s.cfg.Quick(context.Background(), &l.req, &l.resp) {
-			l.promise.taken = nil
 			l.handoff(c, out, data, &s.loopStats.declined)
 			return nil, false
-		}
-		if l.promise.taken != nil { // to be answered by the Later; what follows waits for it
-			l.promise.taken = nil
-			c.waiting, c.since = true, now
-			return data[total:], true
 		}
 		if l.resp.Abort {
 			_, _ = unix.Write(c.fd, out) // the answers before it: best effort
@@ -465,71 +404,4 @@ func (l *loop) handoff(c *loopConn, pending, rest []byte, why *atomic.Uint64) {
 		nc = &prefixConn{Conn: nc, rest: append([]byte(nil), rest...)}
 	}
 	l.s.serveOwn(nc, append([]byte(nil), pending...), nil)
-}
-
-// answerLater queues x's answer resp for x's loop and wakes the loop, once
-// for all the answers queued before it looks. An answer for a loop that
-// has stopped is dropped.
-func (l *loop) answerLater(x *Later, resp *Response) {
-	a := laterAnswer{c: x.p.c, closing: x.closing, abort: resp.Abort}
-	if !a.abort {
-		a.b = resp.appendTo(nil, l.s.date.get(l.s.cfg.Now()), x.closing)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock() // ready is written under mu: stop closes it only once the loop has ended, after closed is set
-	if l.closed {
-		return
-	}
-	l.answers = append(l.answers, a)
-	if !l.notified {
-		l.notified = true
-		_, _ = unix.Write(l.ready, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-	}
-}
-
-// deliver writes the Laters' answers queued, each to its connection if
-// that is still on the loop, and goes on with the requests each connection
-// sent after the one answered.
-func (l *loop) deliver(now time.Time) {
-	var b [8]byte
-	_, _ = unix.Read(l.ready, b[:])
-	l.mu.Lock()
-	answers := l.answers
-	l.answers, l.notified = nil, false
-	l.mu.Unlock()
-	for _, a := range answers {
-		c := a.c
-		l.mu.Lock()
-		live := l.conns[int32(c.fd)] == c
-		l.mu.Unlock()
-		if !live || !c.waiting {
-			continue // closed meanwhile (its client gone, the loop stopping)
-		}
-		c.waiting = false
-		if a.abort {
-			l.close(c)
-			continue
-		}
-		l.s.loopStats.answered.Add(1)
-		if !l.write(c, a.b, c.part) {
-			continue // handed to a goroutine, with the requests after it
-		}
-		if a.closing {
-			l.close(c)
-			continue
-		}
-		c.since = now
-		if c.muted {
-			if unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)}) != nil {
-				l.close(c)
-				continue
-			}
-			c.muted = false
-		}
-		if len(c.part) > 0 {
-			if rest, on := l.answer(c, c.part, now); on {
-				l.keep(c, rest)
-			}
-		}
-	}
 }

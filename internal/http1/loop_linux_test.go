@@ -48,47 +48,6 @@ func TestLoopAnswersUntilQuickDeclines(t *testing.T) {
 	wantStats(t, ts.Server, LoopStats{Answered: 4, Declined: 1, NotPlain: 1, Large: 1})
 }
 
-// TestLoopAnswersLater: a Quick handler that takes a Later answers from
-// another goroutine; the connection's next requests wait for that answer,
-// those in the same read and those that arrive meanwhile, and are then
-// answered on the loop, in order. A request behind answers not yet written
-// gets no Later (its handler declines, and a goroutine answers it). An
-// answer for a client that hung up is dropped.
-func TestLoopAnswersLater(t *testing.T) {
-	ts := startServer(t, Config{Loops: 1})
-	c := ts.dial(t)
-	check := func(what string, want ...[2]string) {
-		t.Helper()
-		for i, w := range want {
-			if resp, body := c.read(t); body != w[0] || resp.Header.Get("X-Served") != w[1] {
-				t.Fatalf("%s, answer %d: %q served by %q, want %q by %q", what, i, body, resp.Header.Get("X-Served"), w[0], w[1])
-			}
-		}
-	}
-	c.send(t, post("/later", "two"), post("/a", "three"))
-	check("in one read", [2]string{"later two", "later"}, [2]string{"fast /a three", "loop"})
-	c.send(t, post("/later", "wait five"))
-	time.Sleep(50 * time.Millisecond)
-	c.send(t, post("/a", "six")) // arrives while the answer before it waits
-	check("while waiting", [2]string{"later wait five", "later"}, [2]string{"fast /a six", "loop"})
-	wantStats(t, ts.Server, LoopStats{Answered: 4})
-	c.send(t, post("/a", "seven"), post("/later", "eight"))
-	check("behind an answer", [2]string{"fast /a seven", "loop"}, [2]string{"fast /later eight", ""})
-	wantStats(t, ts.Server, LoopStats{Answered: 5, Declined: 1})
-
-	gone := ts.dial(t)
-	gone.send(t, post("/later", "wait nine"))
-	time.Sleep(50 * time.Millisecond)
-	gone.Close()
-	time.Sleep(400 * time.Millisecond) // the answer comes, for nobody
-	next := ts.dial(t)
-	next.send(t, post("/later", "ten"))
-	if resp, body := next.read(t); body != "later ten" || resp.Header.Get("X-Served") != "later" {
-		t.Fatalf("after a client hung up: %q served by %q", body, resp.Header.Get("X-Served"))
-	}
-	wantStats(t, ts.Server, LoopStats{Answered: 6, Declined: 1})
-}
-
 // wantStats waits, at most 5 s, for s's LoopStats to be want (a loop
 // counts a batch's answers once it has handed its connection over), and
 // fails if they are not.

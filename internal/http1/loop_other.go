@@ -11,11 +11,6 @@ import (
 // every connection gets a goroutine of its own.
 type loop struct{}
 
-// loopConn is a connection on a loop: none here.
-type loopConn struct{}
-
-func (*loop) answerLater(*Later, *Response) {}
-
 var errNoSocket = errors.New("http1: no event loops on this system")
 
 func startLoops(*Server, int) ([]*loop, error) { return nil, nil }

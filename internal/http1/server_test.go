@@ -116,31 +116,12 @@ func startServerOn(t *testing.T, cfg Config, wrap func(net.Listener) net.Listene
 
 // quick is the test servers' Quick: handler's answer, marked X-Served:
 // loop, for every path but those that wait (/block, /watch) and /slow,
-// which it declines (and handler answers as any other). /later it answers
-// later, from a goroutine, 5 ms on ("wait…": 300 ms), marked X-Served:
-// later, when it can take a Later; else it declines.
+// which it declines (and handler answers as any other).
 func quick(handler Handler) Handler {
 	return func(ctx context.Context, req *Request, resp *Response) bool {
 		switch string(req.Path) {
 		case "/block", "/watch", "/slow":
 			return false
-		case "/later":
-			x := req.Later()
-			if x == nil {
-				return false
-			}
-			body, delay := string(req.Body), 5*time.Millisecond
-			if strings.HasPrefix(body, "wait") {
-				delay = 300 * time.Millisecond
-			}
-			go func() {
-				time.Sleep(delay)
-				r := &Response{Status: http.StatusOK, Body: []byte("later " + body)}
-				r.AddHeader("X-Served", "later")
-				x.Answer(r)
-				x.Answer(&Response{Status: http.StatusTeapot}) // a second answer does nothing
-			}()
-			return true
 		}
 		if !handler(ctx, req, resp) {
 			return false
