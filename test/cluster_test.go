@@ -389,17 +389,18 @@ fallback: degraded
 func TestClusterDecidesOnEventLoops(t *testing.T) {
 	needFull(t)
 	c := NewCluster(t, daemon, 3, clusterConfig, steady...)
-	owner, other := c.Procs[0], c.Procs[1]
+	name := ownerOf(t, c.Procs[0], "rpm300")
+	var owner, other *Proc
 	for _, p := range c.Procs {
-		if p.Name == ownerOf(t, c.Procs[0], "rpm300") {
+		switch {
+		case p.Name == name:
 			owner = p
+		case other == nil:
+			other = p
 		}
 	}
-	for _, p := range c.Procs {
-		if p != owner {
-			other = p
-			break
-		}
+	if owner == nil {
+		t.Fatalf("rpm300's owner %q is no node of the cluster", name)
 	}
 	metric := func(p *Proc, name string) float64 {
 		t.Helper()
