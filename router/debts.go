@@ -234,12 +234,14 @@ func (d *debts) close() {
 }
 
 // Close stops the router's background work: the loop charging fallback
-// debts (which runs only while some are owed), and closes the LLM proxy's
-// idle upstream connections. Debts still owed then are never charged.
+// debts (which runs only while some are owed) and the proxy's timeouts
+// (an upstream call still waiting then is no longer cut), and closes the
+// LLM proxy's idle upstream connections. Debts still owed then are never charged.
 // Close does not stop serving HTTP. It is safe to call more
 // than once.
 func (r *Router) Close() error {
 	r.debts.close()
+	r.alarms.Close()
 	for _, c := range r.upstreams {
 		c.CloseIdleConnections()
 	}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -96,7 +95,7 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 	if c.stream {
 		up.Header.Set("Accept-Encoding", "identity") // a gzip reader may hold back events
 	}
-	headers := time.AfterFunc(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
+	headers := x.r.alarms.After(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
 	resp, err := x.r.upstreamClient(u).Do(up)
 	headers.Stop()
 	if err != nil {
@@ -119,7 +118,7 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "upstream unreachable: " + err.Error()})
 		return
 	}
-	resp.Body = newIdleBody(resp.Body, limits.StreamIdle, stop)
+	resp.Body = newIdleBody(resp.Body, x.r.alarms, limits.StreamIdle, stop)
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header, func(k string) bool { return k == "Content-Length" || isRateLimitHeader(k) })
 	if resp.StatusCode/100 == 2 && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {

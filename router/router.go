@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -137,7 +138,11 @@ type Router struct {
 	// upstreams are the LLM proxy's clients, one per upstream, when
 	// Config.Proxy.Client is nil.
 	upstreams map[Upstream]*http.Client
-	warn      rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	// alarms bound the proxy's waits on upstreams (ResponseHeader,
+	// StreamIdle) without a runtime timer a call; on the wall clock, as
+	// the connections' deadlines are.
+	alarms *alarm.Clock
+	warn   rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 }
 
 // New returns a Router deciding through cluster.
@@ -193,6 +198,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		leases:    newLeaseSigner(cfg.ClusterSecrets),
 		clients:   newClientTokens(cfg.Clients),
 		upstreams: map[Upstream]*http.Client{},
+		alarms:    alarm.New(alarm.Config{}),
 	}
 	if cfg.Proxy.Client == nil {
 		for _, u := range []Upstream{cfg.Proxy.OpenAI, cfg.Proxy.Anthropic} {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/internal/http1"
 )
 
@@ -92,14 +93,14 @@ func (e *upstreamTimeout) Error() string { return fmt.Sprintf("upstream %s for %
 type idleBody struct {
 	io.ReadCloser
 	idle  time.Duration
-	timer *time.Timer
+	alarm *alarm.Alarm
 	fired atomic.Bool
 	cause error
 }
 
-func newIdleBody(body io.ReadCloser, idle time.Duration, stop func(error)) *idleBody {
+func newIdleBody(body io.ReadCloser, alarms *alarm.Clock, idle time.Duration, stop func(error)) *idleBody {
 	b := &idleBody{ReadCloser: body, idle: idle, cause: &upstreamTimeout{"sent nothing", idle}}
-	b.timer = time.AfterFunc(idle, func() {
+	b.alarm = alarms.After(idle, func() {
 		b.fired.Store(true)
 		stop(b.cause)
 	})
@@ -109,7 +110,7 @@ func newIdleBody(body io.ReadCloser, idle time.Duration, stop func(error)) *idle
 func (b *idleBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.timer.Reset(b.idle)
+		b.alarm.Reset(b.idle)
 	}
 	if err != nil && !errors.Is(err, io.EOF) && b.fired.Load() {
 		err = b.cause
@@ -118,6 +119,6 @@ func (b *idleBody) Read(p []byte) (int, error) {
 }
 
 func (b *idleBody) Close() error {
-	b.timer.Stop()
+	b.alarm.Stop()
 	return b.ReadCloser.Close()
 }

@@ -378,3 +378,37 @@ func TestAbortClosesWithoutAnAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestBusyCountsConnectionsAnswering: busy, which decides whether a
+// connection yields before it reads (next), counts the connections between
+// a request's first byte and its answer written: both of two blocked
+// handlers, and none once their answers are out or while they wait for a
+// request.
+func TestBusyCountsConnectionsAnswering(t *testing.T) {
+	ts := startServer(t, Config{})
+	busy := func() int32 { return ts.busy.Load() }
+	settled := func(want int32) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); busy() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("busy %d, want %d", busy(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	a, b := ts.dial(t), ts.dial(t)
+	a.send(t, post("/a", "1"))
+	a.read(t)
+	settled(0) // a waits for its next request: not counted
+	a.send(t, post("/block", "a"))
+	<-ts.blocked
+	b.send(t, post("/block", "b"))
+	<-ts.blocked
+	if got := busy(); got != 2 {
+		t.Fatalf("busy %d with two handlers blocked, want 2", got)
+	}
+	close(ts.release)
+	a.read(t)
+	b.read(t)
+	settled(0)
+}

@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"sync"
 	"time"
+
+	"github.com/tokenring/tokenring/internal/alarm"
 )
 
 // watchable is the connection of the request being answered, as
 // WatchClient reads it.
 type watchable struct {
-	c  *conn
-	br *bufio.Reader
+	c      *conn
+	br     *bufio.Reader
+	alarms *alarm.Clock // the Server's
 }
 
 // aLongTimeAgo is a read deadline that has passed: it ends a read at once.
@@ -35,7 +38,7 @@ func (r *Request) WatchClient(after time.Duration, gone func()) (stop func()) {
 		return func() {}
 	}
 	w := &clientWatch{on: *r.watch, gone: gone}
-	w.timer = time.AfterFunc(after, w.run)
+	w.alarm = r.watch.alarms.After(after, w.run)
 	return w.stop
 }
 
@@ -43,7 +46,7 @@ func (r *Request) WatchClient(after time.Duration, gone func()) (stop func()) {
 type clientWatch struct {
 	on    watchable
 	gone  func()
-	timer *time.Timer
+	alarm *alarm.Alarm
 
 	mu      sync.Mutex
 	stopped bool
@@ -77,7 +80,7 @@ func (w *clientWatch) stop() {
 	w.stopped = true
 	done := w.done
 	w.mu.Unlock()
-	w.timer.Stop()
+	w.alarm.Stop()
 	if done == nil {
 		return
 	}
