@@ -34,8 +34,14 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 	switch string(req.Path) {
 	case "/v1/acquire":
 		var in acquireRequest
-		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !r.immediateAcquire(in.Tenant, in.Model) {
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
 			return false
+		}
+		fromSlice := false
+		if quick && !r.immediateAcquire(in.Tenant, in.Model) {
+			if fromSlice = r.sliceable(in.Model); !fromSlice {
+				return false
+			}
 		}
 		set, deny := r.tenantsOf(string(req.Authorization))
 		if deny != nil {
@@ -44,7 +50,10 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 		}
 		// The decision's body is written from this stack: no answer
 		// on the heap (acquireDecision).
-		head, res, decided := r.acquireDecision(ctx, set, &in)
+		head, res, decided, declined := r.acquireDecisionFrom(ctx, set, &in, fromSlice)
+		if declined {
+			return false
+		}
 		if !decided {
 			head.appendPlain(resp)
 			return true
