@@ -409,68 +409,31 @@ func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 // crash), the owner's admissions are left alone and the call is forwarded
 // (and falls back) like any other.
 func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (Answer, error) {
-	if !n.allotting(c, addr) {
+	al := n.allot
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || n.leaving.Load() || !n.peer(addr).up() {
 		return forward()
 	}
 	now := n.cfg.Now()
-	if a, ok := n.fromSlice(c, addr, now); ok {
-		return a, nil
-	}
-	a, err := forward()
-	if err == nil && n.allot.forwarded(c, now) {
-		key := c.Key // the closure takes the key, not c (Do's, on its stack)
-		n.background(func() { n.askSlice(key, addr) })
-	}
-	return a, err
-}
-
-// allotting reports whether acquire c, forwarded to addr, may be served
-// from a slice: slices are on, c is this node's own (not forwarded to it,
-// no wait), the node is not leaving, and the owner is reachable.
-func (n *Node) allotting(c *Call, addr string) bool {
-	return n.allot != nil && c.Op == OpAcquire && c.Hops == 0 && c.Req.Wait <= 0 && !n.leaving.Load() && n.peer(addr).up()
-}
-
-// fromSlice serves c from a slice of its key at now, if one can; it gives
-// back the admissions of expired slices, and asks for the next slice when
-// the key's are low.
-func (n *Node) fromSlice(c *Call, addr string, now time.Time) (Answer, bool) {
-	a, ok, expired, ask := n.allot.take(c, now, addr)
-	key := c.Key // the closures below take the key, not c
+	key := c.Key // the closures below take the key, not c (Do's, on its stack)
+	a, ok, expired, ask := al.take(c, now, addr)
 	if len(expired) > 0 {
 		n.background(func() { n.cancelAdmissions(key, expired, time.Time{}) })
 	}
-	if ok {
-		n.stats.allotted.Add(1)
-		if ask {
-			n.background(func() { n.askSlice(key, addr) })
+	if !ok {
+		var err error
+		if a, err = forward(); err != nil {
+			return a, err
 		}
+		if al.forwarded(c, now) {
+			ask = true
+		}
+	} else {
+		n.stats.allotted.Add(1)
 	}
-	return a, ok
-}
-
-// Slice decides acquire call at once, on the caller's thread, from this
-// node's slice of its key's budget, when the key is forwarded from here
-// to a reachable owner and a slice serves it: the answer Do would give
-// then. ok is false, and nothing changed but the expired slices given
-// back, otherwise: Do decides the call. An event loop asks it for the keys
-// it does not decide itself (Immediate), so that a hot key's calls stay
-// on the loop.
-func (n *Node) Slice(call Call) (a Answer, ok bool) {
-	select {
-	case <-n.stop:
-		return Answer{}, false
-	default:
+	if ask {
+		n.background(func() { n.askSlice(key, addr) })
 	}
-	t := n.tr.Load()
-	if t == nil || n.fenced.Load() {
-		return Answer{}, false
-	}
-	h := t.gates[n.ring.Load().Partition(call.Key)].hop.Load()
-	if h.mode != routeForward || !n.allotting(&call, h.addr) {
-		return Answer{}, false
-	}
-	return n.fromSlice(&call, h.addr, n.cfg.Now())
+	return a, nil
 }
 
 // background runs fn on a goroutine Close waits for, unless the node is

@@ -201,10 +201,6 @@ type acquireRequest struct {
 type admission struct {
 	tenant, model string
 	req           limiter.Request
-	// sliced, when not nil, is the tenant's answer, already made by the
-	// node from its slice of the tenant's budget (ServeQuick): admit
-	// takes it instead of asking the cluster.
-	sliced *node.Answer
 }
 
 func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
@@ -334,14 +330,7 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 		start = r.cfg.Now()
 	}
 	tc := node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req}
-	tokens := adm.req.PromptTokens + adm.req.MaxTokens
-	var to outcome
-	var err error
-	if adm.sliced != nil {
-		to, err = r.decided(ctx, &tc, tokens, r.cfg.ForwardMaxWait, r.cfg.Now(), *adm.sliced, nil)
-	} else {
-		to, err = r.decide(ctx, &tc, tokens)
-	}
+	to, err := r.decide(ctx, &tc, adm.req.PromptTokens+adm.req.MaxTokens)
 	if err != nil {
 		return acquireResponse{}, err
 	}

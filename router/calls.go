@@ -122,37 +122,21 @@ func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequ
 // decided true) returned apart, by value: ServePlain writes it from its
 // own stack, with no answer on the heap. Undecided, a is the whole answer.
 func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquireRequest) (a apiAnswer, res acquireResponse, decided bool) {
-	a, res, decided, _ = r.acquireDecisionFrom(ctx, set, in, false)
-	return a, res, decided
-}
-
-// acquireDecisionFrom is acquireDecision; fromSlice (an event loop's call
-// of a tenant this node forwards, with no pool) takes the tenant's answer
-// from the node's slice of its budget, and declines (nothing changed) when
-// no slice serves it.
-func (r *Router) acquireDecisionFrom(ctx context.Context, set tenantSet, in *acquireRequest, fromSlice bool) (a apiAnswer, res acquireResponse, decided, declined bool) {
 	adm, err := r.parseAcquire(in)
 	if err != nil {
-		return errorAnswer(http.StatusBadRequest, err.Error()), res, false, false
+		return errorAnswer(http.StatusBadRequest, err.Error()), res, false
 	}
 	if a, refused := forbidden(set, adm.tenant); refused {
-		return a, res, false, false
-	}
-	if fromSlice {
-		sa, ok := r.slices.Slice(node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req})
-		if !ok {
-			return a, res, false, true
-		}
-		adm.sliced = &sa
+		return a, res, false
 	}
 	res, err = r.admit(ctx, adm)
 	if err != nil {
-		return decideErrorAnswer(err), res, false, false // an owner alive but slow: nothing admitted
+		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}
 	if !res.Allowed {
-		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true, false
+		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 	}
-	return apiAnswer{status: http.StatusOK}, res, true, false
+	return apiAnswer{status: http.StatusOK}, res, true
 }
 
 // completeCall settles (with usage) or releases (without) one lease.

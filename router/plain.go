@@ -34,14 +34,8 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 	switch string(req.Path) {
 	case "/v1/acquire":
 		var in acquireRequest
-		if !decodeFast(req.Body, &in) || in.WaitMS != 0 {
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !r.immediateAcquire(in.Tenant, in.Model) {
 			return false
-		}
-		fromSlice := false
-		if quick && !r.immediateAcquire(in.Tenant, in.Model) {
-			if fromSlice = r.sliceable(in.Model); !fromSlice {
-				return false
-			}
 		}
 		set, deny := r.tenantsOf(string(req.Authorization))
 		if deny != nil {
@@ -50,10 +44,7 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 		}
 		// The decision's body is written from this stack: no answer
 		// on the heap (acquireDecision).
-		head, res, decided, declined := r.acquireDecisionFrom(ctx, set, &in, fromSlice)
-		if declined {
-			return false
-		}
+		head, res, decided := r.acquireDecision(ctx, set, &in)
 		if !decided {
 			head.appendPlain(resp)
 			return true

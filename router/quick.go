@@ -8,7 +8,6 @@ import (
 	"context"
 
 	"github.com/tokenring/tokenring/internal/http1"
-	"github.com/tokenring/tokenring/node"
 )
 
 // immediate is a Cluster that tells which keys it decides at once
@@ -19,32 +18,10 @@ type immediate interface {
 	Immediate(key string) bool
 }
 
-// slicer is a Cluster that decides some calls for keys it forwards from
-// its slices of their budgets, at once (*node.Node: hot keys, allotments).
-type slicer interface {
-	// Slice decides an acquire from a slice of its key's budget and
-	// reports true, or reports false having changed nothing.
-	Slice(call node.Call) (node.Answer, bool)
-}
-
-// sliceable reports whether an acquire for model, whose tenant this node
-// does not decide at once, may be answered on the loop from a slice: the
-// cluster has slices, and the acquire touches no pool (a pool's side
-// would be a second decision, which may wait).
-func (r *Router) sliceable(model string) bool {
-	if r.slices == nil {
-		return false
-	}
-	_, pooled := r.cfg.PoolFor(model)
-	return !pooled
-}
-
 // ServeQuick is the decision API's http1 Quick handler, run on an event
 // loop's thread. It takes what ServePlain takes, and answers it exactly
 // as ServePlain does, when every key the request touches is decided at
-// this node at once (node.Node.Immediate): an acquire's tenant and pool,
-// or a tenant (with no pool) this node forwards whose slice serves the
-// acquire (node.Node.Slice);
+// this node at once (node.Node.Immediate): an acquire's tenant and pool;
 // a complete's or renew's lease's sides; every call of a batch that holds
 // acquires only. It declines, having changed nothing, everything else: a
 // call forwarded to its owner, the LLM proxy's requests, a batch with a

@@ -127,7 +127,6 @@ type Router struct {
 	cfg      Config
 	cluster  Cluster
 	quick    immediate // cluster, when it tells which keys it decides at once (ServeQuick)
-	slices   slicer    // cluster, when it decides hot keys it forwards from slices (ServeQuick)
 	degraded *degraded // per key: the owner's last report, the local fallback window, the debts
 	debts    *debts    // charges the debts to the keys' owners
 	metrics  *metrics
@@ -214,7 +213,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		rs.OnRelease(r.degraded.report)
 	}
 	r.quick, _ = cluster.(immediate)
-	r.slices, _ = cluster.(slicer)
 	r.routes()
 	return r, nil
 }
@@ -328,13 +326,6 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	start := r.cfg.Now()
 	a, err := r.cluster.Do(cctx, *c)
 	cancel()
-	return r.decided(ctx, c, tokens, wait, start, a, err)
-}
-
-// decided is the outcome of c, asked of the cluster at start with the cap
-// wait for a caller whose context is ctx, and answered a or err: the
-// metrics, the owner's report, and on an error the refusal or fallback.
-func (r *Router) decided(ctx context.Context, c *node.Call, tokens int64, wait time.Duration, start time.Time, a node.Answer, err error) (outcome, error) {
 	where := "local"
 	switch {
 	case err != nil:

@@ -23,8 +23,7 @@ import (
 // leaves the loop for a goroutine of its own (serveConn) at the first
 // request Quick declines, a request larger than readBufferSize, a head
 // ParseHead does not take, or an answer the socket has no room for; it
-// comes back once Quick has answered loopReturn of its requests in a row
-// there (toLoop).
+// never comes back.
 type loop struct {
 	s    *Server
 	ep   int // the epoll set

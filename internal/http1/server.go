@@ -33,9 +33,7 @@ type Config struct {
 	// can answer at once, without waiting on anything (the network, a
 	// queue, another goroutine); it declines every other (false, having
 	// changed nothing), and Handler serves it and what follows on its
-	// connection from a goroutine of the connection's own, which offers
-	// Quick each later request first and gives the connection back to a
-	// loop once Quick answered loopReturn of them in a row. Nil: no loop.
+	// connection from a goroutine of the connection's own. Nil: no loop.
 	Quick Handler
 	// Loops is the number of event loops that serve connections while
 	// Quick takes their requests, each accepted connection going to the
@@ -303,44 +301,8 @@ func (s *Server) serveConn(c *conn, pending []byte) {
 			return
 		case err != nil || !keep:
 			return
-		case ex.quickRun >= loopReturn && br.Buffered() == 0 && s.toLoop(c):
-			handed = true
-			return
 		}
 	}
-}
-
-// loopReturn is how many requests in a row Config.Quick must answer on a
-// connection's goroutine before the connection goes back to an event
-// loop. A connection leaves its loop at a call Quick declines (one
-// forwarded to its owner, say), and a client's next calls are often
-// Quick's again (a hot key's, served from this node's slice of its
-// budget): without a way back, every connection that ever forwarded
-// would stay on a goroutine. A few in a row, not one, so that a client
-// whose calls alternate does not move its connection at every call.
-const loopReturn = 8
-
-// toLoop gives c, between requests with nothing read ahead, to an event
-// loop, and reports whether it did; false leaves c to its goroutine.
-func (s *Server) toLoop(c *conn) bool {
-	nc := c.Conn
-	if p, ok := nc.(*prefixConn); ok { // handed over by a loop: what it had read is long answered
-		if len(p.rest) > 0 {
-			return false
-		}
-		nc = p.Conn
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shutting.Load() || len(s.loops) == 0 {
-		return false
-	}
-	s.nextLoop++
-	if s.loops[s.nextLoop%len(s.loops)].add(nc) != nil {
-		return false
-	}
-	s.loopStats.returned.Add(1)
-	return true
 }
 
 // exchange is one connection's reusable buffers.
@@ -351,8 +313,6 @@ type exchange struct {
 	big   []byte    // a request larger than the read buffer
 	last  time.Time // when the last request's first byte was read
 	watch watchable // the connection, for Request.WatchClient
-	// quickRun counts the requests in a row Config.Quick answered.
-	quickRun int
 }
 
 // next reads, answers and writes one request of c. keep is false when the
@@ -390,9 +350,7 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 	ex.req.Body = raw[n:]
 	ex.req.watch = &ex.watch
 	ex.resp.reset()
-	if s.quickFirst(ex) {
-		ex.quickRun++
-	} else if ex.quickRun = 0; !s.cfg.Handler(context.Background(), &ex.req, &ex.resp) {
+	if !s.cfg.Handler(context.Background(), &ex.req, &ex.resp) {
 		if len(ex.big) > 0 && &raw[0] == &ex.big[0] {
 			return io.MultiReader(bytes.NewReader(raw), br), false, ErrNotPlain
 		}
@@ -419,17 +377,6 @@ func (s *Server) next(c *conn, br *bufio.Reader, ex *exchange) (r io.Reader, kee
 		ex.resp.Body = nil
 	}
 	return nil, !closing, nil
-}
-
-// quickFirst answers ex's request with Config.Quick when the Server has
-// event loops (a run of its answers sends the connection back to one,
-// loopReturn), and reports whether Quick took it; Quick declines having
-// changed nothing.
-func (s *Server) quickFirst(ex *exchange) bool {
-	if s.cfg.Quick == nil || s.cfg.Loops <= 0 {
-		return false
-	}
-	return s.cfg.Quick(context.Background(), &ex.req, &ex.resp)
 }
 
 // readRequest reads the request whose first byte is in br: its head, then

@@ -115,10 +115,8 @@ func startServerOn(t *testing.T, cfg Config, wrap func(net.Listener) net.Listene
 }
 
 // quick is the test servers' Quick: handler's answer, marked X-Served:
-// quick, for every path but those that wait (/block, /watch) and /slow,
-// which it declines (and handler answers as any other). Quick answers on
-// a loop and, first, on a goroutine that came from one (LoopStats tells
-// them apart).
+// loop, for every path but those that wait (/block, /watch) and /slow,
+// which it declines (and handler answers as any other).
 func quick(handler Handler) Handler {
 	return func(ctx context.Context, req *Request, resp *Response) bool {
 		switch string(req.Path) {
@@ -128,7 +126,7 @@ func quick(handler Handler) Handler {
 		if !handler(ctx, req, resp) {
 			return false
 		}
-		resp.AddHeader("X-Served", "quick")
+		resp.AddHeader("X-Served", "loop")
 		return true
 	}
 }
