@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -250,6 +251,59 @@ func referenceProxy(upstream string) (addr string, stop func(), err error) {
 	return ln.Addr().String(), func() {
 		_ = srv.Close()
 		<-done
+	}, nil
+}
+
+// relay serves a TCP relay in front of upstream, a base URL's host, on a
+// loopback port of this process: each connection's bytes copied to a
+// connection of its own to upstream and back (a goroutine each way; on
+// Linux, io.Copy splices), no HTTP parsed. What a second hop costs on this
+// machine before any proxy reads a byte: the floor of an added latency.
+// stop closes it and its connections.
+func relay(upstream string) (addr string, stop func(), err error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			track(c)
+			track(up)
+			wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+		}
+	})
+	return ln.Addr().String(), func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
 	}, nil
 }
 

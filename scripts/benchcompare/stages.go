@@ -421,6 +421,11 @@ func (o options) proxyRuns(ctx context.Context, r *report, direct, through strin
 		return err
 	}
 	defer stop()
+	hop, stopRelay, err := relay(direct)
+	if err != nil {
+		return err
+	}
+	defer stopRelay()
 	run := func(name string, into *measured, args ...string) alternated {
 		args = append([]string{"-system", "proxy", "-c", "1", "-api-key", proxyKey, "-model", "gpt-4o-mini"}, args...)
 		return alternated{name, into, func(label string, _ int) (measured, error) {
@@ -431,6 +436,7 @@ func (o options) proxyRuns(ctx context.Context, r *report, direct, through strin
 		run("proxy: fakellm directly", &r.direct, "-targets", direct),
 		run("proxy: through tokenring", &r.through, "-targets", through),
 		run("proxy: through Go's httputil.ReverseProxy", &r.reference, "-targets", "http://"+ref),
+		run("proxy: through a TCP relay", &r.relay, "-targets", "http://"+hop),
 		run("proxy: fakellm directly, streamed", &r.directStream, "-targets", direct, "-stream"),
 		run("proxy: through tokenring, streamed", &r.throughStream, "-targets", through, "-stream"),
 	})

@@ -52,6 +52,7 @@ func cannedReport() *report {
 		directStream:  canned(0, 200, 500, 0, 0, 0),
 		throughStream: canned(0, 900, 2_500, 0, 0, 0),
 		reference:     canned(0, 180, 700, 0, 0, 0),
+		relay:         canned(0, 130, 500, 0, 0, 0),
 	}
 	r.incr.clientNs = 4e8            // 2.0 µs a decision
 	r.single.clientNs = 2.25e9       // 12.5
@@ -96,7 +97,8 @@ LLM proxy (fakellm; 1 worker, sequential)
 | call | direct p50 | direct p99 | through p50 | through p99 | added p50 | added p99 |
 |---|---:|---:|---:|---:|---:|---:|
 | chat completion through tokenring, whole answer | 100 µs | 400 µs | 250 µs | 1,200 µs | 150 µs | 800 µs |
-| the same through Go's httputil.ReverseProxy (no limiting: the floor) | 100 µs | 400 µs | 180 µs | 700 µs | 80 µs | 300 µs |
+| the same through Go's httputil.ReverseProxy (no limiting) | 100 µs | 400 µs | 180 µs | 700 µs | 80 µs | 300 µs |
+| the same through a TCP relay (no HTTP: the floor of a second hop) | 100 µs | 400 µs | 130 µs | 500 µs | 30 µs | 100 µs |
 | chat completion stream through tokenring, first byte | 200 µs | 500 µs | 900 µs | 2,500 µs | 700 µs | 2,000 µs |
 
 Must-show:
