@@ -229,16 +229,26 @@ func startFakeLLM(ctx context.Context, bin string) (*server, error) {
 	return s, nil
 }
 
+// listenBefore parses upstream, a base URL, and listens on a loopback
+// port for a proxy in front of it.
+func listenBefore(upstream string) (*url.URL, net.Listener, error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	return u, ln, nil
+}
+
 // referenceProxy serves Go's standard reverse proxy (net/http/httputil: no
 // limiting, no counting) in front of upstream, a base URL, on a loopback
 // port of this process: what a proxy written in Go adds on this machine
 // before it does anything. stop closes it.
 func referenceProxy(upstream string) (addr string, stop func(), err error) {
-	u, err := url.Parse(upstream)
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, ln, err := listenBefore(upstream)
 	if err != nil {
 		return "", nil, err
 	}
@@ -261,11 +271,7 @@ func referenceProxy(upstream string) (addr string, stop func(), err error) {
 // machine before any proxy reads a byte: the floor of an added latency.
 // stop closes it and its connections.
 func relay(upstream string) (addr string, stop func(), err error) {
-	u, err := url.Parse(upstream)
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, ln, err := listenBefore(upstream)
 	if err != nil {
 		return "", nil, err
 	}
