@@ -5,12 +5,13 @@
 // earliest it holds (a netpoll break or a thread started: a futex on
 // another CPU). A proxied call that sets three timeouts and stops them
 // all, none ever firing, paid up to three such wake-ups on its critical
-// path, and 17% more CPU (BENCHMARKS.md, "Timers and yields off the proxy's
-// path"). A Clock instead files deadlines in slots of one Tick, which one
-// goroutine, ticking only while a deadline is set (and Linger after),
-// fires: setting, moving and stopping a deadline is a lock and a map
-// operation, or an atomic store. The price is precision: a function runs
-// after its deadline, by up to a Tick and its goroutine's start.
+// path, and a sixth of the node's CPU for the call (BENCHMARKS.md, "the
+// seventh session: wake-ups off the proxy's path"). A Clock instead files
+// deadlines in slots of one Tick, which one goroutine, ticking only while a
+// deadline is set (and Linger after), fires: setting, moving and stopping
+// a deadline is a lock and a map operation, or an atomic store. The price
+// is precision: a function runs after its deadline, by up to a Tick and
+// its goroutine's start.
 package alarm
 
 import (
