@@ -234,8 +234,9 @@ func (d *debts) close() {
 }
 
 // Close stops the router's background work: the loop charging fallback
-// debts (which runs only while some are owed) and the proxy's timeouts
-// (an upstream call still waiting then is no longer cut), and closes the
+// debts (which runs only while some are owed) and the proxy's timeouts and
+// lease renewals (an upstream call still waiting then is no longer cut nor
+// its lease renewed), and closes the
 // LLM proxy's idle upstream connections. Debts still owed then are never charged.
 // Close does not stop serving HTTP. It is safe to call more
 // than once.

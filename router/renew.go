@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 )
@@ -29,30 +30,31 @@ func (r *Router) renewInterval(tl limiter.Limits, l lease) time.Duration {
 
 // renewEvery renews l every interval until the returned stop is called; stop
 // returns once no renewal is running and none will start. Between renewals
-// nothing runs: a timer calls renewer.renew when one is due, so a request
-// that ends within the interval (most do) costs no goroutine.
+// nothing runs: an alarm (r.alarms) calls renewer.renew when one is due, so
+// a request that ends within the interval (most do) costs no goroutine and
+// no runtime timer.
 func (r *Router) renewEvery(l lease, every time.Duration) (stop func()) {
 	rn := &renewer{r: r, l: l, every: every}
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	rn.t = time.AfterFunc(every, rn.renew)
+	rn.t = r.alarms.After(every, rn.renew)
 	return rn.stop
 }
 
-// renewer renews one lease on a timer (see Router.renewEvery).
+// renewer renews one lease on an alarm (see Router.renewEvery).
 type renewer struct {
 	r     *Router
 	l     lease
 	every time.Duration
 
 	mu      sync.Mutex
-	t       *time.Timer
+	t       *alarm.Alarm // the next renewal's
 	stopped bool
 	cancel  context.CancelFunc // cancels the renewal running, if any
 	running sync.WaitGroup     // the renewal running, if any
 }
 
-// renew renews the lease once and sets the timer for the next renewal,
+// renew renews the lease once and sets the alarm for the next renewal,
 // every after this one was due.
 func (rn *renewer) renew() {
 	due := time.Now()
@@ -73,7 +75,7 @@ func (rn *renewer) renew() {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if !rn.stopped {
-		rn.t.Reset(max(time.Until(due.Add(rn.every)), 0))
+		rn.t = rn.r.alarms.After(max(time.Until(due.Add(rn.every)), 0), rn.renew)
 	}
 }
 

@@ -139,8 +139,8 @@ type Router struct {
 	// Config.Proxy.Client is nil.
 	upstreams map[Upstream]*http.Client
 	// alarms bound the proxy's waits on upstreams (ResponseHeader,
-	// StreamIdle) without a runtime timer a call; on the wall clock, as
-	// the connections' deadlines are.
+	// StreamIdle) and time its leases' renewals, without a runtime timer
+	// a call; on the wall clock, as the connections' deadlines are.
 	alarms *alarm.Clock
 	warn   rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 }

@@ -3,10 +3,11 @@
 //
 // Go's runtime wakes a thread for a timer it adds when that timer is the
 // earliest it holds (a netpoll break or a thread started: a futex on
-// another CPU). A proxied call that sets three timeouts and stops them
-// all, none ever firing, paid up to three such wake-ups on its critical
-// path, and a sixth of the node's CPU for the call (BENCHMARKS.md, "the
-// seventh session: wake-ups off the proxy's path"). A Clock instead files
+// another CPU). A proxied call set four timers (three timeouts and its
+// lease's renewal) and stopped them all, none ever firing: up to four such
+// wake-ups on its critical path, and three of those timers alone were a
+// sixth of the node's CPU for the call (BENCHMARKS.md, "the seventh
+// session: wake-ups off the proxy's path"). A Clock instead files
 // deadlines in slots of one Tick, which one goroutine, ticking only while a
 // deadline is set (and Linger after), fires: setting, moving and stopping
 // a deadline is a lock and a map operation, or an atomic store. The price
