@@ -36,12 +36,11 @@ type Config struct {
 	// deadline is gone, so that a stream of short calls does not start
 	// it (a timer) for each. Zero means DefaultLinger.
 	Linger time.Duration
-	// Now is the clock deadlines are read on. Nil means time.Now.
-	Now func() time.Time
 }
 
-// Clock fires the functions of its Alarms at their deadlines. Its zero
-// value is not usable: make one with New, and Close it.
+// Clock fires the functions of its Alarms at their deadlines, on the wall
+// clock (time.Now), which its ticks follow too. Its zero value is not
+// usable: make one with New, and Close it.
 type Clock struct {
 	cfg Config
 
@@ -73,9 +72,6 @@ func New(cfg Config) *Clock {
 	if cfg.Linger <= 0 {
 		cfg.Linger = DefaultLinger
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	return &Clock{cfg: cfg, slots: make(map[int64]map[*Alarm]struct{}), stop: make(chan struct{})}
 }
 
@@ -84,7 +80,8 @@ func New(cfg Config) *Clock {
 // first. On a closed Clock it never runs.
 func (c *Clock) After(d time.Duration, fn func()) *Alarm {
 	a := &Alarm{c: c, fn: fn}
-	at := c.cfg.Now().Add(d).UnixNano()
+	now := time.Now().UnixNano()
+	at := now + int64(d)
 	a.at.Store(at)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -93,7 +90,7 @@ func (c *Clock) After(d time.Duration, fn func()) *Alarm {
 		return a
 	}
 	if !c.running {
-		c.next = c.slotOf(c.cfg.Now().UnixNano()) // every slot before is empty: live was 0
+		c.next = c.slotOf(now) // every slot before is empty: live was 0
 		c.running = true
 		c.wg.Add(1)
 		go c.run()
@@ -106,7 +103,7 @@ func (c *Clock) After(d time.Duration, fn func()) *Alarm {
 // once a has run or was stopped. A later deadline is an atomic store; an
 // earlier one files a again.
 func (a *Alarm) Reset(d time.Duration) bool {
-	at := a.c.cfg.Now().Add(d).UnixNano()
+	at := time.Now().Add(d).UnixNano()
 	for {
 		old := a.at.Load()
 		if old == 0 {
@@ -200,7 +197,7 @@ func (c *Clock) run() {
 			return
 		case <-t.C:
 		}
-		due, more := c.due(c.cfg.Now())
+		due, more := c.due(time.Now())
 		for _, a := range due {
 			go a.fn()
 		}
