@@ -320,21 +320,7 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 	var ss servers
 	join := ""
 	for i := range n {
-		var addrs [3]string
-		for j := range addrs {
-			a, err := freeAddr()
-			if err != nil {
-				ss.stop()
-				return nil, err
-			}
-			addrs[j] = a
-		}
-		args := []string{"-name", fmt.Sprintf("bc%d", i+1), "-http", addrs[0], "-peer", addrs[1], "-gossip", addrs[2],
-			"-config", cfg, "-log-level", "warn"}
-		if join != "" {
-			args = append(args, "-join", join)
-		}
-		s, err := startServer(fmt.Sprintf("tokenringd bc%d", i+1), addrs[0], filepath.Join(bin, "tokenringd"), args...)
+		s, addrs, err := startMember(ctx, bin, cfg, fmt.Sprintf("bc%d", i+1), join)
 		if err != nil {
 			ss.stop()
 			return nil, err
@@ -342,10 +328,6 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 		ss = append(ss, s)
 		if join == "" {
 			join = addrs[2]
-		}
-		if err := waitFor(ctx, s, 20*time.Second, func() bool { return httpOK("http://" + s.addr + "/readyz") }); err != nil {
-			ss.stop()
-			return nil, err
 		}
 	}
 	for _, s := range ss {
@@ -356,6 +338,40 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 		}
 	}
 	return ss, nil
+}
+
+// startMember starts node name on free loopback ports, joining join (none:
+// the first), and waits until it is ready; it returns its HTTP, peer and
+// gossip addresses. A port found free can be taken before the node binds
+// it (another process's outgoing connection, say): a node that exits on
+// "address already in use" is started again on other ports, up to twice.
+func startMember(ctx context.Context, bin, cfg, name, join string) (*server, [3]string, error) {
+	var addrs [3]string
+	for try := 0; ; try++ {
+		for j := range addrs {
+			a, err := freeAddr()
+			if err != nil {
+				return nil, addrs, err
+			}
+			addrs[j] = a
+		}
+		args := []string{"-name", name, "-http", addrs[0], "-peer", addrs[1], "-gossip", addrs[2], "-config", cfg, "-log-level", "warn"}
+		if join != "" {
+			args = append(args, "-join", join)
+		}
+		s, err := startServer("tokenringd "+name, addrs[0], filepath.Join(bin, "tokenringd"), args...)
+		if err != nil {
+			return nil, addrs, err
+		}
+		err = waitFor(ctx, s, 20*time.Second, func() bool { return httpOK("http://" + s.addr + "/readyz") })
+		if err == nil {
+			return s, addrs, nil
+		}
+		s.stop()
+		if try == 2 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, addrs, err
+		}
+	}
 }
 
 // httpOK reports whether GET url answers 200.
