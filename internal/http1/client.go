@@ -97,7 +97,8 @@ type Client struct {
 type clientConn struct {
 	addr string // the host:port dialled, its pool's key
 	conn net.Conn
-	br   *bufio.Reader
+	rw   io.ReadWriter // conn's bytes (readWriter)
+	br   *bufio.Reader // reads rw
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -136,7 +137,7 @@ func (c *Client) send(req *http.Request, msg []byte) (*http.Response, error) {
 			return nil, err
 		}
 		stop := context.AfterFunc(ctx, cc.abort)
-		n, err := cc.conn.Write(msg)
+		n, err := cc.rw.Write(msg)
 		if err != nil {
 			stop()
 			_ = cc.conn.Close()
@@ -261,7 +262,8 @@ func (c *Client) get(ctx context.Context, addr string) (cc *clientConn, reused b
 	if err != nil {
 		return nil, false, err
 	}
-	return &clientConn{addr: addr, conn: conn, br: bufio.NewReaderSize(conn, clientReadBuffer)}, false, nil
+	rw := readWriter(conn)
+	return &clientConn{addr: addr, conn: conn, rw: rw, br: bufio.NewReaderSize(rw, clientReadBuffer)}, false, nil
 }
 
 // put keeps cc for the next request to its host, or closes it when its

@@ -177,8 +177,10 @@ func (l *wrapping) Accept() (net.Conn, error) {
 
 // TestLoopServesAWrappersSocket: a loop serves the socket inside a
 // Wrapper and closes the Wrapper when the connection ends; a connection
-// it hands to a goroutine gets its socket back in the Wrapper, through
-// which the goroutine then writes.
+// it hands to a goroutine gets its socket back in the Wrapper. The
+// goroutine, like the loop, writes its answers to the socket; the
+// fallback (net/http), handed the connection, writes through the
+// Wrapper.
 func TestLoopServesAWrappersSocket(t *testing.T) {
 	var ln *wrapping
 	ts := startServerOn(t, Config{Loops: 1}, func(l net.Listener) net.Listener { ln = &wrapping{Listener: l}; return ln })
@@ -194,8 +196,15 @@ func TestLoopServesAWrappersSocket(t *testing.T) {
 	if _, body := c.read(t); body != "fast /slow two" {
 		t.Fatalf("handed over: %q", body)
 	}
-	if w := ln.writes.Load(); w != 1 {
-		t.Fatalf("the goroutine wrote %d times through the Wrapper, want 1", w)
+	if w := ln.writes.Load(); w != 0 {
+		t.Fatalf("the goroutine wrote %d times through the Wrapper, want 0: it writes to the socket", w)
+	}
+	c.send(t, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := c.read(t); body != "fallback GET /b " {
+		t.Fatalf("handed to the fallback: %q", body)
+	}
+	if w := ln.writes.Load(); w == 0 {
+		t.Fatal("the fallback (net/http) wrote nothing through the Wrapper: it writes through the connection it was given")
 	}
 	c.Close()
 	c2 := ts.dial(t)

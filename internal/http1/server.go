@@ -76,6 +76,9 @@ const readBufferSize = 8 << 10
 // (NetConn, which it closes once it holds a duplicate) and serves it
 // itself, and when it gives the connection to a goroutine it puts a fresh
 // one back (SetNetConn). The Wrapper is closed when the connection ends.
+// The server reads and writes the socket itself, on a loop and on a
+// goroutine alike (socket_linux.go); the Wrapper's Read and Write serve
+// Fallback, which is handed the Wrapper.
 type Wrapper interface {
 	NetConn() net.Conn
 	SetNetConn(net.Conn)
@@ -175,7 +178,7 @@ func (s *Server) serveOwn(c net.Conn, pending []byte, loops []*loop) bool {
 			return true
 		}
 	}
-	cn := &conn{Conn: c}
+	cn := &conn{Conn: c, rw: readWriter(c)}
 	s.conns[cn] = struct{}{}
 	s.wg.Add(1)
 	go s.serveConn(cn, pending)
@@ -242,10 +245,23 @@ func (s *Server) closeConns(idleOnly bool) {
 // conn is a connection on the fast path.
 type conn struct {
 	net.Conn
-	idle atomic.Bool // waiting for a request's first byte
+	rw   io.ReadWriter // the socket's bytes (readWriter), after a loop's prefix
+	idle atomic.Bool   // waiting for a request's first byte
 	// rdl and wdl are the read and write deadlines last set (zero: none).
 	rdl, wdl time.Time
 }
+
+// Read reads the request bytes a loop had read and handed over with c
+// first, then the socket's.
+func (c *conn) Read(p []byte) (int, error) {
+	if pc, ok := c.Conn.(*prefixConn); ok && len(pc.rest) > 0 {
+		return pc.Read(p)
+	}
+	return c.rw.Read(p)
+}
+
+// Write writes p on the socket.
+func (c *conn) Write(p []byte) (int, error) { return c.rw.Write(p) }
 
 // lazySlack is how far short of its timeout a deadline set earlier may
 // be and still stand: resetting a deadline costs a timer update, so a

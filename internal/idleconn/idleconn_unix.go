@@ -22,8 +22,7 @@ func Open(conn net.Conn) (open, known bool) {
 	}
 	var perr error
 	if err := rc.Read(func(fd uintptr) bool {
-		var one [1]byte
-		_, _, perr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		perr = peek(fd)
 		return true // never wait
 	}); err != nil {
 		return false, true
