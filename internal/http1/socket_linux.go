@@ -56,7 +56,7 @@ func socketOf(c net.Conn) *socket {
 				return nil
 			}
 			s := &socket{rc: rc}
-			s.read, s.write = s.readOnce, s.writeAll
+			s.read, s.write = s.readOnce, s.writeAll // made once: a call allocates nothing
 			return s
 		default:
 			return nil
