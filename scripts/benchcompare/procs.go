@@ -320,14 +320,14 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 	var ss servers
 	join := ""
 	for i := range n {
-		s, addrs, err := startMember(ctx, bin, cfg, fmt.Sprintf("bc%d", i+1), join)
+		s, gossip, err := startMember(ctx, bin, cfg, fmt.Sprintf("bc%d", i+1), join)
 		if err != nil {
 			ss.stop()
 			return nil, err
 		}
 		ss = append(ss, s)
 		if join == "" {
-			join = addrs[2]
+			join = gossip
 		}
 	}
 	for _, s := range ss {
@@ -341,17 +341,17 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 }
 
 // startMember starts node name on free loopback ports, joining join (none:
-// the first), and waits until it is ready; it returns its HTTP, peer and
-// gossip addresses. A port found free can be taken before the node binds
+// the first), and waits until it is ready; it returns the node and its
+// gossip address. A port found free can be taken before the node binds
 // it (another process's outgoing connection, say): a node that exits on
 // "address already in use" is started again on other ports, up to twice.
-func startMember(ctx context.Context, bin, cfg, name, join string) (*server, [3]string, error) {
-	var addrs [3]string
+func startMember(ctx context.Context, bin, cfg, name, join string) (*server, string, error) {
+	var addrs [3]string // HTTP, peer, gossip
 	for try := 0; ; try++ {
 		for j := range addrs {
 			a, err := freeAddr()
 			if err != nil {
-				return nil, addrs, err
+				return nil, "", err
 			}
 			addrs[j] = a
 		}
@@ -361,15 +361,15 @@ func startMember(ctx context.Context, bin, cfg, name, join string) (*server, [3]
 		}
 		s, err := startServer("tokenringd "+name, addrs[0], filepath.Join(bin, "tokenringd"), args...)
 		if err != nil {
-			return nil, addrs, err
+			return nil, "", err
 		}
 		err = waitFor(ctx, s, 20*time.Second, func() bool { return httpOK("http://" + s.addr + "/readyz") })
 		if err == nil {
-			return s, addrs, nil
+			return s, addrs[2], nil
 		}
 		s.stop()
 		if try == 2 || !strings.Contains(err.Error(), "address already in use") {
-			return nil, addrs, err
+			return nil, "", err
 		}
 	}
 }
