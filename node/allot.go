@@ -37,6 +37,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,6 +107,8 @@ type hotKey struct {
 	since      time.Time // the last ask (or the first forward)
 	served     time.Time // the last acquire served from a slice
 	quiet      time.Time // no ask before it: the owner refused one for its bucket ending then
+	renew      time.Time // past the owner's bucket end its last slice was made in: the next is asked for then (zero: none due)
+	addr       string    // the owner's peer address the last slice came from
 	forwarded  int       // forwarded acquires since counting
 	counting   time.Time // start of the period forwarded counts (at most a second)
 	lastActive time.Time
@@ -117,6 +120,12 @@ type allotments struct {
 	rate   int // forwarded acquires a second that make a key hot
 	seed   maphash.Seed
 	shards [16]allotShard
+
+	// The renewals (renewals): wakeAt is the earliest renew the node's
+	// renewing goroutine sleeps until (UnixNano; 0 while it looks, or
+	// when none is due), and nudge wakes it for an earlier one.
+	wakeAt atomic.Int64
+	nudge  chan struct{}
 
 	returns // what was and was not given back (giveback.go)
 }
@@ -132,7 +141,7 @@ type allotShard struct {
 const maxHotKeys = 256
 
 func newAllotments(rate int) *allotments {
-	al := &allotments{rate: rate, seed: maphash.MakeSeed(), returns: newReturns()}
+	al := &allotments{rate: rate, seed: maphash.MakeSeed(), returns: newReturns(), nudge: make(chan struct{}, 1)}
 	for i := range al.shards {
 		al.shards[i].keys = make(map[string]*hotKey)
 	}
@@ -205,13 +214,13 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 	if tokens, ok := requestBound(c.Req); ok {
 		k.maxTokens = max(k.maxTokens, tokens)
 	}
-	if !k.served.IsZero() && now.Sub(k.served) < time.Second && al.atRate(k.uses, now.Sub(k.since)) {
-		// Served from a slice within the last second, and as busy since
-		// the last ask: the key is still hot, its slices just ended with
-		// their bucket. The next is asked for at once, not after another
-		// tenth of a second of counting forwards (every key's buckets end
-		// together, so that pause would forward every hot key at each
-		// bucket's end).
+	if al.stillHot(k, now) {
+		// The key's slices just ended with their bucket, and the
+		// renewal did not ask for the next (or its answer is not in).
+		// The next is asked for at once, not after another tenth of a
+		// second of counting forwards (every key's buckets end together,
+		// so that pause would forward every hot key at each bucket's
+		// end).
 		return k.wantsMore(now)
 	}
 	elapsed := now.Sub(k.counting)
@@ -222,6 +231,13 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 	// The rate over the counting period, once it is a tenth of a second
 	// long: a key is hot within 100 ms.
 	return al.atRate(k.forwarded, elapsed) && elapsed >= 100*time.Millisecond && k.wantsMore(now)
+}
+
+// stillHot reports whether k, whose slices may have ended, is hot at now:
+// a slice served it within the last second, and it has been as busy since
+// the last ask.
+func (al *allotments) stillHot(k *hotKey, now time.Time) bool {
+	return !k.served.IsZero() && now.Sub(k.served) < time.Second && al.atRate(k.uses, now.Sub(k.since))
 }
 
 // atRate reports whether n acquires in elapsed (counted as at least a
@@ -280,8 +296,9 @@ func (al *allotments) ask(key string, now time.Time) Call {
 }
 
 // granted installs the answer of the owner at addr to an ask sent at sent
-// (this node's clock); a failed ask (err) just ends the ask.
-func (al *allotments) granted(key, addr string, sent time.Time, reserve int64, a Answer, err error) {
+// and answered at received (this node's clock); a failed ask (err) just
+// ends the ask. A slice granted sets the key's renewal (renewals).
+func (al *allotments) granted(key, addr string, sent, received time.Time, reserve int64, a Answer, err error) {
 	sh := al.shard(key)
 	defer sh.mu.Unlock()
 	k := sh.keys[key]
@@ -302,6 +319,63 @@ func (al *allotments) granted(key, addr string, sent time.Time, reserve int64, a
 	}
 	s := &slice{ids: ids, reserve: reserve, granted: len(ids), owner: a.Owner, addr: addr, status: a.Decision.Status, deadline: sent.Add(validFor)}
 	k.slices = append(k.slices, s)
+	// The owner's bucket ends, by this node's clock, between the
+	// deadline (the owner measured what was left at sent, at the
+	// earliest) and the deadline plus the ask's round trip (at received,
+	// at the latest): an ask made then is for the next bucket.
+	k.renew, k.addr = s.deadline.Add(max(0, received.Sub(sent))), addr
+	if w := al.wakeAt.Load(); w == 0 || k.renew.UnixNano() < w {
+		select {
+		case al.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renewal is what renewals found due for one key: the admissions of its
+// slices that ended, to give back, and whether the next slice should be
+// asked for, of the owner at addr.
+type renewal struct {
+	key, addr string
+	expired   []uint64
+	ask       bool
+}
+
+// renewals returns the keys whose renew is at or before now, and the
+// earliest renew after now (zero: none). Each key's slices end with its
+// owner's bucket, and every key's buckets end together: a hot key asked
+// for the next slice only at its next forward would forward its first
+// requests of every bucket, and all hot keys would ask at once then. So
+// the node asks for the next bucket's slices of the keys still hot (a
+// slice served them within the last second, at the hot rate) as soon as
+// the owner's bucket has ended, before their next requests come.
+func (al *allotments) renewals(now time.Time) (due []renewal, next time.Time) {
+	al.wakeAt.Store(0) // grants made while this looks nudge it again
+	for i := range al.shards {
+		sh := &al.shards[i]
+		sh.mu.Lock()
+		for key, k := range sh.keys {
+			switch {
+			case k.renew.IsZero():
+			case now.Before(k.renew):
+				if next.IsZero() || k.renew.Before(next) {
+					next = k.renew
+				}
+			default:
+				k.renew = time.Time{}
+				r := renewal{key: key, addr: k.addr, expired: k.dropExpired(now, "")}
+				r.ask = al.stillHot(k, now) && k.wantsMore(now)
+				if r.ask || len(r.expired) > 0 {
+					due = append(due, r)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if !next.IsZero() {
+		al.wakeAt.Store(next.UnixNano())
+	}
+	return due, next
 }
 
 // sweep returns the admissions of slices past their deadline at now, by
@@ -464,7 +538,49 @@ func (n *Node) askSlice(key, addr string) {
 		}
 		err = ErrClosed
 	}
-	n.allot.granted(key, addr, sent, c.Req.Reserve, a, err)
+	n.allot.granted(key, addr, sent, n.cfg.Now(), c.Req.Reserve, a, err)
+}
+
+// renewing asks for hot keys' next slices as their owners' buckets end
+// (allotments.renewals), sleeping until the earliest is due.
+func (n *Node) renewing() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.allot.nudge:
+		case <-t.C:
+		}
+		next := n.renewSlices()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(0, next.Sub(n.cfg.Now()))
+		}
+		t.Reset(wait)
+	}
+}
+
+// renewSlices gives back the admissions of the slices that ended with
+// their bucket and asks for the next of the keys still hot; it returns
+// when the next renewal is due (zero: none is).
+func (n *Node) renewSlices() time.Time {
+	now := n.cfg.Now()
+	due, next := n.allot.renewals(now)
+	for _, r := range due {
+		if len(r.expired) > 0 {
+			n.background(func() { n.cancelAdmissions(r.key, r.expired, time.Time{}) })
+		}
+		switch {
+		case !r.ask:
+		case n.leaving.Load() || !n.peer(r.addr).up():
+			n.allot.granted(r.key, r.addr, now, now, 0, Answer{}, ErrClosed) // ends the ask
+		default:
+			n.background(func() { n.askSlice(r.key, r.addr) })
+		}
+	}
+	return next
 }
 
 // returnSlices gives every slice's admissions not handed out back to

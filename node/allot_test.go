@@ -220,7 +220,7 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 					outstanding[ids[i]] = now.Add(valid)
 				}
 				a := Answer{OK: n > 0, Owner: "owner", State: appendGrant(nil, valid, ids)}
-				al.granted(key, "owner", now, 8, a, nil)
+				al.granted(key, "owner", now, now, 8, a, nil)
 			case 1: // a request
 				tokens := int64(rapid.IntRange(1, 10).Draw(t, "tokens"))
 				a, ok, expired, _ := al.take(call(tokens), now, "owner")
@@ -278,7 +278,7 @@ func TestKeyStaysHotAcrossItsBucketEnd(t *testing.T) {
 			}
 		}
 		c := al.ask("k", now)
-		al.granted("k", "owner", now, c.Req.Reserve, Answer{OK: true, Owner: "owner", State: appendGrant(nil, 900*time.Millisecond, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, nil)
+		al.granted("k", "owner", now, now, c.Req.Reserve, Answer{OK: true, Owner: "owner", State: appendGrant(nil, 900*time.Millisecond, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, nil)
 		for i := range 8 { // 8 served by 950 ms
 			now = t0.Add(time.Duration(200+100*i) * time.Millisecond)
 			if _, ok, _, _ := al.take(call, now, "owner"); !ok {
@@ -380,7 +380,7 @@ func TestSliceIsAHundredthOfWhatIsLeft(t *testing.T) {
 	}
 	sent := now.Add(100 * time.Millisecond)
 	al.ask("k", sent)
-	al.granted("k", "owner", sent, 1, Answer{OK: false, Owner: "owner", State: appendGrant(nil, 300*time.Millisecond, nil)}, nil)
+	al.granted("k", "owner", sent, sent, 1, Answer{OK: false, Owner: "owner", State: appendGrant(nil, 300*time.Millisecond, nil)}, nil)
 	if al.forwarded(call, sent.Add(299*time.Millisecond)) {
 		t.Fatal("asked again before the bucket of a refused ask ended")
 	}
@@ -462,7 +462,7 @@ func TestAllotmentConservationSim(t *testing.T) {
 					c := al.ask("k", now)
 					a := allot(owner, now, &c)
 					a.Owner = "owner"
-					al.granted("k", "owner", now, c.Req.Reserve, a, nil)
+					al.granted("k", "owner", now, now, c.Req.Reserve, a, nil)
 				}
 			}
 			checkWindow(t, arrivals, window, limit)
@@ -629,4 +629,71 @@ func TestAllotAnyAskAnyTime(t *testing.T) {
 			rt.Fatalf("remaining %d → %d for %d admissions", before, after, len(ids))
 		}
 	})
+}
+
+// A hot key's next slice is asked for as soon as its owner's bucket has
+// ended, by this node's clock: its last slice's deadline plus that ask's
+// round trip, not at its next forward. Its expired admissions are given
+// back then too. A key no slice served in the last second is not asked for
+// again; one already asking is not asked for twice.
+func TestNextSliceIsAskedForWhenTheBucketEnds(t *testing.T) {
+	call := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
+	t0 := time.Unix(1000, 0)
+	hot := func(al *allotments) {
+		t.Helper()
+		for i := range 6 {
+			if al.forwarded(call, t0.Add(time.Duration(20*i)*time.Millisecond)) != (i == 5) {
+				t.Fatalf("forward %d of 6 in 100 ms: ask not as expected", i+1)
+			}
+		}
+	}
+	grant := func(al *allotments, sent, received time.Time, valid time.Duration, ids ...uint64) {
+		c := al.ask("k", sent)
+		al.granted("k", "owner", sent, received, c.Req.Reserve, Answer{OK: true, Owner: "owner", State: appendGrant(nil, valid, ids)}, nil)
+	}
+
+	al := newAllotments(5)
+	hot(al)
+	sent := t0.Add(100 * time.Millisecond)
+	grant(al, sent, sent.Add(30*time.Millisecond), 900*time.Millisecond, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	select {
+	case <-al.nudge:
+	default:
+		t.Fatal("a slice granted with a renewal earlier than any did not nudge the renewing goroutine")
+	}
+	for i := range 8 {
+		if _, ok, _, _ := al.take(call, t0.Add(time.Duration(200+90*i)*time.Millisecond), "owner"); !ok {
+			t.Fatalf("acquire %d not served from the slice", i)
+		}
+	}
+	renewAt := t0.Add(1030 * time.Millisecond) // deadline 1 s, plus the ask's 30 ms
+	due, next := al.renewals(renewAt.Add(-time.Nanosecond))
+	if len(due) != 0 || !next.Equal(renewAt) {
+		t.Fatalf("before the renewal: %d due, next at %v; want none due, next at %v", len(due), next.Sub(t0), renewAt.Sub(t0))
+	}
+	if al.wakeAt.Load() != renewAt.UnixNano() {
+		t.Fatal("renewals did not record when the goroutine wakes next")
+	}
+	due, next = al.renewals(renewAt)
+	if len(due) != 1 || !due[0].ask || due[0].addr != "owner" || len(due[0].expired) != 2 || !next.IsZero() {
+		t.Fatalf("at the renewal: %+v, next %v; want one ask of owner giving back 2, none next", due, next)
+	}
+	if due, _ := al.renewals(renewAt.Add(time.Second)); len(due) != 0 {
+		t.Fatalf("renewed twice: %+v", due)
+	}
+	if al.forwarded(call, renewAt.Add(time.Millisecond)) {
+		t.Fatal("a forward asked again while the renewal's ask was under way")
+	}
+
+	// The next slice serves one request in its bucket, under the hot
+	// rate: at its end the key is not asked for again.
+	sent = renewAt
+	grant(al, sent, sent.Add(time.Millisecond), 969*time.Millisecond, 11, 12, 13)
+	if _, ok, _, _ := al.take(call, sent.Add(20*time.Millisecond), "owner"); !ok {
+		t.Fatal("an acquire was not served from the next slice")
+	}
+	due, _ = al.renewals(t0.Add(2*time.Second + 2*time.Millisecond))
+	if len(due) != 1 || due[0].ask || len(due[0].expired) != 2 {
+		t.Fatalf("after a bucket the slice served one request of: %+v; want no ask, 2 given back", due)
+	}
 }

@@ -153,6 +153,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.HotKeyRate > 0 {
 		n.allot = newAllotments(cfg.HotKeyRate)
 		n.every(allotSweepInterval, n.sweepAllotments)
+		n.wg.Go(n.renewing)
 	}
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
