@@ -105,6 +105,8 @@ type hotKey struct {
 	maxTokens  int64     // the largest token bound of a request since the last ask
 	uses       int       // acquires for the key since the last ask
 	since      time.Time // the last ask (or the first forward)
+	askedRate  float64   // the acquires a second the last ask asked for
+	askedBound int64     // the token bound the last ask asked for
 	served     time.Time // the last acquire served from a slice
 	quiet      time.Time // no ask before it: the owner refused one for its bucket ending then
 	renew      time.Time // past the owner's bucket end its last slice was made in: the next is asked for then (zero: none due)
@@ -237,7 +239,19 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 // a slice served it within the last second, and it has been as busy since
 // the last ask.
 func (al *allotments) stillHot(k *hotKey, now time.Time) bool {
-	return !k.served.IsZero() && now.Sub(k.served) < time.Second && al.atRate(k.uses, now.Sub(k.since))
+	return !k.served.IsZero() && now.Sub(k.served) < time.Second && k.rate(now) >= float64(al.rate)
+}
+
+// rate is k's acquires a second at now: since the last ask (counted as at
+// least a tenth of a second), or as that ask measured it when it is under
+// a tenth of a second old: a top-up asked just before the bucket ends
+// leaves too few acquires since to tell.
+func (k *hotKey) rate(now time.Time) float64 {
+	elapsed := now.Sub(k.since)
+	if elapsed < 100*time.Millisecond && k.askedRate > 0 {
+		return k.askedRate
+	}
+	return float64(k.uses) / max(elapsed, 100*time.Millisecond).Seconds()
 }
 
 // atRate reports whether n acquires in elapsed (counted as at least a
@@ -250,7 +264,7 @@ func (al *allotments) atRate(n int, elapsed time.Duration) bool {
 // under way, the owner did not refuse one for the current bucket, and the
 // slices held are low.
 func (k *hotKey) wantsMore(now time.Time) bool {
-	if k.asking || k.maxTokens == 0 || now.Before(k.quiet) {
+	if k.asking || max(k.maxTokens, k.askedBound) == 0 || now.Before(k.quiet) {
 		return false
 	}
 	left, granted := 0, 0
@@ -281,16 +295,18 @@ func (k *hotKey) dropExpired(now time.Time, addr string) (ids []uint64) {
 	return ids
 }
 
-// ask returns the OpAllot to send for key at now: the rate of acquires
-// seen since the last ask, per second, and the token bound; it resets
-// those counts.
+// ask returns the OpAllot to send for key at now: the key's rate of
+// acquires a second, and the largest token bound seen since the last ask
+// (that ask's when none was); it resets those counts.
 func (al *allotments) ask(key string, now time.Time) Call {
 	sh := al.shard(key)
 	defer sh.mu.Unlock()
 	k := sh.keys[key]
-	elapsed := max(now.Sub(k.since), 100*time.Millisecond)
-	perSecond := float64(k.uses) / elapsed.Seconds()
-	c := Call{Op: OpAllot, Key: key, Count: uint32(min(maxAllot, max(1, perSecond))), Req: limiter.Request{Reserve: max(1, k.maxTokens)}}
+	if k.maxTokens > 0 {
+		k.askedBound = k.maxTokens
+	}
+	k.askedRate = k.rate(now)
+	c := Call{Op: OpAllot, Key: key, Count: uint32(min(maxAllot, max(1, k.askedRate))), Req: limiter.Request{Reserve: max(1, k.askedBound)}}
 	k.uses, k.since, k.maxTokens = 0, now, 0
 	return c
 }

@@ -697,3 +697,73 @@ func TestNextSliceIsAskedForWhenTheBucketEnds(t *testing.T) {
 		t.Fatalf("after a bucket the slice served one request of: %+v; want no ask, 2 given back", due)
 	}
 }
+
+// A hot key keeps being decided from slices across its owner's bucket
+// ends: the holder asks for each next slice as the bucket ends (renewing),
+// not at the key's first request after it, which it would forward. The
+// buckets here are 100 ms (a 6 s window), and node 2 sends a request every
+// 20 ms for 2 s once the key is hot: 20 bucket ends. Asked for only at a
+// forward, each bucket's first request would go to the owner: 20 forwards
+// at least.
+func TestHotKeyIsNotForwardedAtItsBucketEnds(t *testing.T) {
+	limits := limiter.Limits{Requests: 1 << 40, Tokens: 1 << 40, Concurrency: 1 << 20, Window: 6 * time.Second}
+	c := newCluster(t, 3, func(string) limiter.Limits { return limits }, BatchConfig{}, hotAt(5), noReplication)
+	key := c.keyOwnedBy(t, 0)
+	nd := c.nodes[1]
+	send := func(n int) {
+		t.Helper()
+		for range n {
+			a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
+			if err != nil || !a.Decision.Allowed {
+				t.Fatalf("acquire: allowed %v, err %v", a.Decision.Allowed, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	send(25) // half a second: hot, and served from slices
+	if nd.stats.allotted.Load() == 0 {
+		t.Fatal("no acquire was served from a slice: the key never became hot")
+	}
+	const calls = 100
+	before := nd.stats.allotted.Load()
+	send(calls)
+	forwarded := calls - (nd.stats.allotted.Load() - before)
+	t.Logf("%d of %d acquires forwarded across about 20 bucket ends", forwarded, calls)
+	if forwarded > 12 {
+		t.Fatalf("%d of %d acquires of a hot key forwarded across about 20 bucket ends, want at most 12: its next slices were not asked for as its buckets ended", forwarded, calls)
+	}
+}
+
+// A top-up asked just before the bucket's end resets the key's counts, but
+// not its heat: under a tenth of a second after an ask, the key's rate is
+// the one that ask measured, so the renewal still asks for the next
+// bucket's slice, of the same token bound.
+func TestTopUpJustBeforeTheBucketEndKeepsTheKeyHot(t *testing.T) {
+	call := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 10, MaxTokens: 20}}
+	al := newAllotments(5)
+	t0 := time.Unix(1000, 0)
+	for i := range 6 {
+		al.forwarded(call, t0.Add(time.Duration(20*i)*time.Millisecond))
+	}
+	grant := func(sent time.Time, valid time.Duration, ids ...uint64) {
+		c := al.ask("k", sent)
+		if c.Req.Reserve != 30 {
+			t.Fatalf("ask at %v reserves %d tokens an admission, want 30", sent.Sub(t0), c.Req.Reserve)
+		}
+		al.granted("k", "owner", sent, sent, c.Req.Reserve, Answer{OK: true, Owner: "owner", State: appendGrant(nil, valid, ids)}, nil)
+	}
+	grant(t0.Add(100*time.Millisecond), 900*time.Millisecond, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	for i := range 9 {
+		if _, ok, _, _ := al.take(call, t0.Add(time.Duration(150+90*i)*time.Millisecond), "owner"); !ok {
+			t.Fatalf("acquire %d not served", i)
+		}
+	}
+	grant(t0.Add(980*time.Millisecond), 20*time.Millisecond, 11, 12) // the top-up, a fifth left
+	due, _ := al.renewals(t0.Add(time.Second))
+	if len(due) != 1 || !due[0].ask || len(due[0].expired) != 3 {
+		t.Fatalf("at the bucket's end, 20 ms after a top-up: %+v; want an ask, 3 given back", due)
+	}
+	if c := al.ask("k", t0.Add(time.Second)); c.Req.Reserve != 30 || c.Count < 5 {
+		t.Fatalf("the renewal's ask: %d a second reserving %d tokens, want at least 5 reserving 30", c.Count, c.Req.Reserve)
+	}
+}
