@@ -236,8 +236,7 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 }
 
 // stillHot reports whether k, whose slices may have ended, is hot at now:
-// a slice served it within the last second, and it has been as busy since
-// the last ask.
+// a slice served it within the last second, and its rate is the hot rate.
 func (al *allotments) stillHot(k *hotKey, now time.Time) bool {
 	return !k.served.IsZero() && now.Sub(k.served) < time.Second && k.rate(now) >= float64(al.rate)
 }
@@ -590,7 +589,7 @@ func (n *Node) renewSlices() time.Time {
 		}
 		switch {
 		case !r.ask:
-		case n.leaving.Load() || !n.peer(r.addr).up():
+		case n.leaving.Load() || !n.peerUp(r.addr):
 			n.allot.granted(r.key, r.addr, now, now, 0, Answer{}, ErrClosed) // ends the ask
 		default:
 			n.background(func() { n.askSlice(r.key, r.addr) })
