@@ -347,52 +347,6 @@ func (al *allotments) granted(key, addr string, sent, received time.Time, reserv
 	}
 }
 
-// renewal is what renewals found due for one key: the admissions of its
-// slices that ended, to give back, and whether the next slice should be
-// asked for, of the owner at addr.
-type renewal struct {
-	key, addr string
-	expired   []uint64
-	ask       bool
-}
-
-// renewals returns the keys whose renew is at or before now, and the
-// earliest renew after now (zero: none). Each key's slices end with its
-// owner's bucket, and every key's buckets end together: a hot key asked
-// for the next slice only at its next forward would forward its first
-// requests of every bucket, and all hot keys would ask at once then. So
-// the node asks for the next bucket's slices of the keys still hot (a
-// slice served them within the last second, at the hot rate) as soon as
-// the owner's bucket has ended, before their next requests come.
-func (al *allotments) renewals(now time.Time) (due []renewal, next time.Time) {
-	al.wakeAt.Store(0) // grants made while this looks nudge it again
-	for i := range al.shards {
-		sh := &al.shards[i]
-		sh.mu.Lock()
-		for key, k := range sh.keys {
-			switch {
-			case k.renew.IsZero():
-			case now.Before(k.renew):
-				if next.IsZero() || k.renew.Before(next) {
-					next = k.renew
-				}
-			default:
-				k.renew = time.Time{}
-				r := renewal{key: key, addr: k.addr, expired: k.dropExpired(now, "")}
-				r.ask = al.stillHot(k, now) && k.wantsMore(now)
-				if r.ask || len(r.expired) > 0 {
-					due = append(due, r)
-				}
-			}
-		}
-		sh.mu.Unlock()
-	}
-	if !next.IsZero() {
-		al.wakeAt.Store(next.UnixNano())
-	}
-	return due, next
-}
-
 // sweep returns the admissions of slices past their deadline at now, by
 // key, and drops the keys that hold no slice and are not hot (their count
 // is over a second old, and no slice served them in the last second) or
@@ -554,48 +508,6 @@ func (n *Node) askSlice(key, addr string) {
 		err = ErrClosed
 	}
 	n.allot.granted(key, addr, sent, n.cfg.Now(), c.Req.Reserve, a, err)
-}
-
-// renewing asks for hot keys' next slices as their owners' buckets end
-// (allotments.renewals), sleeping until the earliest is due.
-func (n *Node) renewing() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.allot.nudge:
-		case <-t.C:
-		}
-		next := n.renewSlices()
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(0, next.Sub(n.cfg.Now()))
-		}
-		t.Reset(wait)
-	}
-}
-
-// renewSlices gives back the admissions of the slices that ended with
-// their bucket and asks for the next of the keys still hot; it returns
-// when the next renewal is due (zero: none is).
-func (n *Node) renewSlices() time.Time {
-	now := n.cfg.Now()
-	due, next := n.allot.renewals(now)
-	for _, r := range due {
-		if len(r.expired) > 0 {
-			n.background(func() { n.cancelAdmissions(r.key, r.expired, time.Time{}) })
-		}
-		switch {
-		case !r.ask:
-		case n.leaving.Load() || !n.peerUp(r.addr):
-			n.allot.granted(r.key, r.addr, now, now, 0, Answer{}, ErrClosed) // ends the ask
-		default:
-			n.background(func() { n.askSlice(r.key, r.addr) })
-		}
-	}
-	return next
 }
 
 // returnSlices gives every slice's admissions not handed out back to

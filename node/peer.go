@@ -572,15 +572,6 @@ func (n *Node) peer(addr string) *peerClient {
 	return p
 }
 
-// peerUp reports whether this node has a connection to the peer at addr
-// up; unlike peer, it makes no client for an address it has none for.
-func (n *Node) peerUp(addr string) bool {
-	n.mu.Lock()
-	p := n.peers[addr]
-	n.mu.Unlock()
-	return p != nil && p.up()
-}
-
 // prunePeers closes connections to peers that are not in the membership.
 // Callers hold tmu.
 func (n *Node) prunePeers(r *ring.Ring) {
