@@ -42,12 +42,14 @@ func waitReplicated(t *testing.T, procs []*Proc) {
 // waitSlicesEnded returns once the slices of hot keys that live now have
 // ended and what their holders did not hand out is given back: a slice
 // lives until the owner's bucket it was charged to ends (whole seconds with
-// the default 60 s window), and its holder gives the rest back at its next
-// sweep (100 ms); until then the owner counts those admissions as used
-// (README "Hot keys"). Call it once traffic has stopped.
+// the default 60 s window), and a key a slice served in its last second
+// gets the next bucket's slice then (the renewal), which ends a bucket
+// later; the holder gives the rest back at the renewal or its next sweep
+// (100 ms). Until then the owner counts those admissions as used (README
+// "Hot keys"). Call it once traffic has stopped.
 func waitSlicesEnded() {
 	now := time.Now()
-	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now) + 500*time.Millisecond)
+	time.Sleep(now.Truncate(time.Second).Add(2 * time.Second).Sub(now) + 500*time.Millisecond)
 }
 
 // waitDebtsRepaid waits until no node in procs owes fallback debts:
