@@ -49,7 +49,7 @@ func waitReplicated(t *testing.T, procs []*Proc) {
 // "Hot keys"). Call it once traffic has stopped.
 func waitSlicesEnded() {
 	now := time.Now()
-	time.Sleep(now.Truncate(time.Second).Add(2 * time.Second).Sub(now) + 500*time.Millisecond)
+	time.Sleep(now.Truncate(time.Second).Add(2*time.Second).Sub(now) + 500*time.Millisecond)
 }
 
 // waitDebtsRepaid waits until no node in procs owes fallback debts:
