@@ -310,11 +310,19 @@ func (l *loop) readable(c *loopConn, now time.Time) {
 func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on bool) {
 	s := l.s
 	out, answered := l.out[:0], uint64(0)
+	// count counts the answers in out before they are written, so that a
+	// client holding its answer finds it counted.
+	count := func() {
+		if answered > 0 {
+			s.loopStats.answered.Add(answered)
+			answered = 0
+		}
+	}
 	defer func() {
 		if cap(out) <= DefaultMaxBody {
 			l.out = out[:0]
 		}
-		s.loopStats.answered.Add(answered)
+		count() // answers handed to a goroutine to write
 	}()
 	for len(data) > 0 {
 		n, err := ParseHead(data, s.cfg.MaxBody, &l.req)
@@ -342,6 +350,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 			return nil, false
 		}
 		if l.resp.Abort {
+			count()
 			_, _ = unix.Write(c.fd, out) // the answers before it: best effort
 			l.close(c)
 			return nil, false
@@ -351,6 +360,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		answered++
 		data = data[total:]
 		if closing {
+			count()
 			_, _ = unix.Write(c.fd, out)
 			l.close(c)
 			return nil, false
@@ -360,6 +370,7 @@ func (l *loop) answer(c *loopConn, data []byte, now time.Time) (rest []byte, on 
 		return data, true
 	}
 	c.since = now // idle from this answer, or the next request's first byte came with this read
+	count()
 	if !l.write(c, out, data) {
 		return nil, false
 	}
