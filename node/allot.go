@@ -232,7 +232,7 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 	k.forwarded++
 	// The rate over the counting period, once it is a tenth of a second
 	// long: a key is hot within 100 ms.
-	return al.atRate(k.forwarded, elapsed) && elapsed >= 100*time.Millisecond && k.wantsMore(now)
+	return al.atRate(k.forwarded, elapsed) && elapsed >= ratePeriod && k.wantsMore(now)
 }
 
 // stillHot reports whether k, whose slices may have ended, is hot at now:
@@ -241,22 +241,29 @@ func (al *allotments) stillHot(k *hotKey, now time.Time) bool {
 	return !k.served.IsZero() && now.Sub(k.served) < time.Second && k.rate(now) >= float64(al.rate)
 }
 
-// rate is k's acquires a second at now: since the last ask (counted as at
-// least a tenth of a second), or as that ask measured it when it is under
-// a tenth of a second old: a top-up asked just before the bucket ends
-// leaves too few acquires since to tell.
+// rate is k's acquires a second at now: since the last ask, or as that ask
+// measured it when it is under ratePeriod old: a top-up asked just before
+// the bucket ends leaves too few acquires since to tell.
 func (k *hotKey) rate(now time.Time) float64 {
 	elapsed := now.Sub(k.since)
-	if elapsed < 100*time.Millisecond && k.askedRate > 0 {
+	if elapsed < ratePeriod && k.askedRate > 0 {
 		return k.askedRate
 	}
-	return float64(k.uses) / max(elapsed, 100*time.Millisecond).Seconds()
+	return perSecond(k.uses, elapsed)
 }
 
-// atRate reports whether n acquires in elapsed (counted as at least a
-// tenth of a second) reach the hot rate.
+// ratePeriod is the least time a rate of acquires is measured over: a key
+// is hot within it, and a rate over less counts it as this long.
+const ratePeriod = 100 * time.Millisecond
+
+// perSecond is n acquires in elapsed, counted as at least ratePeriod.
+func perSecond(n int, elapsed time.Duration) float64 {
+	return float64(n) / max(elapsed, ratePeriod).Seconds()
+}
+
+// atRate reports whether n acquires in elapsed reach the hot rate.
 func (al *allotments) atRate(n int, elapsed time.Duration) bool {
-	return float64(n) >= float64(al.rate)*max(elapsed, 100*time.Millisecond).Seconds()
+	return perSecond(n, elapsed) >= float64(al.rate)
 }
 
 // wantsMore reports whether a slice should be asked for at now: none is
