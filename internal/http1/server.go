@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/internal/alarm"
+	"github.com/tokenring/tokenring/internal/fdreserve"
+	"golang.org/x/time/rate"
 )
 
 // Handler answers a plain request into resp (empty on entry) and returns
@@ -62,7 +65,22 @@ type Config struct {
 	// Now is the clock of the deadlines and the Date header. Default
 	// time.Now.
 	Now func() time.Time
+	// FDReserve is the file descriptors kept free for the process's own
+	// outbound connections (peers, Redis): a connection accepted within
+	// FDReserve of the open-file limit is closed at once (see package
+	// fdreserve). 0 means fdreserve.DefaultReserve (64); negative, none.
+	FDReserve int
+	// Log receives the accept loop's warnings (one a second at most).
+	// Nil means slog.Default().
+	Log *slog.Logger
 }
+
+// Bounds of the accept loop's backoff after a failed Accept, as
+// net/http's.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
 
 // DefaultMaxBody is Config.MaxBody's default.
 const DefaultMaxBody = 64 << 10
@@ -100,6 +118,16 @@ type Server struct {
 	// busy counts the connections on goroutines between a request's first
 	// byte and its answer written (next).
 	busy atomic.Int32
+	// reserve is the descriptors kept free (nil: none); reserved counts
+	// the connections closed because of it.
+	reserve  *fdreserve.Reserve
+	reserved atomic.Uint64
+	// stopped is closed by Shutdown: the accept loop's backoff ends.
+	stopped  chan struct{}
+	stopOnce sync.Once
+	log      *slog.Logger
+	// acceptLog and reserveLog allow a warning a second each.
+	acceptLog, reserveLog rate.Sometimes
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -121,12 +149,27 @@ func NewServer(cfg Config) *Server {
 	if cfg.Closing == nil {
 		cfg.Closing = func() bool { return false }
 	}
+	if cfg.FDReserve == 0 {
+		cfg.FDReserve = fdreserve.DefaultReserve
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
 	return &Server{cfg: cfg, handoff: newHandoffListener(), alarms: alarm.New(alarm.Config{}),
-		conns: map[*conn]struct{}{}, fb: make(chan struct{})}
+		conns: map[*conn]struct{}{}, fb: make(chan struct{}), stopped: make(chan struct{}),
+		reserve: fdreserve.New(cfg.FDReserve), log: cfg.Log,
+		acceptLog: rate.Sometimes{Interval: time.Second}, reserveLog: rate.Sometimes{Interval: time.Second}}
 }
 
+// ReserveRefused is the number of connections closed as soon as accepted
+// because the process was within Config.FDReserve of its open-file limit.
+func (s *Server) ReserveRefused() uint64 { return s.reserved.Load() }
+
 // Serve accepts connections on ln until Shutdown (then it returns
-// http.ErrServerClosed) or an Accept error.
+// http.ErrServerClosed) or ln is closed (net.ErrClosed). Any other Accept
+// error (EMFILE, ENFILE, ECONNABORTED...) is retried after a backoff
+// doubling from 5 ms to 1 s, warned about once a second at most: a node
+// out of descriptors for a moment serves again once some are freed.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.shutting.Load() {
@@ -148,13 +191,43 @@ func (s *Server) Serve(ln net.Listener) error {
 		defer close(s.fb)
 		_ = s.cfg.Fallback.Serve(s.handoff) // returns at Shutdown
 	}()
+	return s.accept(ln)
+}
+
+// accept is Serve's accept loop.
+func (s *Server) accept(ln net.Listener) error {
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if s.shutting.Load() {
 				return http.ErrServerClosed
 			}
-			return err
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			s.acceptLog.Do(func() {
+				s.log.Warn("http listener: accept failed; retrying", "err", err, "retry_in", delay)
+			})
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-s.stopped:
+				timer.Stop()
+				return http.ErrServerClosed
+			}
+			continue
+		}
+		delay = 0
+		if s.reserve.Full(c) {
+			n := s.reserved.Add(1) // counted before the client can see the close
+			_ = c.Close()
+			s.reserveLog.Do(func() {
+				s.log.Warn("http connection closed: the node is within its descriptor reserve",
+					"reserve", s.cfg.FDReserve, "from_descriptor", s.reserve.Mark(), "refused_total", n)
+			})
+			continue
 		}
 		if !s.serveOwn(c, nil, s.loops) {
 			return http.ErrServerClosed
@@ -192,6 +265,7 @@ func (s *Server) serveOwn(c net.Conn, pending []byte, loops []*loop) bool {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutting.Store(true)
+	s.stopOnce.Do(func() { close(s.stopped) })
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
