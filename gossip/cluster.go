@@ -75,11 +75,13 @@ type departure struct {
 // Cluster is this node's membership in a gossip cluster. Its methods are
 // safe for concurrent use.
 type Cluster struct {
-	cfg    Config // defaults filled, BootID set
-	log    *slog.Logger
-	ml     *memberlist.Memberlist
-	local  MemberState
-	events chan Snapshot // capacity 1: at most the newest snapshot, never blocks a sender
+	cfg Config // defaults filled, BootID set
+	log *slog.Logger
+	ml  *memberlist.Memberlist
+	// transport is memberlist's, with the inbound stream budget.
+	transport *budgetTransport
+	local     MemberState
+	events    chan Snapshot // capacity 1: at most the newest snapshot, never blocks a sender
 
 	mu       sync.Mutex    // guards the fields below, and sends on events
 	members  []MemberState // live members sorted by name
@@ -122,10 +124,18 @@ func Start(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start %s: %w", cfg.Name, err)
 	}
+	where := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort))
+	if c.transport, mcfg.BindPort, err = newBudgetTransport(cfg, mcfg.Logger); err != nil {
+		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, where, err)
+	}
+	if cfg.BindPort == 0 {
+		mcfg.AdvertisePort = mcfg.BindPort
+	}
+	mcfg.Transport = c.transport
 	ml, err := memberlist.Create(mcfg)
 	if err != nil {
-		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name,
-			net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+		_ = c.transport.Shutdown()
+		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, where, err)
 	}
 	c.ml = ml
 	c.local = MemberState{Name: cfg.Name, Addr: ml.LocalNode().Address(), Meta: cfg.Meta}

@@ -502,6 +502,7 @@ func TestZeroConfigDefaults(t *testing.T) {
 	lan.JoinRetries = 0 // zero JoinRetries means one attempt
 	lan.BindPort = 0    // zero BindPort means a port chosen by the system
 	lan.Label = DefaultLabel
+	lan.MaxInboundStreams, lan.InboundStreamTimeout = DefaultMaxInboundStreams, DefaultInboundStreamTimeout
 	if fmt.Sprint(c) != fmt.Sprint(lan) {
 		t.Fatalf("zero config with defaults:\n%+v\nwant\n%+v", c, lan)
 	}

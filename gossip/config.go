@@ -203,6 +203,28 @@ type Config struct {
 	// same port is refused. Every member of a cluster must use the same.
 	// Empty means DefaultLabel; at most MaxLabelSize bytes.
 	Label string
+
+	// MaxInboundStreams is the most inbound gossip TCP connections served
+	// at once; one beyond it is closed as soon as accepted and counted
+	// (tokenring_gossip_conns_rejected_total), as is one accepted while
+	// the process is within its descriptor reserve (internal/fdreserve).
+	// memberlist has no cap of its own and holds a silent connection for
+	// TCPTimeout before it checks its label or key, so without one anyone
+	// reaching the port could take every descriptor of the process.
+	// Higher admits more simultaneous joins and push/pulls; lower holds
+	// fewer descriptors against a flood, and a member refused retries (a
+	// join after JoinRetryInterval, a push/pull at the next interval).
+	// Zero means DefaultMaxInboundStreams (64).
+	MaxInboundStreams int
+
+	// InboundStreamTimeout is how long an inbound gossip TCP connection
+	// has, from its accept, to deliver its message (memberlist reads one
+	// an inbound stream, then only answers): whatever memberlist's
+	// TCPTimeout, a reader that stays silent or trickles holds its slot
+	// this long at most. Too short, and a member's push/pull from a
+	// stalled host fails (it is retried at the next interval). Zero means
+	// DefaultInboundStreamTimeout (1 s).
+	InboundStreamTimeout time.Duration
 }
 
 // DefaultLabel is the Label of a Config that leaves it empty.
@@ -303,6 +325,17 @@ func DefaultLocalConfig() Config {
 	return c
 }
 
+// DeadAfter is the shortest silence after which the other members may
+// declare this one dead: memberlist's least suspicion timeout,
+// SuspicionMult × ProbeInterval (the log10(members) factor is at least 1,
+// and confirmations shrink the timeout down to this, never below). A
+// process that stalled longer than this (a GC pause, a frozen VM) must
+// assume the others declared it dead and restored what it held.
+func (c Config) DeadAfter() time.Duration {
+	c = c.withDefaults()
+	return time.Duration(c.SuspicionMult) * c.ProbeInterval
+}
+
 // withDefaults returns c with its zero fields filled as documented.
 func (c Config) withDefaults() Config {
 	d := DefaultLANConfig()
@@ -331,6 +364,8 @@ func (c Config) withDefaults() Config {
 	if c.Label == "" {
 		c.Label = DefaultLabel
 	}
+	fillInt(&c.MaxInboundStreams, DefaultMaxInboundStreams)
+	fillDuration(&c.InboundStreamTimeout, DefaultInboundStreamTimeout)
 	return c
 }
 
@@ -411,6 +446,8 @@ func (c Config) Validate() error {
 		signedField("suspicion max timeout multiplier", c.SuspicionMaxTimeoutMult),
 		signedField("gossip nodes", c.GossipNodes),
 		signedField("retransmit multiplier", c.RetransmitMult),
+		signedField("max inbound streams", c.MaxInboundStreams),
+		signedField("inbound stream timeout", c.InboundStreamTimeout),
 	} {
 		if f.negative {
 			bad("%s %v is negative", f.name, f.v)

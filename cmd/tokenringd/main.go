@@ -203,7 +203,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer members.Shutdown()
 	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load)
-	reg.MustRegister(loopCollectors(srv)...)
+	reg.MustRegister(append(loopCollectors(srv), members.Collectors()...)...)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
