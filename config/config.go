@@ -38,6 +38,13 @@ type LimitsSection struct {
 	Window time.Duration `yaml:"window"`
 	// LeaseTTL is how long a concurrency slot lives without a renew.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// MaxPromptBytes is the largest prompt (or messages) in bytes that a
+	// node counts with tiktoken, 0.3-0.5 s of CPU a MiB: the decision API
+	// answers a larger one 413 (send prompt_tokens instead), the LLM proxy
+	// reserves an estimate of a token per three bytes. Default 256 KiB;
+	// between 1 and 1 MiB (the largest body). Not part of LimitsHash: it
+	// decides what is counted, not what is admitted.
+	MaxPromptBytes int `yaml:"max_prompt_bytes"`
 }
 
 // Fallback is what a node does when a key's owner is unreachable: the
@@ -254,6 +261,8 @@ const (
 	DefaultDefaultMaxTokens = 4096
 	DefaultMaxWaiters       = 1024
 	DefaultAging            = 5 * time.Second
+	DefaultMaxPromptBytes   = 256 << 10
+	MaxPromptBytesLimit     = 1 << 20 // the largest request body
 
 	DefaultMaxKeys               = 1_000_000
 	DefaultHotKeyRate            = 5
@@ -305,6 +314,8 @@ func Default() Config {
 			Default:  Limits{RPM: DefaultRPM, TPM: DefaultTPM, Concurrency: DefaultConcurrency},
 			Window:   DefaultWindow,
 			LeaseTTL: DefaultLeaseTTL,
+
+			MaxPromptBytes: DefaultMaxPromptBytes,
 		},
 		Fallback:          DefaultFallback,
 		ForwardTimeout:    DefaultForwardTimeout,
@@ -398,6 +409,9 @@ func (c Config) Validate() error {
 	}
 	errs.duration("limits.window", c.Limits.Window, MinDuration, MaxDuration)
 	errs.duration("limits.lease_ttl", c.Limits.LeaseTTL, MinDuration, MaxDuration)
+	if m := c.Limits.MaxPromptBytes; m < 1 || m > MaxPromptBytesLimit {
+		errs.add("limits.max_prompt_bytes", fmt.Sprintf("must be between 1 and %d, got %d", MaxPromptBytesLimit, m))
+	}
 	for _, p := range sortedKeys(c.Pools) {
 		switch {
 		case p == "":

@@ -75,6 +75,8 @@ func TestDefault(t *testing.T) {
 			Default:  Limits{RPM: 60, TPM: 100000, Concurrency: 10},
 			Window:   60 * time.Second,
 			LeaseTTL: 120 * time.Second,
+
+			MaxPromptBytes: 256 << 10,
 		},
 		Fallback:       FallbackDegraded,
 		ForwardTimeout: 15 * time.Millisecond,
@@ -435,7 +437,7 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Load(path, nil)
-	want := path + ": line 2: limits.rpm: unknown field (known: default, tenants, window, lease_ttl)"
+	want := path + ": line 2: limits.rpm: unknown field (known: default, tenants, window, lease_ttl, max_prompt_bytes)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Load error:\n%v\nwant:\n%s", err, want)
 	}

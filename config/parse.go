@@ -363,11 +363,15 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
 		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer")
-	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl"); l != nil {
+	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
 		d.duration(l["window"], "limits.window", &c.Limits.Window)
 		d.duration(l["lease_ttl"], "limits.lease_ttl", &c.Limits.LeaseTTL)
+		var n int64
+		if d.int(l["max_prompt_bytes"], "limits.max_prompt_bytes", &n) {
+			c.Limits.MaxPromptBytes = clampInt(n)
+		}
 	}
 	c.Pools = d.limitsMap(f["pools"], "pools", Limits{})
 	var fallback string

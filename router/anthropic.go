@@ -30,7 +30,7 @@ type anthropicRequest struct {
 	System json.RawMessage `json:"system"`
 }
 
-func (anthropic) parse(c *proxyCall, body []byte, k Counter) error {
+func (anthropic) parse(c *proxyCall, body []byte) error {
 	var in anthropicRequest
 	if err := decodeChat(body, &in, &in.chatRequest); err != nil {
 		return err
@@ -52,7 +52,7 @@ func (anthropic) parse(c *proxyCall, body []byte, k Counter) error {
 		return errors.New("system must be a string or an array of content blocks")
 	}
 	c.model, c.stream, c.body = in.Model, in.Stream, body
-	c.promptTokens = countPrompt(k, body, func(k Counter) int {
+	c.setCount(len(system)+messagesBytes(msgs), func(k Counter) int {
 		if ac, ok := k.(interface {
 			AnthropicMessages(model, system string, msgs []prompt.Message) int
 		}); ok {

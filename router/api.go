@@ -203,6 +203,8 @@ type admission struct {
 	req           limiter.Request
 }
 
+// parseAcquire validates an acquire without counting its prompt: a prompt
+// or messages leave PromptTokens 0, for countAcquirePrompt to fill.
 func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
 	a := admission{tenant: in.Tenant, model: in.Model}
 	if err := checkName("tenant", in.Tenant, true); err != nil {
@@ -227,16 +229,14 @@ func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
 		}
 		a.req.PromptTokens = *in.PromptTokens
 	case in.Prompt != nil || in.Messages != nil:
+		// Counted later, by countAcquirePrompt, once the caller is known to be
+		// allowed (acquireDecision): nothing is computed for a caller
+		// before that.
 		if r.cfg.Counter == nil {
 			return a, errors.New("this node cannot count prompts; send prompt_tokens")
 		}
-		if in.Prompt != nil {
-			a.req.PromptTokens = int64(r.cfg.Counter.Text(in.Model, *in.Prompt))
-		} else {
-			if len(in.Messages) == 0 {
-				return a, errors.New("messages must not be empty")
-			}
-			a.req.PromptTokens = int64(r.cfg.Counter.Messages(in.Model, in.Messages))
+		if in.Prompt == nil && len(in.Messages) == 0 {
+			return a, errors.New("messages must not be empty")
 		}
 	}
 	if in.MaxTokens != nil {

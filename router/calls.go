@@ -108,8 +108,11 @@ func (r *Router) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
 }
 
 // acquireCall runs one decoded acquire for a caller allowed set: 400 for a
-// bad request, 403 for a tenant outside set, 200 admitted, 429 refused
-// (with its retry-after), 503 or 499 when no decision was made.
+// bad request, 403 for a tenant outside set, 413 for a prompt over
+// Config.MaxPromptBytes, 200 admitted, 429 refused (with its retry-after),
+// 503 or 499 when no decision was made. A prompt or messages are counted
+// only once the caller may act for the tenant, the prompt is within the
+// cap and the tenant is not known to be out of requests (refuseExhausted).
 func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
 	a, res, decided := r.acquireDecision(ctx, set, in)
 	if decided {
@@ -127,7 +130,16 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 		return errorAnswer(http.StatusBadRequest, err.Error()), res, false
 	}
 	if a, refused := forbidden(set, adm.tenant); refused {
-		return a, res, false
+		return a, res, false // before the prompt is counted: nothing computed for a caller not allowed
+	}
+	if in.Prompt != nil || in.Messages != nil {
+		if n := promptBytes(in); n > r.maxPromptBytes {
+			return errorAnswer(http.StatusRequestEntityTooLarge, r.promptCapMessage(n)), res, false
+		}
+		if res, refused := r.refuseExhausted(ctx, adm); refused {
+			return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
+		}
+		adm.req.PromptTokens = r.countAcquirePrompt(in)
 	}
 	res, err = r.admit(ctx, adm)
 	if err != nil {

@@ -40,7 +40,7 @@ type openAIRequest struct {
 	} `json:"stream_options"`
 }
 
-func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
+func (openAI) parse(c *proxyCall, body []byte) error {
 	var in openAIRequest
 	var err error
 	if decodeOpenAIRequest(body, &in) { // the plainest requests, without encoding/json
@@ -63,7 +63,7 @@ func (openAI) parse(c *proxyCall, body []byte, k Counter) error {
 	if mt != nil && in.N != nil && *in.N > 1 { // each choice may use max_tokens
 		c.maxTokens = min(c.maxTokens*min(*in.N, maxChoices), maxTokens)
 	}
-	c.promptTokens = countPrompt(k, body, func(k Counter) int { return k.Messages(in.Model, in.Messages) })
+	c.setCount(messagesBytes(in.Messages), func(k Counter) int { return k.Messages(in.Model, in.Messages) })
 	if in.Stream && (in.StreamOptions == nil || !in.StreamOptions.IncludeUsage) {
 		b, err := withIncludeUsage(body, in.StreamOptions == nil)
 		if err != nil {

@@ -51,7 +51,7 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	if _, known := r.proxyTenant(hreq.Header); known {
 		if up, _ := p.upstream(r.cfg.Proxy); up.BaseURL != "" {
 			c := proxyCall{p: p}
-			if err := p.parse(&c, body, r.cfg.Counter); err == nil {
+			if err := p.parse(&c, body); err == nil {
 				if c.stream {
 					return false
 				}

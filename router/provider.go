@@ -25,11 +25,12 @@ type provider interface {
 	// upstream is where the provider's requests go, from cfg, and the path
 	// appended to its BaseURL.
 	upstream(cfg ProxyConfig) (up Upstream, path string)
-	// parse validates a request body, counts its prompt with k (nil:
-	// estimated from the body, see countPrompt) and fills c's model,
-	// promptTokens, maxTokens, stream, body and stripUsage. An error is the
-	// client's mistake: it is answered 400 with its text.
-	parse(c *proxyCall, body []byte, k Counter) error
+	// parse validates a request body and fills c's model, maxTokens,
+	// stream, body and stripUsage, and says how its prompt is counted
+	// (setCount); it counts nothing: the proxy counts once the tenant is
+	// known to be allowed (countProxyPrompt). An error is the client's
+	// mistake: it is answered 400 with its text.
+	parse(c *proxyCall, body []byte) error
 	// authorize sets key, the configured upstream key, on the headers of a
 	// forwarded request (the client's own credentials are already removed).
 	authorize(h http.Header, key string)
@@ -75,11 +76,13 @@ type proxyCall struct {
 	p            provider
 	tenant       string
 	model        string
-	promptTokens int64  // counted locally
-	maxTokens    int64  // the completion bound the client gave (× n); 0: none
-	stream       bool   // the client asked for a stream
-	stripUsage   bool   // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
-	body         []byte // what to forward
+	promptTokens int64             // counted locally (countProxyPrompt)
+	count        func(Counter) int // counts the prompt; set by parse (setCount)
+	promptBytes  int               // the bytes count reads
+	maxTokens    int64             // the completion bound the client gave (× n); 0: none
+	stream       bool              // the client asked for a stream
+	stripUsage   bool              // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
+	body         []byte            // what to forward
 }
 
 // chatRequest is what every provider's request has in common; a provider's
@@ -125,14 +128,20 @@ func (c *proxyCall) setMaxTokens(name string, mt *int64) error {
 	return nil
 }
 
-// countPrompt counts a prompt with k, or, without one, estimates one token
-// per three bytes of the body (prompt's own fallback: too much rather than
-// too little).
-func countPrompt(k Counter, body []byte, f func(Counter) int) int64 {
-	if k == nil {
-		return int64(len(body)+2) / 3
+// setCount records how c's prompt is counted: f, reading n bytes of it.
+func (c *proxyCall) setCount(n int, f func(Counter) int) { c.promptBytes, c.count = n, f }
+
+// countProxyPrompt sets c's promptTokens: its prompt counted with the
+// router's Counter, or, without one or when the prompt is over
+// maxPromptBytes (a proxy's caller cannot send its own count), estimated at
+// one token per three bytes of the body (prompt's own fallback: too much
+// rather than too little; the upstream's usage settles it).
+func (r *Router) countProxyPrompt(c *proxyCall) {
+	if r.cfg.Counter == nil || c.count == nil || c.promptBytes > r.maxPromptBytes {
+		c.promptTokens = int64(len(c.body)+2) / 3
+		return
 	}
-	return int64(f(k))
+	c.promptTokens = int64(c.count(r.cfg.Counter))
 }
 
 // textCounter counts completion text of model with k, or, without one,

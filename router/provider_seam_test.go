@@ -47,7 +47,7 @@ type ledgerRequest struct {
 	Live   bool   `json:"live"` // stream the answer
 }
 
-func (ledger) parse(c *proxyCall, body []byte, k Counter) error {
+func (ledger) parse(c *proxyCall, body []byte) error {
 	var in ledgerRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		return fmt.Errorf("invalid JSON body: %v", err)
@@ -66,7 +66,8 @@ func (ledger) parse(c *proxyCall, body []byte, k Counter) error {
 		text = append(text, m.Text)
 	}
 	c.model, c.stream, c.body = in.Engine, in.Live, body
-	c.promptTokens = countPrompt(k, body, func(k Counter) int { return k.Text(in.Engine, strings.Join(text, "\n")) })
+	joined := strings.Join(text, "\n")
+	c.setCount(len(joined), func(k Counter) int { return k.Text(in.Engine, joined) })
 	return nil
 }
 

@@ -130,18 +130,26 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 			return
 		}
 		c = proxyCall{p: p}
-		if err := p.parse(&c, body, r.cfg.Counter); err != nil {
+		if err := p.parse(&c, body); err != nil {
 			p.fail(w, badRequest("%v", err))
 			return
 		}
 	}
 	c.tenant = tenant
 	var err error
-	adm := admission{tenant: tenant, model: c.model, req: limiter.Request{PromptTokens: c.promptTokens, MaxTokens: c.maxTokens}}
+	adm := admission{tenant: tenant, model: c.model, req: limiter.Request{MaxTokens: c.maxTokens}}
 	if adm.req.Priority, adm.req.Wait, err = proxyQueue(req.Header); err != nil {
 		p.fail(w, badRequest("%v", err))
 		return
 	}
+	tl := r.cfg.Limits(TenantKey(tenant))
+	if res, refused := r.refuseExhausted(req.Context(), adm); refused { // before counting: see refuseExhausted
+		setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window)
+		r.refuse(w, &c, res)
+		return
+	}
+	r.countProxyPrompt(&c)
+	adm.req.PromptTokens = c.promptTokens
 	res, err := r.admit(req.Context(), adm)
 	if full := (*tableFullError)(nil); errors.As(err, &full) { // the owner holds max_keys keys: nothing admitted
 		setRetryHeaders(w.Header(), full.retryMS())
@@ -158,7 +166,6 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		p.fail(w, apiError{499, errInvalid, "request cancelled: " + err.Error()})
 		return
 	}
-	tl := r.cfg.Limits(TenantKey(tenant))
 	setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window)
 	if !res.Allowed {
 		r.refuse(w, &c, res)

@@ -108,6 +108,14 @@ type Config struct {
 	// Proxy configures the LLM proxy (POST /v1/chat/completions and
 	// /v1/messages; see proxy.go). The zero value answers 401 to every key.
 	Proxy ProxyConfig
+	// MaxPromptBytes bounds the bytes of a prompt (or of messages: every
+	// role, name, content and tool field) the router counts with Counter:
+	// the decision API answers a larger one 413, naming the cap, and the
+	// caller sends prompt_tokens instead; the LLM proxy, whose callers
+	// cannot, reserves an estimate of a token per three bytes of the body
+	// (settled later with the upstream's usage). Counting costs about
+	// 0.3-0.5 s of CPU a MiB. Zero means DefaultMaxPromptBytes (256 KiB).
+	MaxPromptBytes int
 	// MaxFallbackKeys bounds the keys the fallback remembers (owner
 	// reports, local windows, debts). A new key past it takes the place of
 	// one that holds nothing, or its fallback acquire is refused with a
@@ -143,6 +151,8 @@ type Router struct {
 	// a call; on the wall clock, as the connections' deadlines are.
 	alarms *alarm.Clock
 	warn   rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	// maxPromptBytes is Config.MaxPromptBytes, its default applied.
+	maxPromptBytes int
 }
 
 // New returns a Router deciding through cluster.
@@ -170,6 +180,9 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxPromptBytes <= 0 {
+		cfg.MaxPromptBytes = DefaultMaxPromptBytes
 	}
 	if cfg.DebtInterval <= 0 {
 		cfg.DebtInterval = DefaultDebtInterval
@@ -199,6 +212,8 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		clients:   newClientTokens(cfg.Clients),
 		upstreams: map[Upstream]*http.Client{},
 		alarms:    alarm.New(alarm.Config{}),
+
+		maxPromptBytes: cfg.MaxPromptBytes,
 	}
 	if cfg.Proxy.Client == nil {
 		for _, u := range []Upstream{cfg.Proxy.OpenAI, cfg.Proxy.Anthropic} {

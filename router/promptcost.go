@@ -1,0 +1,139 @@
+package router
+
+// What a prompt costs before it is admitted. Counting a prompt with
+// tiktoken takes 0.3-0.5 s of CPU a MiB, so nothing is counted for a
+// caller before it is known to be allowed (its token, then its tenant), a
+// prompt is counted only up to Config.MaxPromptBytes, and a tenant that
+// cannot admit any request now is refused without counting
+// (refuseExhausted).
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tokenring/tokenring/internal/lazyctx"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/prompt"
+)
+
+// DefaultMaxPromptBytes is Config.MaxPromptBytes's default: 256 KiB, about
+// 64,000 tokens of English and 0.1 s of one core to count at most. Larger
+// prompts are rare enough that their callers can count them themselves.
+const DefaultMaxPromptBytes = 256 << 10
+
+// promptBytes is the size of what countAcquirePrompt would count for in.
+func promptBytes(in *acquireRequest) int {
+	if in.Prompt != nil {
+		return len(*in.Prompt)
+	}
+	return messagesBytes(in.Messages)
+}
+
+// messagesBytes is the bytes of msgs' fields that a count reads.
+func messagesBytes(msgs []prompt.Message) int {
+	n := 0
+	for i := range msgs {
+		m := &msgs[i]
+		n += len(m.Role) + len(m.Name) + len(m.Content) + len(m.ToolCalls) + len(m.ToolCallID)
+	}
+	return n
+}
+
+// promptCapMessage is the 413's error for a prompt of n bytes.
+func (r *Router) promptCapMessage(n int) string {
+	return fmt.Sprintf("prompt of %d bytes is over this node's cap of %d bytes counted (limits.max_prompt_bytes): count it yourself and send prompt_tokens",
+		n, r.maxPromptBytes)
+}
+
+// countAcquirePrompt counts in's prompt or messages (parseAcquire checked
+// that there is a Counter and that messages are not empty).
+func (r *Router) countAcquirePrompt(in *acquireRequest) int64 {
+	if in.Prompt != nil {
+		return int64(r.cfg.Counter.Text(in.Model, *in.Prompt))
+	}
+	return int64(r.cfg.Counter.Messages(in.Model, in.Messages))
+}
+
+// exhaustedProbeWait bounds refuseExhausted's call to the owner; a probe
+// that takes longer is given up and the acquire runs as usual.
+const exhaustedProbeWait = 500 * time.Millisecond
+
+// refuseExhausted answers, before the prompt of adm is counted, an acquire
+// (without wait_ms) whose tenant cannot admit any request now: its
+// request window is full or every concurrency slot held. It is cheap: it
+// asks the owner only when what this node already knows says so (the
+// tenant's state in its own table, or the owner's last report that the
+// fallback keeps, see looksExhausted), and then with the same acquire
+// carrying no prompt tokens. That probe changes nothing and charges
+// nothing:
+//
+//   - a refusal at the owner (limiter.Budget.Acquire without Wait) counts
+//     nothing, queues nothing, and is exactly the answer the acquire
+//     itself would get: a request with more tokens never fits where one
+//     with fewer does not (it may wait longer: the retry-after is then a
+//     lower bound, as any retry-after is once others are admitted);
+//   - an admission (the hint was stale) is cancelled at once, before its
+//     lease reaches anyone: OpCancel takes back its request, its tokens
+//     and its slot; the acquire then runs as usual, prompt counted;
+//   - the probe goes to the cluster directly, never to the fallback: an
+//     owner unreachable, slow or full of keys leaves the decision to the
+//     acquire itself.
+//
+// refused is false when the acquire must run as usual.
+func (r *Router) refuseExhausted(ctx context.Context, adm admission) (res acquireResponse, refused bool) {
+	key := TenantKey(adm.tenant)
+	if adm.req.Wait > 0 || !r.looksExhausted(key) {
+		return res, false
+	}
+	probe := adm.req
+	probe.PromptTokens = 0
+	cctx, cancel := lazyctx.WithTimeout(ctx, exhaustedProbeWait)
+	a, err := r.cluster.Do(cctx, node.Call{Op: node.OpAcquire, Key: key, Req: probe})
+	cancel()
+	d := a.Decision
+	switch {
+	case err != nil || d.Reason == limiter.TableFull:
+		return res, false
+	case d.Allowed:
+		cctx, cancel := lazyctx.WithTimeout(context.WithoutCancel(ctx), r.cfg.ForwardMaxWait)
+		defer cancel()
+		if _, err := r.cluster.Do(cctx, node.Call{Op: node.OpCancel, Key: key, Lease: d.Lease}); err != nil {
+			r.log.Warn("cancelling a probe's admission failed; the slot expires by its TTL", "key", key, "err", err)
+		}
+		return res, false
+	}
+	if a.Owner != r.cluster.Name() {
+		r.degraded.report(key, d.Status, r.cfg.Now())
+	}
+	res = acquireResponse{Limits: limitsOf(d.Status), Owner: a.Owner, Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter))}
+	r.metrics.decision("tenant", res.Reason, false)
+	return res, true
+}
+
+// looksExhausted reports whether what this node knows of key, without
+// asking anyone, says it admits no request now: the key's state in this
+// node's table (exact), else the owner's last report kept for the
+// fallback while what it counted is in its window.
+func (r *Router) looksExhausted(key string) bool {
+	if h, ok := r.cluster.(holder); ok {
+		if st, held := h.Held(key); held {
+			return full(st.Requests) || full(st.Concurrency)
+		}
+	}
+	return r.degraded.exhausted(key, r.cfg.Now())
+}
+
+// full reports whether a limited dimension has nothing left.
+func full(d limiter.DimStatus) bool { return d.Limit > 0 && d.Remaining <= 0 }
+
+// exhausted reports whether key's owner last reported no request left,
+// and that report is still fresh at now.
+func (d *degraded) exhausted(key string, now time.Time) bool {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	return e != nil && e.req.fresh(now) && e.req.remaining <= 0
+}
