@@ -362,6 +362,7 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 			return name, ok
 		},
 		Counter:         counter,
+		MaxPromptBytes:  cfg.Limits.MaxPromptBytes,
 		Fallback:        router.FallbackPolicy(cfg.Fallback),
 		ForwardTimeout:  cfg.ForwardTimeout,
 		ForwardMaxWait:  cfg.ForwardMaxWait,
