@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/ring"
 )
 
 // Network splits (see quorum.go for the rule). A member joined through
@@ -75,8 +76,18 @@ func (n *Node) OnFence(sink FenceSink) { n.fenceSink.Store(&sink) }
 // majority, or it has not rejoined as a new incarnation yet.
 func (n *Node) Fenced() bool { return n.fenced.Load() }
 
-// Leased reports whether this member has heard from a majority lately.
-func (n *Node) Leased() bool { return n.leased.Load() }
+// Leased reports whether this member holds a majority's lease now: it has
+// heard from a majority of the membership counted within quorumLease. The
+// lease ends at a moment fixed when it was last renewed (leaseUntil, on the
+// process's monotonic clock), so a process that stalls stops deciding the
+// moment it wakes, before its heartbeat runs again. Always true for a
+// member not joined through gossip.
+func (n *Node) Leased() bool {
+	return !n.gossiped.Load() || n.mono() < n.leaseUntil.Load()
+}
+
+// mono is the process's monotonic clock, in nanoseconds since New.
+func (n *Node) mono() int64 { return int64(time.Since(n.born)) }
 
 // Sharers is how many members may be answering from their fallback shares
 // at once, which the shares divide by: the membership the majority rule
@@ -95,18 +106,31 @@ func (n *Node) Sharers() int {
 
 // heartbeat pings the counted members not heard from lately and renews the
 // lease. Before letting a held lease lapse it asks the silent members once
-// more and waits a moment for their answers: after this process itself
-// stalled (a long GC, a starved CPU), answers already received may not
-// have been read yet, and a stall of our own is no reason to stop.
+// more and waits a moment for their answers: under load, answers already
+// received may not have been read yet.
+//
+// It also watches for stalls of this process: the time since the last
+// heartbeat ended. A stall longer than the lease has let the lease end
+// (Leased is false from the moment the process wakes); one longer than
+// deadAfter may have made the others declare this member dead and
+// restore what it holds, so it fences itself (stalled).
 func (n *Node) heartbeat() {
 	if !n.gossiped.Load() {
 		return
 	}
-	ok, silent := n.leaseNow()
+	start := n.mono()
+	defer func() { n.lastBeat = n.mono() }()
+	if dead := n.deadAfter.Load(); dead > 0 && start-n.lastBeat > dead && !n.fenced.Load() {
+		gap := time.Duration(start - n.lastBeat)
+		if n.stalled(gap) {
+			return
+		}
+	}
+	end, silent := n.leaseNow()
 	for _, p := range silent {
 		p.heartbeat()
 	}
-	if !ok && n.leased.Load() {
+	if end <= n.mono() && n.Leased() {
 		ctx, cancel := context.WithTimeout(context.Background(), leaseRecheck)
 		var wg sync.WaitGroup
 		for _, p := range silent {
@@ -118,15 +142,51 @@ func (n *Node) heartbeat() {
 		}
 		wg.Wait()
 		cancel()
-		ok, _ = n.leaseNow()
+		end, _ = n.leaseNow()
 	}
-	if was := n.leased.Swap(ok); was != ok {
+	n.leaseUntil.Store(end)
+	if ok := end > n.mono(); ok != n.wasLeased {
+		n.wasLeased = ok
 		if ok {
 			n.log.Info("a majority of the members is reachable again: deciding here again")
 		} else {
 			n.log.Warn("no majority of the members heard from lately: not deciding here, callers fall back", "lease", n.quorumLease())
 		}
 	}
+}
+
+// stalled fences this member after its process stalled for gap, longer than
+// the others take to declare a silent member dead (a long GC pause, a
+// frozen VM, SIGSTOP). They may have restored its partitions from their
+// backups and admitted since; memberlist refutes its death when it wakes,
+// under the same name and boot id, and its own view may never have
+// changed. So it must not decide again on the state it held: it gives up
+// custody as a fenced minority does, owing each key what it counted beyond
+// the copy its backup acknowledged (the copy the others restored from),
+// and rejoins as a new member, which the others hand back exactly what
+// they hold. A member alone in its membership has nobody to be declared
+// dead by, and carries on; so does one already fenced. It reports whether
+// it fenced.
+func (n *Node) stalled(gap time.Duration) bool {
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	if n.fenced.Load() || len(n.quorum.base) < 2 {
+		return false
+	}
+	self := n.cfg.Name
+	for _, m := range n.members {
+		if m.Name == self {
+			n.fencedBoot = m.Boot
+		}
+	}
+	n.log.Warn("this process stalled longer than the cluster takes to declare a member dead: rejoining as a new member",
+		"stall", gap.Round(time.Millisecond), "dead_after", time.Duration(n.deadAfter.Load()))
+	n.fence([]viewMember{{Member: ring.Member{Name: self}}}, "stalled")
+	select {
+	case n.reincarnate <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // heardFrom returns the clock of the last frame our peer server received
@@ -149,17 +209,18 @@ func (n *Node) heardFrom(addr string) *atomic.Int64 {
 // answers to one more ping.
 const leaseRecheck = 500 * time.Millisecond
 
-// leaseNow reports whether a majority was heard from within the lease, and
-// the counted members not heard from lately.
-func (n *Node) leaseNow() (ok bool, silent []*peerClient) {
-	now := time.Now()
+// leaseNow returns when the lease that what was heard so far gives ends,
+// on the mono clock (at or before now: no majority heard within the
+// lease), and the counted members not heard from lately.
+func (n *Node) leaseNow() (end int64, silent []*peerClient) {
+	now, mono := time.Now(), n.mono()
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
 	addrs := make(map[string]string, len(n.members))
 	for _, m := range n.members {
 		addrs[m.Name] = m.Peer
 	}
-	ok = n.quorum.leased(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
+	until := n.quorum.leaseEnd(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
 		addr := addrs[name]
 		if addr == "" {
 			return time.Time{}, false
@@ -176,15 +237,18 @@ func (n *Node) leaseNow() (ok bool, silent []*peerClient) {
 		}
 		return at, true
 	})
-	return ok, silent
+	if until.IsZero() {
+		return 0, silent
+	}
+	return mono + int64(until.Sub(now)), silent
 }
 
 // fence gives up custody of everything this member holds, after its view
-// (members) lost the majority: every partition stops admitting here, and
+// (members) lost the majority, or after a stall (why says which): every partition stops admitting here, and
 // what the majority may lack of each key goes to the fence sink. The
 // replicas held for others stay (see the top of this file). The caller
 // takes a new incarnation next. Callers hold tmu.
-func (n *Node) fence(members []viewMember) {
+func (n *Node) fence(members []viewMember, why string) {
 	if n.fenced.Swap(true) {
 		return
 	}
@@ -202,8 +266,8 @@ func (n *Node) fence(members []viewMember) {
 		n.retired = append(n.retired, t)
 	}
 	n.dirty.drain()
-	n.log.Warn("fenced: this side of a network split has no majority of the members; serving degraded shares as debts until it rejoins as a new member",
-		"keys", keys, "keys_owed", debts)
+	n.log.Warn("fenced: serving degraded shares as debts until this process rejoins as a new member",
+		"why", why, "keys", keys, "keys_owed", debts)
 }
 
 // retire stops the custody machine for good (after a fence): every

@@ -348,3 +348,80 @@ func TestDepartedLeaverDoesNotFenceTheSurvivor(t *testing.T) {
 		t.Errorf("n1 alone: %d of 3 admitted, want 3", got)
 	}
 }
+
+// A stall: n3's process stops for longer than the others take to declare
+// it dead (here deadAfter is 1 ms, so its next heartbeat finds the gap).
+// Its own view never changed, but it must not decide again on what it
+// held: it fences itself, owing what it admitted beyond its backup's
+// acknowledged copy (the copy the others restore from), and comes back as
+// a new member, to which the others hand back exactly what they hold.
+func TestStalledMemberFencesAndIsHandedBack(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 30, Concurrency: 100} }
+	nodes := newNodes(t, 3, limits, func(c *Config) { c.ReplicationInterval = time.Hour })
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	var owed sink
+	n3.OnFence(owed.owe)
+	joinAll(t, nodes)
+	all, majority := ringOf(t, n1, n2, n3), ringOf(t, n1, n2)
+	keys := keysMoving(all, majority, "n3", "n1", 2)
+	replicated, fresh := keys[0], keys[1]
+	admit(t, n3, replicated, 5)
+	n3.replicateOnce() // n3's backup holds 5
+	admit(t, n3, replicated, 3)
+	admit(t, n1, fresh, 4) // forwarded to n3, never replicated
+
+	n3.deadAfter.Store(int64(time.Millisecond)) // every heartbeat now follows a "stall"
+	for deadline := time.Now().Add(10 * time.Second); !n3.Fenced(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not fenced 10 s after a stall longer than deadAfter")
+		}
+	}
+	n3.deadAfter.Store(0)
+	if _, err := n3.Do(context.Background(), Call{Op: OpAcquire, Key: replicated}); !errors.Is(err, ErrMinority) {
+		t.Fatalf("an acquire at the stalled member after it woke: %v, want ErrMinority", err)
+	}
+	if got := owed.get(replicated); got[0] != 3 {
+		t.Errorf("%s: %d requests owed, want exactly the 3 admitted after the acknowledged replication (its backup is on the other side)", replicated, got[0])
+	}
+	if got := owed.get(fresh); got[0] != 4 {
+		t.Errorf("%s: %d requests owed, want all 4 (never replicated)", fresh, got[0])
+	}
+	// The others declared n3 dead and restored its partitions.
+	for _, nd := range nodes[:2] {
+		if err := nd.follow(gossipView(nodes[:2], "a", "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := admit(t, n2, replicated, 10); got != 10 {
+		t.Fatalf("while n3 was gone: %d of 10 admitted", got)
+	}
+	// memberlist refutes n3's death under its old boot id: nothing changes.
+	for _, nd := range nodes {
+		if err := nd.follow(gossipView(nodes, "a", "a", "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n3.Fenced() {
+		t.Fatal("unfenced by a view that shows the stalled incarnation")
+	}
+	back := gossipView(nodes, "a", "a", "b")
+	for _, nd := range nodes {
+		if err := nd.follow(back); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range keys {
+		o := owed.get(key)
+		a, err := n1.Do(context.Background(), Call{Op: OpCharge, Key: key, Charge: Charge{Requests: o[0], Tokens: o[1], At: time.Now()}})
+		if err != nil || !a.OK {
+			t.Fatalf("charging %s's debts: %+v %v", key, a, err)
+		}
+	}
+	// 5 replicated + 10 while n3 was gone + 3 owed = 18 of 30.
+	if got := admit(t, n3, replicated, 30); got != 12 {
+		t.Errorf("%s after n3 came back: %d admitted, want exactly 12 (18 of 30 counted)", replicated, got)
+	}
+	if got := admit(t, n2, fresh, 30); got != 26 {
+		t.Errorf("%s after n3 came back: %d admitted, want exactly 26", fresh, got)
+	}
+}

@@ -22,6 +22,10 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
+	n.deadAfter.Store(int64(cfg.DeadAfter()))
+	n.leaseUntil.Store(n.mono() + int64(n.quorumLease()))
+	n.lastBeat = n.mono()
+	n.wasLeased = true
 	n.gossiped.Store(true)
 	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
 		c.Shutdown()

@@ -41,7 +41,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_quorum_leased",
 			Help: "1 while this node has heard from a majority of the membership within its lease and decides for what it holds; 0 while its calls fall back.",
-		}, func() float64 { return b2f(n.leased.Load()) }),
+		}, func() float64 { return b2f(n.Leased()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_fenced",
 			Help: "1 while this node is fenced off: its membership view has no majority (the minority side of a split); it owns nothing and serves degraded shares as debts.",

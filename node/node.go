@@ -52,7 +52,11 @@ type Node struct {
 	// Splits (fence.go, quorum.go): only for members joined through gossip.
 	gossiped    atomic.Bool                 // Join ran: the quorum rules apply
 	quorum      *quorum                     // guarded by tmu
-	leased      atomic.Bool                 // heard from a majority lately
+	born        time.Time                   // the node's start: mono counts from it
+	leaseUntil  atomic.Int64                // mono when the majority's lease ends (fence.go)
+	lastBeat    int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
+	wasLeased   bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
+	deadAfter   atomic.Int64                // the least silence (ns) after which gossip may declare this member dead; 0: never
 	fenced      atomic.Bool                 // gave up custody; waiting to rejoin as a new incarnation
 	fencedBoot  string                      // the boot id fenced; guarded by tmu
 	retired     []*transfer                 // machines retired by fences; guarded by tmu
@@ -119,7 +123,8 @@ func New(cfg Config) (*Node, error) {
 		auth:        auth,
 		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
 	}
-	n.leased.Store(true)
+	n.born = time.Now()
+	n.leaseUntil.Store(int64(n.quorumLease())) // a node starts leased
 	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
 	n.replicas.check = n.checkReplica
@@ -196,7 +201,7 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	if n.gossiped.Load() && !n.quorum.observe(members, n.cfg.Now()) {
 		if !n.fenced.Load() {
 			n.fencedBoot = boot
-			n.fence(members)
+			n.fence(members, "no majority in view")
 			select {
 			case n.reincarnate <- struct{}{}:
 			default:
@@ -288,7 +293,7 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	for {
 		h := g.hop.Load()
 		switch {
-		case h.mode == routeFenced || (h.mode == routeLocal && !n.leased.Load()):
+		case h.mode == routeFenced || (h.mode == routeLocal && !n.Leased()):
 			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
 		case h.mode == routeLocal:
 			a, err := n.decideHere(ctx, t, p, c)
@@ -356,7 +361,7 @@ func (n *Node) Immediate(key string) bool {
 		return true // no cluster: everything is here (Do)
 	}
 	g := &t.gates[n.ring.Load().Partition(key)]
-	if g.hop.Load().mode != routeLocal || !n.leased.Load() {
+	if g.hop.Load().mode != routeLocal || !n.Leased() {
 		return false
 	}
 	// A key not in the table may first be looked up at its backup or the

@@ -1,6 +1,9 @@
 package node
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // quorum decides whether this member may own partitions: only while it
 // sees a majority of the last known membership. A network split leaves at
@@ -107,18 +110,30 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 // counted member was last heard from, has heard from a majority of the
 // membership counted within lease before now.
 func (q *quorum) leased(self string, now time.Time, lease time.Duration, heardAt func(name string) (time.Time, bool)) bool {
+	end := q.leaseEnd(self, now, lease, heardAt)
+	return !end.IsZero() && !end.Before(now)
+}
+
+// leaseEnd returns when self's lease ends: lease after the moment by which
+// a majority of the membership counted (self, heard at now, included) had
+// last been heard from; the zero time if a majority was never heard from.
+// An empty membership leases for lease from now.
+func (q *quorum) leaseEnd(self string, now time.Time, lease time.Duration, heardAt func(name string) (time.Time, bool)) time.Time {
 	if len(q.base) == 0 {
-		return true
+		return now.Add(lease)
 	}
-	heard := 0
+	heard := make([]time.Time, 0, len(q.base))
 	for name := range q.base {
 		if name == self {
-			heard++
-			continue
-		}
-		if at, ok := heardAt(name); ok && now.Sub(at) <= lease {
-			heard++
+			heard = append(heard, now)
+		} else if at, ok := heardAt(name); ok {
+			heard = append(heard, at)
 		}
 	}
-	return 2*heard > len(q.base)
+	need := len(q.base)/2 + 1
+	if len(heard) < need {
+		return time.Time{}
+	}
+	slices.SortFunc(heard, func(a, b time.Time) int { return b.Compare(a) }) // newest first
+	return heard[need-1].Add(lease)
 }

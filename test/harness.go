@@ -507,3 +507,19 @@ func Post(ctx context.Context, client *http.Client, url, body string) (int, map[
 	}
 	return resp.StatusCode, out, nil
 }
+
+// Pause stops p with SIGSTOP: the process keeps its sockets and memory but
+// runs nothing (a long GC pause, a frozen VM, a starved neighbour) until
+// Resume.
+func (c *Cluster) Pause(p *Proc) {
+	if p.Alive() {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues p after Pause (SIGCONT).
+func (c *Cluster) Resume(p *Proc) {
+	if p.Alive() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
