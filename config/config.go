@@ -81,6 +81,14 @@ type Upstream struct {
 	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 }
 
+// KeyAccount is the upstream account of one LLM proxy API key: the
+// OpenAI-Organization and OpenAI-Project headers the proxy sets on its
+// requests to OpenAI (the client's own are never forwarded).
+type KeyAccount struct {
+	OpenAIOrganization string `yaml:"openai_organization,omitempty"`
+	OpenAIProject      string `yaml:"openai_project,omitempty"`
+}
+
 // Client is what one client token of the "clients:" section may do.
 type Client struct {
 	// Tenants are the tenants the token may act for; "*" is every tenant.
@@ -187,8 +195,15 @@ type Config struct {
 	// failing, so load balancers notice, before it hands its partitions
 	// on and leaves. Zero leaves at once.
 	Drain time.Duration `yaml:"drain"`
-	// Keys maps the LLM proxy's API keys to tenants.
+	// Keys maps the LLM proxy's API keys to tenants. In the file a key's
+	// value is its tenant, or a mapping {tenant, openai_organization,
+	// openai_project} whose last two go to KeyAccounts.
 	Keys map[string]string `yaml:"keys,omitempty"`
+	// KeyAccounts are the upstream accounts the proxy sets for some API
+	// keys (the keys: entries written as mappings); a key without one
+	// sends neither header upstream. Not marshalled: a file written from
+	// a Config holds only the keys' tenants.
+	KeyAccounts map[string]KeyAccount `yaml:"-"`
 	// Upstream is the OpenAI-compatible provider the proxy forwards to.
 	Upstream Upstream `yaml:"upstream"`
 	// AdminToken, when not empty, is the bearer token /admin/* requires.
@@ -449,6 +464,11 @@ func (c Config) Validate() error {
 			errs.add("keys."+k, "tenant must not be empty")
 		}
 	}
+	for _, k := range sortedKeys(c.KeyAccounts) {
+		a := c.KeyAccounts[k]
+		errs.headerValue("keys."+k+".openai_organization", a.OpenAIOrganization)
+		errs.headerValue("keys."+k+".openai_project", a.OpenAIProject)
+	}
 	errs.url("upstream.base_url", c.Upstream.BaseURL)
 	errs.count("default_max_tokens", c.DefaultMaxTokens, 1)
 	errs.count("queue.max_waiters", int64(c.Queue.MaxWaiters), 1)
@@ -487,6 +507,17 @@ func (e *errorList) duration(path string, d, lo, hi time.Duration) {
 		e.add(path, fmt.Sprintf("must be >= %v, got %v", lo, d))
 	case d > hi:
 		e.add(path, fmt.Sprintf("must be <= %v, got %v", hi, d))
+	}
+}
+
+// headerValue checks that s can be sent as an HTTP header value: no
+// control characters (a CR or LF would start another header).
+func (e *errorList) headerValue(path, s string) {
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			e.add(path, "must not contain control characters")
+			return
+		}
 	}
 }
 

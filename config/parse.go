@@ -389,7 +389,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 		}
 	}
 	d.duration(f["drain"], "drain", &c.Drain)
-	c.Keys = d.stringMap(f["keys"], "keys")
+	c.Keys, c.KeyAccounts = d.keys(f["keys"], "keys")
 	d.upstream(f["upstream"], "upstream", &c.Upstream)
 	d.string(f["admin_token"], "admin_token", &c.AdminToken)
 	d.int(f["default_max_tokens"], "default_max_tokens", &c.DefaultMaxTokens)
@@ -431,21 +431,39 @@ func (d *decoder) limitsMap(n *yaml.Node, path string, base Limits) map[string]L
 	return m
 }
 
-// stringMap decodes a mapping of string -> string; a null value is "".
-func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
+// keys decodes the "keys:" mapping: each API key's value is its tenant, or
+// a mapping {tenant, openai_organization, openai_project}; a null value is
+// an empty tenant (which Validate refuses).
+func (d *decoder) keys(n *yaml.Node, path string) (map[string]string, map[string]KeyAccount) {
 	if isNull(n) {
-		return nil
+		return nil, nil
 	}
-	var m map[string]string
+	var tenants map[string]string
+	var accounts map[string]KeyAccount
 	for _, p := range d.entries(n, path) {
-		var v string
-		d.string(p.val, join(path, p.key.Value), &v)
-		if m == nil {
-			m = make(map[string]string)
+		at := join(path, p.key.Value)
+		var tenant string
+		if v := resolve(p.val); v != nil && v.Kind == yaml.MappingNode {
+			f := d.fields(v, at, "tenant", "openai_organization", "openai_project")
+			d.string(f["tenant"], at+".tenant", &tenant)
+			var a KeyAccount
+			d.string(f["openai_organization"], at+".openai_organization", &a.OpenAIOrganization)
+			d.string(f["openai_project"], at+".openai_project", &a.OpenAIProject)
+			if a != (KeyAccount{}) {
+				if accounts == nil {
+					accounts = make(map[string]KeyAccount)
+				}
+				accounts[p.key.Value] = a
+			}
+		} else {
+			d.string(p.val, at, &tenant)
 		}
-		m[p.key.Value] = v
+		if tenants == nil {
+			tenants = make(map[string]string)
+		}
+		tenants[p.key.Value] = tenant
 	}
-	return m
+	return tenants, accounts
 }
 
 func (d *decoder) upstream(n *yaml.Node, path string, u *Upstream) {

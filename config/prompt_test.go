@@ -19,3 +19,31 @@ func TestMaxPromptBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyAccounts: a keys: entry is a tenant, or a mapping with the
+// tenant and the OpenAI organisation and project the proxy sets for it.
+func TestKeyAccounts(t *testing.T) {
+	c, err := Parse([]byte(`keys:
+  sk-a: acme
+  sk-b: {tenant: beta, openai_organization: org-1, openai_project: proj_1}
+  sk-c: {tenant: gamma}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Keys["sk-a"] != "acme" || c.Keys["sk-b"] != "beta" || c.Keys["sk-c"] != "gamma" || len(c.Keys) != 3 {
+		t.Fatalf("keys: %v", c.Keys)
+	}
+	if want := (KeyAccount{OpenAIOrganization: "org-1", OpenAIProject: "proj_1"}); c.KeyAccounts["sk-b"] != want || len(c.KeyAccounts) != 1 {
+		t.Fatalf("accounts: %v", c.KeyAccounts)
+	}
+	for text, want := range map[string]string{
+		"keys: {sk-b: {tenant: beta, org: x}}":                     "keys.sk-b.org: unknown field",
+		"keys: {sk-b: {openai_project: p}}":                        "keys.sk-b: tenant must not be empty",
+		"keys: {sk-b: {tenant: b, openai_project: \"p\\r\\nX: 1\"}}": "keys.sk-b.openai_project: must not contain control characters",
+	} {
+		if _, err := Parse([]byte(text), nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", text, err, want)
+		}
+	}
+}

@@ -63,10 +63,9 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 		x.finish(node.OpCancel, limiter.Usage{})
 		return
 	}
+	// The query string is not forwarded: neither provider's endpoint
+	// takes one.
 	url, key, limits := u.BaseURL+path, u.APIKey, u.Timeouts.withDefaults()
-	if req.URL.RawQuery != "" {
-		url += "?" + req.URL.RawQuery
-	}
 	ctx, stop := context.WithCancelCause(req.Context())
 	defer stop(nil)
 	var sent atomic.Bool // the whole request was written: the upstream may act on it
@@ -79,22 +78,7 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "bad upstream URL: " + err.Error()})
 		return
 	}
-	copyHeader(up.Header, req.Header, func(k string) bool {
-		switch k {
-		case "Content-Length", "Accept-Encoding", "Host":
-			return true
-		case "Authorization", "X-Api-Key":
-			return key != ""
-		}
-		return strings.HasPrefix(k, "X-Tokenring-")
-	})
-	if key != "" {
-		c.p.authorize(up.Header, key)
-	}
-	up.Header.Set("Content-Type", "application/json")
-	if c.stream {
-		up.Header.Set("Accept-Encoding", "identity") // a gzip reader may hold back events
-	}
+	up.Header = upstreamHeader(req, c, key) // an allow-list: upheaders.go
 	headers := x.r.alarms.After(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
 	resp, err := x.r.upstreamClient(u).Do(up)
 	headers.Stop()

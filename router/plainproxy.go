@@ -48,7 +48,10 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 		}
 	})
 	var parsed *proxyCall
-	if _, known := r.proxyTenant(hreq.Header); known {
+	if a := req.RemoteAddr(); a != nil {
+		hreq.RemoteAddr = a.String()
+	}
+	if _, _, known := r.proxyTenant(hreq.Header); known {
 		if up, _ := p.upstream(r.cfg.Proxy); up.BaseURL != "" {
 			c := proxyCall{p: p}
 			if err := p.parse(&c, body); err == nil {

@@ -75,6 +75,7 @@ func badRequest(format string, args ...any) apiError {
 type proxyCall struct {
 	p            provider
 	tenant       string
+	account      Account // the client key's upstream account (ProxyConfig.Account)
 	model        string
 	promptTokens int64             // counted locally (countProxyPrompt)
 	count        func(Counter) int // counts the prompt; set by parse (setCount)

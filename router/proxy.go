@@ -76,6 +76,10 @@ type ProxyConfig struct {
 	OpenAI Upstream
 	// Anthropic is where POST /v1/messages goes.
 	Anthropic Upstream
+	// Account gives the OpenAI organisation and project the proxy sets
+	// upstream for a client's API key (the client's own headers for them
+	// are never forwarded). Nil sets none.
+	Account func(apiKey string) Account
 	// Client sends the forwarded requests to both upstreams. It must not
 	// have a Timeout that would cut long streams; the upstreams' dial and
 	// TLS timeouts are then its own business (their header and idle
@@ -104,7 +108,7 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		p.fail(w, apiError{http.StatusMethodNotAllowed, errInvalid, "method " + req.Method + " not allowed, use POST"})
 		return
 	}
-	tenant, ok := r.proxyTenant(req.Header)
+	tenant, apiKey, ok := r.proxyTenant(req.Header)
 	if !ok {
 		p.fail(w, apiError{http.StatusUnauthorized, errAuth,
 			"invalid or missing API key: send Authorization: Bearer <key> or x-api-key: <key>"})
@@ -118,24 +122,13 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 	var c proxyCall
 	if parsed != nil {
 		c = *parsed
-	} else {
-		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				p.fail(w, apiError{http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit)})
-				return
-			}
-			p.fail(w, badRequest("reading the body: %v", err))
-			return
-		}
-		c = proxyCall{p: p}
-		if err := p.parse(&c, body); err != nil {
-			p.fail(w, badRequest("%v", err))
-			return
-		}
+	} else if !readProxyCall(w, req, p, &c) {
+		return
 	}
 	c.tenant = tenant
+	if r.cfg.Proxy.Account != nil {
+		c.account = r.cfg.Proxy.Account(apiKey)
+	}
 	var err error
 	adm := admission{tenant: tenant, model: c.model, req: limiter.Request{MaxTokens: c.maxTokens}}
 	if adm.req.Priority, adm.req.Wait, err = proxyQueue(req.Header); err != nil {
@@ -179,6 +172,27 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 	x.forward(w, req, up, path)
 }
 
+// readProxyCall reads and parses req's body into c, or answers the 413
+// or 400 and returns false.
+func readProxyCall(w http.ResponseWriter, req *http.Request, p provider, c *proxyCall) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			p.fail(w, apiError{http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit)})
+			return false
+		}
+		p.fail(w, badRequest("reading the body: %v", err))
+		return false
+	}
+	*c = proxyCall{p: p}
+	if err := p.parse(c, body); err != nil {
+		p.fail(w, badRequest("%v", err))
+		return false
+	}
+	return true
+}
+
 // statusOf turns a "limits" object back into a limiter.Status.
 func statusOf(l limitsJSON) limiter.Status {
 	d := func(j dimJSON) limiter.DimStatus {
@@ -204,11 +218,11 @@ func (r *Router) refuse(w http.ResponseWriter, c *proxyCall, res acquireResponse
 	c.p.fail(w, apiError{http.StatusTooManyRequests, kind, msg})
 }
 
-// proxyTenant finds the tenant of the request's API key: the bearer token,
-// else x-api-key.
-func (r *Router) proxyTenant(h http.Header) (string, bool) {
+// proxyTenant finds the tenant of the request's API key (the bearer token,
+// else x-api-key) and returns it with the key.
+func (r *Router) proxyTenant(h http.Header) (tenant, apiKey string, ok bool) {
 	if r.cfg.Proxy.Tenant == nil {
-		return "", false
+		return "", "", false
 	}
 	var keys []string
 	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
@@ -219,10 +233,10 @@ func (r *Router) proxyTenant(h http.Header) (string, bool) {
 	}
 	for _, k := range keys {
 		if t, ok := r.cfg.Proxy.Tenant(k); ok && checkName("tenant", t, true) == nil {
-			return t, true
+			return t, k, true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 // proxyQueue reads the optional x-tokenring-priority and x-tokenring-wait-ms

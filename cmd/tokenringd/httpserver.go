@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/internal/http1"
+	"github.com/tokenring/tokenring/router"
 )
 
 // maxHeaderBytes bounds a request's line and headers. Beyond it net/http
@@ -300,4 +301,14 @@ func (c *countedConn) SetNetConn(nc net.Conn) { c.Conn = nc }
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.open.Add(-1) })
 	return c.Conn.Close()
+}
+
+// proxyAccount is the LLM proxy's router.ProxyConfig.Account of cfg: the
+// OpenAI organisation and project of each API key written with them under
+// keys:.
+func proxyAccount(cfg config.Config) func(apiKey string) router.Account {
+	return func(apiKey string) router.Account {
+		a := cfg.KeyAccounts[apiKey]
+		return router.Account{OpenAIOrganization: a.OpenAIOrganization, OpenAIProject: a.OpenAIProject}
+	}
 }

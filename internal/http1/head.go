@@ -18,6 +18,7 @@ package http1
 import (
 	"bytes"
 	"errors"
+	"net"
 )
 
 // Request is one request head parsed by ParseHead, and its body. Its byte
@@ -54,6 +55,16 @@ func (r *Request) EachHeader(fn func(name, value []byte)) {
 			fn(name, value)
 		}
 	}
+}
+
+// RemoteAddr is the address of the client that sent the request: the
+// connection's peer. Nil on a request the Server did not read (ParseHead
+// alone).
+func (r *Request) RemoteAddr() net.Addr {
+	if r.watch == nil || r.watch.c == nil {
+		return nil
+	}
+	return r.watch.c.RemoteAddr()
 }
 
 // ErrIncomplete is ParseHead's answer to a buffer that does not yet hold a
