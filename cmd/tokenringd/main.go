@@ -376,6 +376,7 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 		MaxFallbackKeys: cfg.MaxKeys,
 		Proxy: router.ProxyConfig{
 			Tenant:    cfg.Tenant,
+			Account:   proxyAccount(cfg),
 			OpenAI:    proxyUpstream(cfg.Upstream),
 			Anthropic: proxyUpstream(anth),
 			// Client nil: each upstream gets router.NewUpstreamClient
