@@ -213,8 +213,12 @@ func (a *peerAuth) dial(conn net.Conn, by time.Time) (*session, error) {
 // accept runs the server side of the handshake on conn, accepting any of
 // its secrets. It returns an error, and has sent nothing but a nonce, unless
 // the client proved it holds one.
+//
+// The server's side is bounded by DefaultStrangerTimeout (500 ms) when
+// HandshakeTimeout is longer: the connection is a stranger's until it is
+// done (strangers.go), and a member's finishes in one round trip.
 func (a *peerAuth) accept(conn net.Conn) (*session, error) {
-	if err := conn.SetDeadline(a.deadline(time.Time{})); err != nil {
+	if err := conn.SetDeadline(time.Now().Add(min(a.timeout, DefaultStrangerTimeout))); err != nil {
 		return nil, err
 	}
 	transcript, err := readHello(conn)

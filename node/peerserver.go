@@ -40,9 +40,16 @@ type peerServer struct {
 	// frame is read; nil serves the plaintext protocol.
 	auth *peerAuth
 	wire wireLimits
-	// maxConns is the most connections served at once; those beyond it
-	// are closed as soon as accepted. Zero means DefaultMaxPeerConns.
+	// maxConns is the most members' connections (those past the
+	// handshake, or every connection without auth) served at once; one
+	// beyond it is closed. Zero means DefaultMaxPeerConns.
 	maxConns int
+	// strangers, with auth, is the budget of connections in their
+	// handshake (strangers.go); nil means newStrangers with the defaults.
+	strangers     *strangers
+	strangersOnce sync.Once
+	// memberCapped counts connections closed at maxConns.
+	memberCapped atomic.Uint64
 	// stats, if not nil, counts failed handshakes.
 	stats *peerStats
 	// done, if not nil, is closed by close: the accept loop's backoff
@@ -51,9 +58,10 @@ type peerServer struct {
 
 	authLog, acceptLog, capLog rate.Sometimes // one warning a second at most, each
 
-	mu    sync.Mutex // guards conns
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex // guards conns and members
+	conns   map[net.Conn]struct{}
+	members map[net.Conn]struct{} // those of conns counted against maxConns
+	wg      sync.WaitGroup
 }
 
 // Defaults of the peer protocol's bounds (Config).
@@ -102,7 +110,19 @@ func (n *Node) peerCollectors() []prometheus.Collector {
 			Name: "tokenring_peer_auth_failures_total",
 			Help: "Connections to the peer port closed because they failed the handshake (no cluster secret, a wrong one, or silence past the handshake timeout).",
 		}, func() float64 { return float64(n.stats.authFailures.Load()) }),
+		rejectedCounter("stranger_budget", func() uint64 { return n.server.strangerBudget().evictedBudget.Load() }),
+		rejectedCounter("source_limit", func() uint64 { return n.server.strangerBudget().evictedSource.Load() }),
+		rejectedCounter("member_cap", n.server.memberCapped.Load),
 	}
+}
+
+// rejectedCounter is tokenring_peer_conns_rejected_total{reason}.
+func rejectedCounter(reason string, v func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "tokenring_peer_conns_rejected_total",
+		Help:        "Connections to the peer port closed unserved: in their handshake, to make room in the strangers' budget (reason stranger_budget) or their source address's share of it (source_limit); past it, at peer.max_conns (member_cap).",
+		ConstLabels: prometheus.Labels{"reason": reason},
+	}, func() float64 { return float64(v()) })
 }
 
 // Bounds of the accept loop's backoff after a failed Accept, as net/http's.
@@ -140,31 +160,80 @@ func (s *peerServer) serve() {
 			continue
 		}
 		delay = 0
-		s.mu.Lock()
-		if s.conns == nil {
-			s.mu.Unlock()
-			conn.Close()
+		if !s.admit(conn) {
 			return
 		}
-		if limit := s.connCap(); len(s.conns) >= limit {
-			s.mu.Unlock()
-			conn.Close()
-			s.capLog.Do(func() {
-				s.log.Warn("peer listener: connection refused, at the connection cap", "remote", conn.RemoteAddr().String(), "max_peer_conns", limit)
-			})
-			continue
-		}
-		s.conns[conn] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(conn)
-			s.mu.Lock()
-			delete(s.conns, conn)
-			s.mu.Unlock()
-		}()
 	}
+}
+
+// admit starts serving conn: as a stranger in its handshake with auth,
+// else as a member (within maxConns). It is false, conn closed, once
+// close has begun.
+func (s *peerServer) admit(conn net.Conn) bool {
+	var st *stranger
+	if s.auth != nil {
+		if st = s.strangerBudget().admit(conn); st == nil {
+			return false
+		}
+	}
+	s.mu.Lock()
+	if s.conns == nil {
+		s.mu.Unlock()
+		conn.Close()
+		return false
+	}
+	if st == nil && !s.joinMembers(conn) {
+		s.mu.Unlock()
+		return true
+	}
+	s.conns[conn] = struct{}{}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.serveConn(conn, st)
+		s.mu.Lock()
+		delete(s.conns, conn)
+		delete(s.members, conn)
+		s.mu.Unlock()
+	}()
+	return true
+}
+
+// joinMembers counts conn against maxConns, or closes it at the cap.
+// Called with mu held.
+func (s *peerServer) joinMembers(conn net.Conn) bool {
+	if limit := s.connCap(); len(s.members) >= limit {
+		conn.Close()
+		s.memberCapped.Add(1)
+		s.capLog.Do(func() {
+			s.log.Warn("peer listener: connection refused, at the connection cap", "remote", conn.RemoteAddr().String(), "max_peer_conns", limit)
+		})
+		return false
+	}
+	if s.members == nil {
+		s.members = make(map[net.Conn]struct{})
+	}
+	s.members[conn] = struct{}{}
+	return true
+}
+
+// strangerBudget is s.strangers, made with the defaults if nil.
+func (s *peerServer) strangerBudget() *strangers {
+	s.strangersOnce.Do(func() {
+		if s.strangers == nil {
+			s.strangers = newStrangers(DefaultMaxStrangers, DefaultMaxStrangersPerSource)
+		}
+	})
+	return s.strangers
+}
+
+// member counts conn, past its handshake, against maxConns; false (conn
+// closed) at the cap.
+func (s *peerServer) member(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joinMembers(conn)
 }
 
 func (s *peerServer) closed() bool {
@@ -184,7 +253,7 @@ func (s *peerServer) connCap() int {
 // frame reader and the cipher its answers are sealed with. A client that
 // fails the handshake is counted, warned about (once a second at most) and
 // gets nothing.
-func (s *peerServer) open(conn net.Conn) (*frameReader, *aeadStream, error) {
+func (s *peerServer) open(conn net.Conn, st *stranger) (*frameReader, *aeadStream, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -199,7 +268,13 @@ func (s *peerServer) open(conn net.Conn) (*frameReader, *aeadStream, error) {
 		}
 		return fr, nil, nil
 	}
-	sess, err := s.auth.accept(conn)
+	sess, err := s.auth.accept(speaking{Conn: conn, st: st})
+	if !s.strangerBudget().leave(st) {
+		return nil, nil, fmt.Errorf("peer handshake %s: closed to make room for newer ones", conn.RemoteAddr())
+	}
+	if err == nil && !s.member(conn) {
+		return nil, nil, fmt.Errorf("peer %s: at the connection cap", conn.RemoteAddr())
+	}
 	if err != nil {
 		if s.stats != nil {
 			s.stats.authFailures.Add(1)
@@ -212,9 +287,9 @@ func (s *peerServer) open(conn net.Conn) (*frameReader, *aeadStream, error) {
 	return newFrameReader(conn, frameCalls, s.wire, sess.recv), sess.send, nil
 }
 
-func (s *peerServer) serveConn(conn net.Conn) {
+func (s *peerServer) serveConn(conn net.Conn, st *stranger) {
 	defer conn.Close()
-	fr, seal, err := s.open(conn)
+	fr, seal, err := s.open(conn, st)
 	if err != nil {
 		return
 	}
@@ -370,6 +445,9 @@ func (s *peerServer) close() {
 	s.conns = nil
 	s.mu.Unlock()
 	s.ln.Close()
+	if s.auth != nil {
+		s.strangerBudget().close()
+	}
 	if s.done != nil && conns != nil {
 		close(s.done)
 	}
