@@ -60,17 +60,28 @@ func clusterSecrets(cfg config.Config) [][]byte {
 // lookupIP resolves a host name to its addresses.
 type lookupIP func(ctx context.Context, network, host string) ([]net.IP, error)
 
-// checkProtected is protected mode: a node that listens on a non-loopback
-// address (-http, -peer or -gossip) must have client tokens or a cluster
-// secret, or run with -insecure; otherwise it refuses to start with a usage
-// error naming the exposed listeners and the ways out.
+// checkProtected is protected mode, port by port: a non-loopback -peer or
+// -gossip needs a cluster secret (without one the peer protocol and gossip
+// are plaintext and unauthenticated), a non-loopback -http needs its
+// callers authenticated (httpAuthenticated). Unless -insecure, a node with
+// any port exposed without its guard refuses to start with a usage error
+// naming each such port and its fix. An empty host, 0.0.0.0 and :: are
+// every interface: not loopback.
 func checkProtected(ctx context.Context, f flags, cfg config.Config, lookup lookupIP) error {
-	if f.insecure || len(cfg.Clients) > 0 || cfg.ClusterSecret != "" {
+	if f.insecure {
 		return nil
 	}
 	var exposed []string
-	for _, l := range []struct{ flag, addr string }{{"-http", f.http}, {"-peer", f.peer}, {"-gossip", f.gossip}} {
-		if l.addr == "" {
+	for _, l := range []struct {
+		flag, addr string
+		guarded    bool
+		fix        string
+	}{
+		{"-http", f.http, httpAuthenticated(cfg), "set client tokens under clients:"},
+		{"-peer", f.peer, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
+		{"-gossip", f.gossip, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
+	} {
+		if l.addr == "" || l.guarded {
 			continue // -peer's default: 127.0.0.1, a free port
 		}
 		loop, err := isLoopback(ctx, l.addr, lookup)
@@ -78,16 +89,21 @@ func checkProtected(ctx context.Context, f flags, cfg config.Config, lookup look
 			return fmt.Errorf("%w: %s %s: %v", errUsage, l.flag, l.addr, err)
 		}
 		if !loop {
-			exposed = append(exposed, l.flag+" "+l.addr)
+			exposed = append(exposed, fmt.Sprintf("%s %s is not loopback and unauthenticated: %s", l.flag, l.addr, l.fix))
 		}
 	}
 	if len(exposed) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: protected mode: %s not loopback, and there are no client tokens and no cluster secret: "+
-		"anyone who reaches the node could use and change it. Set cluster_secret in the config (or %s), "+
-		"and/or client tokens under clients:, or pass -insecure (TOKENRING_INSECURE=true) to run unprotected",
-		errUsage, strings.Join(exposed, ", "), clusterSecretEnv)
+	return fmt.Errorf("%w: protected mode: %s; or pass -insecure (TOKENRING_INSECURE=true) to run unprotected",
+		errUsage, strings.Join(exposed, "; "))
+}
+
+// httpAuthenticated reports whether the decision API authenticates its
+// callers, which a non-loopback -http needs: client tokens (clients:).
+// Another credential (a TLS client CA) is one more case here.
+func httpAuthenticated(cfg config.Config) bool {
+	return len(cfg.Clients) > 0
 }
 
 // isLoopback reports whether every address addr ("host:port") binds to is

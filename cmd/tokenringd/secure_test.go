@@ -34,78 +34,96 @@ func fakeLookup(m map[string][]string) lookupIP {
 	}
 }
 
-// TestProtectedModeRefuses: a non-loopback -http, -peer or -gossip with no
-// client tokens and no cluster secret is a usage error (exit 2) naming the
-// listener and the ways out.
-func TestProtectedModeRefuses(t *testing.T) {
-	lookup := fakeLookup(map[string][]string{"public.test": {"127.0.0.1", "10.0.0.7"}})
+// TestProtectedModePerPort: each port is judged by its own guard: a
+// non-loopback -peer or -gossip needs cluster_secret, a non-loopback -http
+// client tokens; a port exposed without its guard is a usage error (exit 2)
+// naming that port and its fix, and only that port; -insecure (or
+// TOKENRING_INSECURE) overrides; 0.0.0.0, :: and an empty host are not
+// loopback, nor is a name resolving to any non-loopback address.
+func TestProtectedModePerPort(t *testing.T) {
+	lookup := fakeLookup(map[string][]string{"public.test": {"127.0.0.1", "10.0.0.7"}, "localhost": {"127.0.0.1", "::1"}})
+	clients := config.Default()
+	clients.Clients = map[string]config.Client{"tok": {Tenants: []string{"*"}}}
+	secret := config.Default()
+	secret.ClusterSecret = testSecret
+	both := secret
+	both.Clients = clients.Clients
+	const fixSecret, fixClients = "set cluster_secret in the config (or TOKENRING_CLUSTER_SECRET)", "set client tokens under clients:"
 	for _, tc := range []struct {
+		name    string
 		args    []string
-		exposed string
+		env     map[string]string
+		cfg     config.Config
+		exposed []string // "-flag addr" refused, each with its fix; none: starts
+		fixes   []string
 	}{
-		{[]string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, "-http 0.0.0.0:0"},
-		{[]string{"-http", ":8080", "-gossip", "127.0.0.1:0"}, "-http :8080"},
-		{[]string{"-http", "127.0.0.1:0", "-gossip", "[::]:7946"}, "-gossip [::]:7946"},
-		{[]string{"-http", "127.0.0.1:0", "-peer", "192.168.1.4:7000", "-gossip", "127.0.0.1:0"}, "-peer 192.168.1.4:7000"},
-		{[]string{"-http", "public.test:80", "-gossip", "127.0.0.1:0"}, "-http public.test:80"},
-	} {
-		f, err := parseFlags(tc.args, env(nil), &bytes.Buffer{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = checkProtected(context.Background(), f, config.Default(), lookup)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.exposed+" not loopback") ||
-			!strings.Contains(err.Error(), "cluster_secret") || !strings.Contains(err.Error(), "clients:") ||
-			!strings.Contains(err.Error(), "-insecure") {
-			t.Errorf("%v: err %v, want a usage error naming %q and the fixes", tc.args, err, tc.exposed)
-		}
-	}
-	// The whole daemon: exit status 2, before listening on anything. (The
-	// context is already done, so that a daemon that wrongly starts stops
-	// at once.)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var stderr bytes.Buffer
-	err := run(ctx, []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, env(nil), &stderr)
-	if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "protected mode") {
-		t.Errorf("run on 0.0.0.0: exit %d, %q", code, stderr.String())
-	}
-}
-
-// TestProtectedModeAllows: loopback binds, -insecure (or
-// TOKENRING_INSECURE), a cluster secret (config or environment) or client
-// tokens each let a node start.
-func TestProtectedModeAllows(t *testing.T) {
-	lookup := fakeLookup(map[string][]string{"localhost": {"127.0.0.1", "::1"}})
-	exposed := []string{"-http", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}
-	withClients := config.Default()
-	withClients.Clients = map[string]config.Client{"tok": {Tenants: []string{"*"}}}
-	withSecret := config.Default()
-	withSecret.ClusterSecret = testSecret
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		cfg  config.Config
-	}{
-		{"loopback", []string{"-http", "127.0.0.1:0", "-peer", "[::1]:0", "-gossip", "localhost:0"}, nil, config.Default()},
-		{"-insecure", append(exposed, "-insecure"), nil, config.Default()},
-		{"TOKENRING_INSECURE", exposed, map[string]string{"TOKENRING_INSECURE": "true"}, config.Default()},
-		{"clients", exposed, nil, withClients},
-		{"cluster_secret", exposed, nil, withSecret},
-		{"TOKENRING_CLUSTER_SECRET", exposed, map[string]string{"TOKENRING_CLUSTER_SECRET": testSecret}, config.Default()},
+		{"all loopback", []string{"-http", "127.0.0.1:0", "-peer", "[::1]:0", "-gossip", "localhost:0"}, nil, config.Default(), nil, nil},
+		{"http 0.0.0.0", []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, nil, config.Default(), []string{"-http 0.0.0.0:0"}, []string{fixClients}},
+		{"http empty host", []string{"-http", ":8080", "-gossip", "127.0.0.1:0"}, nil, config.Default(), []string{"-http :8080"}, []string{fixClients}},
+		{"http name with a public address", []string{"-http", "public.test:80", "-gossip", "127.0.0.1:0"}, nil, config.Default(), []string{"-http public.test:80"}, []string{fixClients}},
+		{"gossip ::", []string{"-http", "127.0.0.1:0", "-gossip", "[::]:7946"}, nil, config.Default(), []string{"-gossip [::]:7946"}, []string{fixSecret}},
+		{"peer private", []string{"-http", "127.0.0.1:0", "-peer", "192.168.1.4:7000", "-gossip", "127.0.0.1:0"}, nil, config.Default(), []string{"-peer 192.168.1.4:7000"}, []string{fixSecret}},
+		// The case: tokens, no secret, peer and gossip on every interface.
+		{"clients guard http only", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, nil, clients,
+			[]string{"-peer 0.0.0.0:0", "-gossip 0.0.0.0:0"}, []string{fixSecret, fixSecret}},
+		{"secret guards peer and gossip only", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, nil, secret,
+			[]string{"-http 0.0.0.0:0"}, []string{fixClients}},
+		{"env secret guards peer and gossip", []string{"-http", "127.0.0.1:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"},
+			map[string]string{"TOKENRING_CLUSTER_SECRET": testSecret}, config.Default(), nil, nil},
+		{"both guards", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, nil, both, nil, nil},
+		{"clients and loopback cluster ports", []string{"-http", "0.0.0.0:0", "-peer", "127.0.0.1:0", "-gossip", "127.0.0.1:0"}, nil, clients, nil, nil},
+		{"-insecure", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0", "-insecure"}, nil, config.Default(), nil, nil},
+		{"TOKENRING_INSECURE", []string{"-http", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, map[string]string{"TOKENRING_INSECURE": "true"}, config.Default(), nil, nil},
 	} {
 		f, err := parseFlags(tc.args, env(tc.env), &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg, err := withEnvSecret(tc.cfg, env(tc.env))
-		if err == nil {
-			err = checkProtected(context.Background(), f, cfg, lookup)
-		}
 		if err != nil {
-			t.Errorf("%s: %v", tc.name, err)
+			t.Fatal(err)
 		}
+		err = checkProtected(context.Background(), f, cfg, lookup)
+		if len(tc.exposed) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v, want it to start", tc.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "protected mode") || !strings.Contains(err.Error(), "-insecure") {
+			t.Errorf("%s: err %v, want a protected mode usage error", tc.name, err)
+			continue
+		}
+		for i, e := range tc.exposed {
+			if want := e + " is not loopback and unauthenticated: " + tc.fixes[i]; !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: err %v, want it to say %q", tc.name, err, want)
+			}
+		}
+		for _, flag := range []string{"-http", "-peer", "-gossip"} {
+			named := strings.Count(err.Error(), flag+" ")
+			want := 0
+			for _, e := range tc.exposed {
+				if strings.HasPrefix(e, flag+" ") {
+					want++
+				}
+			}
+			if named != want {
+				t.Errorf("%s: err %v names %s %d times, want %d", tc.name, err, flag, named, want)
+			}
+		}
+	}
+}
+
+// TestProtectedModeExits: the whole daemon exits with status 2 before
+// listening on anything. (The context is already done, so that a daemon
+// that wrongly starts stops at once.)
+func TestProtectedModeExits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stderr bytes.Buffer
+	err := run(ctx, []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, env(nil), &stderr)
+	if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "protected mode") {
+		t.Errorf("run on 0.0.0.0: exit %d, %q", code, stderr.String())
 	}
 }
 
