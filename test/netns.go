@@ -185,9 +185,11 @@ const labClusterSecret = "tokenring-netns-lab-cluster-secret-0123456789"
 
 // nsExec is the Proc.Prefix that starts a binary in namespace ns with the
 // lab's cluster secret in its environment (env execs the binary, so the
-// process keeps its pid).
+// process keeps its pid). TOKENRING_INSECURE lets its -http, on the lab's
+// private bridge and reached by the test alone, run without client tokens
+// (protected mode judges each port: the secret guards -peer and -gossip).
 func nsExec(ns string) []string {
-	return []string{"ip", "netns", "exec", ns, "env", "TOKENRING_CLUSTER_SECRET=" + labClusterSecret}
+	return []string{"ip", "netns", "exec", ns, "env", "TOKENRING_CLUSTER_SECRET=" + labClusterSecret, "TOKENRING_INSECURE=true"}
 }
 
 // PlaceAllInterfaces is a ClusterOptions.Place for "many hosts": every node
