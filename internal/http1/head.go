@@ -77,14 +77,28 @@ var ErrNotPlain = errors.New("http1: not a plain request")
 
 // ParseHead parses the request head at the start of b: a request line
 // "POST <path> HTTP/1.1" and header lines up to a blank line. It returns
-// the head's length in bytes. A head it takes has a Host header, exactly
+// the head's length in bytes. A head it takes has one valid Host header, exactly
 // one Content-Length of at most maxBody, no Transfer-Encoding, Expect or
 // Upgrade, only well-formed header names and values, and a path without a
-// query; anything else is ErrNotPlain (and net/http's to answer), a head
-// not yet ended ErrIncomplete. ParseHead allocates nothing.
+// query, and CRLF line endings; anything else is ErrNotPlain (and
+// net/http's to answer), a head not yet ended ErrIncomplete (a bare LF in
+// what is there already is ErrNotPlain). ParseHead allocates nothing.
 func ParseHead(b []byte, maxBody int64, req *Request) (n int, err error) {
 	end := bytes.Index(b, []byte("\r\n\r\n"))
+	seen := b // what is read of the head so far
+	if end >= 0 {
+		seen = b[:end+4]
+	}
+	// net/http also ends lines with a bare LF: such a head may be whole
+	// without a CRLF CRLF, and waiting for one would leave the client
+	// unanswered. net/http reads it.
+	if bareLF(seen) {
+		return 0, ErrNotPlain
+	}
 	if end < 0 {
+		if !plainSoFar(b) { // net/http answers a bad line without waiting for the rest
+			return 0, ErrNotPlain
+		}
 		return 0, ErrIncomplete
 	}
 	head := b[:end+2] // every line ends with CRLF
@@ -102,7 +116,7 @@ func ParseHead(b []byte, maxBody int64, req *Request) (n int, err error) {
 		}
 		switch {
 		case equalFold(name, "host"):
-			if host {
+			if host || !validHost(value) { // net/http answers 400 malformed Host header
 				return 0, ErrNotPlain
 			}
 			host = true
@@ -132,6 +146,62 @@ func ParseHead(b []byte, maxBody int64, req *Request) (n int, err error) {
 	}
 	return end + 4, nil
 }
+
+// plainSoFar reports whether the lines b has ended (with CRLF) are a
+// plain request line and well-formed header lines: the start of a head
+// ParseHead may take once it is whole.
+func plainSoFar(b []byte) bool {
+	var req Request
+	for first := true; ; first = false {
+		line, rest, ok := bytes.Cut(b, []byte("\r\n"))
+		switch {
+		case !ok:
+			return true
+		case first && !requestLine(line, &req):
+			return false
+		case !first:
+			if _, _, ok := headerLine(line); !ok {
+				return false
+			}
+		}
+		b = rest
+	}
+}
+
+// bareLF reports whether b holds a LF not preceded by a CR.
+func bareLF(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0; {
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+// validHost reports whether a Host header's value is one net/http takes
+// (httpguts.ValidHostHeader): every byte a letter, a digit or one of
+// "!$%&'()*+,-.:;=[]_~".
+func validHost(v []byte) bool {
+	for _, c := range v {
+		if !hostBytes[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// hostBytes marks the bytes validHost allows.
+var hostBytes = func() (t [256]bool) {
+	for _, c := range []byte("!$%&'()*+,-.:;=[]_~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+		t[c] = true
+	}
+	return t
+}()
 
 // requestLine takes "POST <path> HTTP/1.1" with an origin-form path of
 // token-safe bytes and no query or fragment.
