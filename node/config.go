@@ -37,7 +37,13 @@ type Config struct {
 	MaxHops int
 	// HopTimeout bounds a call this node forwards on a peer's behalf (plus
 	// the call's wait), so a further hop to an unresponsive node cannot
-	// pin the connection's goroutine. Zero means one second.
+	// pin the connection's goroutine; and how long a call a peer forwarded
+	// here waits for its partition to arrive (TransferWait is the bound
+	// for this node's own callers). The forwarder gives up at a cap of its
+	// own (the router's ForwardMaxWait) and answers 503, since the owner
+	// may still count the call; so HopTimeout must be shorter, for the
+	// forwarder to hear ErrTransferPending in time and fall back, as a
+	// debt. Zero means one second.
 	HopTimeout time.Duration
 	// TransferWait bounds how long a call waits for its key's partition
 	// to arrive here, when custody of the partition is on its way (a

@@ -307,7 +307,11 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 			// ahead): wait for it. A partition this node is itself
 			// handing on is forwarded after it instead.
 			if deadline == nil {
-				timer := time.NewTimer(n.cfg.TransferWait)
+				wait := n.cfg.TransferWait
+				if c.Hops > 0 {
+					wait = min(wait, n.cfg.HopTimeout) // before the forwarder's own cap (HopTimeout)
+				}
+				timer := time.NewTimer(wait)
 				defer timer.Stop()
 				deadline = timer.C
 			}

@@ -7,6 +7,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
@@ -50,6 +51,15 @@ type LoadConfig struct {
 	Pace time.Duration
 	// RequestTimeout bounds one acquire. Default 10 s.
 	RequestTimeout time.Duration
+	// Hold, when set, makes a client hold each allowed acquire's lease
+	// for a random time in [0, Hold), then complete it (POST /v1/complete
+	// through a live node, with Usage), before its next acquire. A
+	// complete that fails is tried once more through another live node,
+	// as a gateway would; one that fails twice is a client error.
+	Hold time.Duration
+	// Usage is the usage a complete reports. Default {"prompt_tokens":1,
+	// "completion_tokens":1}.
+	Usage string
 }
 
 // TenantTally is what the clients got for one tenant.
@@ -61,11 +71,18 @@ type TenantTally struct {
 	Fallbacks int            // well-formed answers flagged "fallback":true (allowed or refused)
 	// FallbackAllowed counts the allowed answers among Fallbacks.
 	FallbackAllowed int
+	// With LoadConfig.Hold: leases completed, those of them answered
+	// {"settled":false} (the owner out of reach, or the lease unknown
+	// there: a lease not settled stays counted until its TTL), completes
+	// that failed twice (counted in Errors too), and the most leases held
+	// at once.
+	Completed, Unsettled, CompleteErrors, MaxHeld int
+	held                                                  int
 }
 
 func (tl TenantTally) String() string {
-	return fmt.Sprintf("allowed %d, refused %d %v, errors %d, fallbacks %d (%d allowed)",
-		tl.Allowed, tl.Refused, tl.Reasons, tl.Errors, tl.Fallbacks, tl.FallbackAllowed)
+	return fmt.Sprintf("allowed %d, refused %d %v, errors %d, fallbacks %d (%d allowed), completed %d (%d not settled), completes failed %d, held at most %d",
+		tl.Allowed, tl.Refused, tl.Reasons, tl.Errors, tl.Fallbacks, tl.FallbackAllowed, tl.Completed, tl.Unsettled, tl.CompleteErrors, tl.MaxHeld)
 }
 
 // NodeTally is what the clients got through one node.
@@ -174,6 +191,9 @@ func StartLoad(cfg LoadConfig) *LoadDriver {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Usage == "" {
+		cfg.Usage = `{"prompt_tokens":1,"completion_tokens":1}`
 	}
 	if len(cfg.Tenants) == 0 || cfg.Targets == nil {
 		panic("StartLoad: Tenants and Targets are required")
@@ -340,7 +360,9 @@ func (d *LoadDriver) clientLoop() {
 		// every node in turn.
 		ti, round := seq%n, seq/n
 		p := live[int((ti+round)%int64(len(live)))]
-		d.acquire(p, d.cfg.Tenants[ti])
+		if lease := d.acquire(p, d.cfg.Tenants[ti]); lease != "" && d.cfg.Hold > 0 {
+			d.hold(d.cfg.Tenants[ti], lease)
+		}
 		if d.cfg.Pace > 0 {
 			select {
 			case <-d.ctx.Done():
@@ -350,7 +372,54 @@ func (d *LoadDriver) clientLoop() {
 	}
 }
 
-func (d *LoadDriver) acquire(p *Proc, tenant string) {
+// hold keeps tenant's lease for a random part of Hold, then completes it.
+func (d *LoadDriver) hold(tenant, lease string) {
+	d.mu.Lock()
+	tl := d.res.Tenants[tenant]
+	tl.held++
+	tl.MaxHeld = max(tl.MaxHeld, tl.held)
+	d.mu.Unlock()
+	time.Sleep(rand.N(d.cfg.Hold)) // the request's upstream call
+	body := fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":%s}`, tenant, lease, d.cfg.Usage)
+	var bad string
+	unsettled := false
+	for try := range 2 {
+		live := *d.live.Load()
+		if len(live) == 0 {
+			bad = "no live node"
+			break
+		}
+		p := live[(rand.IntN(len(live))+try)%len(live)]
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
+		code, out, err := Post(ctx, d.clientFor(p), p.URL()+"/v1/complete", body)
+		cancel()
+		if err == nil && code == http.StatusOK {
+			bad, unsettled = "", out["settled"] != true
+			break
+		}
+		bad = fmt.Sprintf("complete via %s: %d %v %v", p.Name, code, out, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tl.held--
+	if bad != "" {
+		tl.CompleteErrors++
+		tl.Errors++
+		d.res.Errors++
+		if len(d.res.FirstErrors) < 20 {
+			d.res.FirstErrors = append(d.res.FirstErrors, fmt.Sprintf("%s %s: %s", d.since(), tenant, bad))
+		}
+		return
+	}
+	tl.Completed++
+	if unsettled {
+		tl.Unsettled++
+	}
+}
+
+// acquire sends one acquire for tenant through p, tallies the answer, and
+// returns the lease of an allowed one.
+func (d *LoadDriver) acquire(p *Proc, tenant string) (lease string) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
 	defer cancel()
 	at := d.since()
@@ -371,6 +440,7 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) {
 	case code == http.StatusOK && out["allowed"] == true:
 		tl.Allowed++
 		nt.Allowed++
+		lease, _ = out["lease"].(string)
 	case code == http.StatusTooManyRequests && out["allowed"] == false:
 		tl.Refused++
 		nt.Refused++
@@ -382,7 +452,7 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) {
 		tl.Errors++
 		nt.Errors++
 		d.res.Errors++
-		if len(d.res.FirstErrors) < 20 {
+		if len(d.res.FirstErrors) < 20 || (len(d.res.FirstErrors) < 40 && nt.Errors == 1) { // and the first of each node
 			d.res.FirstErrors = append(d.res.FirstErrors, fmt.Sprintf("%s %s via %s: %s", at, tenant, p.Name, bad))
 		}
 		return
@@ -395,6 +465,7 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) {
 			tl.FallbackAllowed++
 		}
 	}
+	return lease
 }
 
 // Tally returns a copy of the tally so far, while the clients may still be

@@ -280,6 +280,7 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 		LimitsFor:           limits,
 		Batch:               node.BatchConfig{Wait: f.batchWait, Max: f.batchMax},
 		Forward:             node.ForwardConfig{ProbeAfter: cfg.ForwardTimeout, Liveness: cfg.PeerLiveness},
+		HopTimeout:          cfg.ForwardMaxWait / 2, // a call forwarded here answers before its forwarder's cap
 		Checkpoint:          checkpoint,
 		ReplicationInterval: cfg.Replication.Interval,
 		// A dead custodian's keys are worth restoring as long as their
