@@ -77,7 +77,7 @@ type TenantTally struct {
 	// that failed twice (counted in Errors too), and the most leases held
 	// at once.
 	Completed, Unsettled, CompleteErrors, MaxHeld int
-	held                                                  int
+	held                                          int
 }
 
 func (tl TenantTally) String() string {
