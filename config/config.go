@@ -118,7 +118,23 @@ type HTTP struct {
 	// WriteTimeout bounds writing a non-streaming answer (default 60s); the
 	// LLM proxy's routes, which may stream, are exempt.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// TLS, when its CertFile is set, serves -http over TLS only.
+	TLS TLS `yaml:"tls"`
 }
+
+// TLS is the "http.tls:" section. CertFile and KeyFile are PEM files,
+// both set or neither; they are read again when they change (cert-manager
+// rewrites them in place or swaps a symlink), at most once a second.
+// ClientCAFile, when set, is a PEM bundle of CAs: every client must then
+// present a certificate one of them issued.
+type TLS struct {
+	CertFile     string `yaml:"cert_file,omitempty"`
+	KeyFile      string `yaml:"key_file,omitempty"`
+	ClientCAFile string `yaml:"client_ca_file,omitempty"`
+}
+
+// Enabled reports whether t serves TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // Peer bounds the peer protocol (the "peer:" section).
 type Peer struct {

@@ -38,9 +38,26 @@ func TestKeyAccounts(t *testing.T) {
 		t.Fatalf("accounts: %v", c.KeyAccounts)
 	}
 	for text, want := range map[string]string{
-		"keys: {sk-b: {tenant: beta, org: x}}":                     "keys.sk-b.org: unknown field",
-		"keys: {sk-b: {openai_project: p}}":                        "keys.sk-b: tenant must not be empty",
+		"keys: {sk-b: {tenant: beta, org: x}}":                       "keys.sk-b.org: unknown field",
+		"keys: {sk-b: {openai_project: p}}":                          "keys.sk-b: tenant must not be empty",
 		"keys: {sk-b: {tenant: b, openai_project: \"p\\r\\nX: 1\"}}": "keys.sk-b.openai_project: must not contain control characters",
+	} {
+		if _, err := Parse([]byte(text), nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", text, err, want)
+		}
+	}
+}
+
+// TestHTTPTLS: http.tls is read, and its files must come as a pair.
+func TestHTTPTLS(t *testing.T) {
+	c, err := Parse([]byte("http: {tls: {cert_file: /c.pem, key_file: /k.pem, client_ca_file: /ca.pem}}\n"), nil)
+	if err != nil || c.HTTP.TLS != (TLS{CertFile: "/c.pem", KeyFile: "/k.pem", ClientCAFile: "/ca.pem"}) || !c.HTTP.TLS.Enabled() {
+		t.Fatalf("%+v, %v", c.HTTP.TLS, err)
+	}
+	for text, want := range map[string]string{
+		"http: {tls: {cert_file: /c.pem}}":         "http.tls: cert_file and key_file go together",
+		"http: {tls: {client_ca_file: /ca.pem}}":   "http.tls.client_ca_file: needs cert_file and key_file",
+		"http: {tls: {cert_file: /c, keyfile: x}}": "http.tls.keyfile: unknown field",
 	} {
 		if _, err := Parse([]byte(text), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", text, err, want)

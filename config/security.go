@@ -72,6 +72,11 @@ func (c Config) validateSecurity(errs *errorList) {
 	errs.duration("http.read_timeout", c.HTTP.ReadTimeout, 1, MaxDuration)
 	errs.duration("http.idle_timeout", c.HTTP.IdleTimeout, 1, MaxDuration)
 	errs.duration("http.write_timeout", c.HTTP.WriteTimeout, 1, MaxDuration)
+	if t := c.HTTP.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		errs.add("http.tls", "cert_file and key_file go together: set both or neither")
+	} else if t.ClientCAFile != "" && t.CertFile == "" {
+		errs.add("http.tls.client_ca_file", "needs cert_file and key_file: client certificates are asked for over TLS only")
+	}
 	if f := c.Peer.MaxFrameBytes; f < MinFrameLimit || f > MaxFrameLimit {
 		errs.add("peer.max_frame_bytes", fmt.Sprintf("must be between %d and %d, got %d", MinFrameLimit, MaxFrameLimit, f))
 	}
@@ -128,7 +133,12 @@ func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 	if d.int(f["hot_key_rate"], "hot_key_rate", &n) {
 		c.HotKeyRate = clampInt(n)
 	}
-	if h := d.fields(f["http"], "http", "max_conns", "event_loops", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout"); h != nil {
+	if h := d.fields(f["http"], "http", "max_conns", "event_loops", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout", "tls"); h != nil {
+		if t := d.fields(h["tls"], "http.tls", "cert_file", "key_file", "client_ca_file"); t != nil {
+			d.string(t["cert_file"], "http.tls.cert_file", &c.HTTP.TLS.CertFile)
+			d.string(t["key_file"], "http.tls.key_file", &c.HTTP.TLS.KeyFile)
+			d.string(t["client_ca_file"], "http.tls.client_ca_file", &c.HTTP.TLS.ClientCAFile)
+		}
 		if d.int(h["max_conns"], "http.max_conns", &n) {
 			c.HTTP.MaxConns = clampInt(n)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -58,8 +59,18 @@ type decisions struct{ plain, quick http1.Handler }
 // other plain calls by d.plain on a goroutine a connection, both straight
 // from the connection, and every other request served by h through
 // net/http (newHTTPServer); all bounded by hc. closing reports a draining
-// node: its answers close their connections.
-func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool) *http1.Server {
+// node: its answers close their connections. With hc.TLS every
+// connection is TLS, served by net/http alone with h (tls.go); its
+// certificate files were checked by listenHTTP, and one that fails to load
+// now serves nothing (every handshake fails, logged by net/http).
+func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool) httpServer {
+	if hc.TLS.Enabled() {
+		tc, err := tlsConfig(hc.TLS, time.Now)
+		if err != nil {
+			tc = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, err }}
+		}
+		return newTLSServer(closeOnDrain(h, closing), hc, tc)
+	}
 	return http1.NewServer(http1.Config{
 		Handler:           d.plain,
 		Quick:             d.quick,
@@ -70,6 +81,17 @@ func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool)
 		WriteTimeout:      hc.WriteTimeout,
 		IdleTimeout:       hc.IdleTimeout,
 		Closing:           closing,
+	})
+}
+
+// closeOnDrain makes h's answers close their connections while closing
+// reports a draining node, as the fast path's do.
+func closeOnDrain(h http.Handler, closing func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if closing != nil && closing() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, req)
 	})
 }
 
@@ -101,6 +123,11 @@ func eventLoops(n int) int {
 // listenHTTP listens on addr with the connection cap of hc (automatic when
 // 0, see autoMaxConns).
 func listenHTTP(addr string, hc config.HTTP, log *slog.Logger) (*cappedListener, error) {
+	if hc.TLS.Enabled() { // refuse to start with files that do not load
+		if _, err := tlsConfig(hc.TLS, time.Now); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen -http %s: %w", addr, err)
@@ -216,7 +243,7 @@ func (l *cappedListener) collectors() []prometheus.Collector {
 // to goroutines (why: declined, a call the loop does not decide at once;
 // not_plain, a request other than a plain POST, such as a GET; large, a
 // request over 8 KiB; full, an answer the socket had no room for).
-func loopCollectors(srv *http1.Server) []prometheus.Collector {
+func loopCollectors(srv httpServer) []prometheus.Collector {
 	stat := func(f func(http1.LoopStats) uint64) func() float64 {
 		return func() float64 { return float64(f(srv.LoopStats())) }
 	}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
+)
+
+// testCA issues certificates for the TLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a PEM certificate and key signed by ca: a server's for
+// 127.0.0.1 when server, else a client's named cn.
+func (ca *testCA) issue(t *testing.T, serial int64, cn string, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	if server {
+		tmpl.IPAddresses, tmpl.ExtKeyUsage = []net.IP{net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+}
+
+// writeFile writes b to path through a temporary file and a rename, as a
+// rotation does (never a half-written file).
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startTLSNode serves a one-node router over listenHTTP and newServer
+// with hc (http.tls set), as tokenringd does; it returns the address.
+func startTLSNode(t *testing.T, hc config.HTTP) string {
+	t.Helper()
+	lim := func(string) limiter.Limits {
+		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20, Window: time.Minute, LeaseTTL: time.Minute}
+	}
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(n, router.Config{Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := listenHTTP("127.0.0.1:0", hc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(r, decisions{plain: r.ServePlain, quick: r.ServeQuick}, hc, nil)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		<-served
+		r.Close()
+		n.Close()
+	})
+	return ln.Addr().String()
+}
+
+// tlsClient trusts ca and presents cert (none when certPEM is nil).
+func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	tc := &tls.Config{RootCAs: roots}
+	if certPEM != nil {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	tr := &http.Transport{TLSClientConfig: tc}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// acquire makes one decision over c; it returns the status and the
+// serial of the server certificate the connection saw.
+func acquire(c *http.Client, addr string) (int, int64, error) {
+	resp, err := c.Post("https://"+addr+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64(), nil
+}
+
+// TestTLSEndToEnd: over the real server constructor with http.tls and a
+// client CA, a client with a certificate gets decisions; one without is
+// refused at the handshake; the server certificate is rotated (its files
+// rewritten) while clients keep calling, with no error, and a new
+// connection sees the new certificate.
+func TestTLSEndToEnd(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	c1, k1 := ca.issue(t, 101, "server", true)
+	writeFile(t, certFile, c1)
+	writeFile(t, keyFile, k1)
+	writeFile(t, caFile, ca.pem)
+	hc := config.Default().HTTP
+	hc.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}
+	addr := startTLSNode(t, hc)
+
+	cc, ck := ca.issue(t, 201, "gw-1", false)
+	client := tlsClient(t, ca, cc, ck)
+	if code, serial, err := acquire(client, addr); err != nil || code != 200 || serial != 101 {
+		t.Fatalf("a decision over mutual TLS: %d, serial %d, %v", code, serial, err)
+	}
+	if _, _, err := acquire(tlsClient(t, ca, nil, nil), addr); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+
+	// Rotation while 4 clients keep calling over their kept-alive
+	// connections.
+	var calls, failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := tlsClient(t, ca, cc, ck)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, _, err := acquire(c, addr); err != nil || code != 200 {
+					failures.Add(1)
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	c2, k2 := ca.issue(t, 102, "server", true)
+	writeFile(t, keyFile, k2)
+	writeFile(t, certFile, c2)
+	var serial int64
+	deadline := time.Now().Add(10 * time.Second) // the reloader looks once a second; a bound, not a speed
+	for serial != 102 && time.Now().Before(deadline) {
+		fresh := tlsClient(t, ca, cc, ck) // a new connection each time
+		code, s, err := acquire(fresh, addr)
+		if err != nil || code != 200 {
+			failures.Add(1)
+		}
+		serial = s
+		fresh.CloseIdleConnections()
+	}
+	close(stop)
+	wg.Wait()
+	if serial != 102 || failures.Load() != 0 || calls.Load() == 0 {
+		t.Fatalf("after rotation: new connections see serial %d (want 102), %d failures in %d calls", serial, failures.Load(), calls.Load())
+	}
+}
+
+// TestTLSBadFilesRefuseToStart: http.tls files that do not load stop
+// listenHTTP with the field named.
+func TestTLSBadFilesRefuseToStart(t *testing.T) {
+	hc := config.Default().HTTP
+	hc.TLS = config.TLS{CertFile: "/nonexistent/tls.crt", KeyFile: "/nonexistent/tls.key"}
+	if _, err := listenHTTP("127.0.0.1:0", hc, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "http.tls") {
+		t.Fatalf("missing files: %v", err)
+	}
+}
