@@ -35,7 +35,7 @@ type testCA struct {
 	pem  []byte
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t testing.TB) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -54,7 +54,7 @@ func newTestCA(t *testing.T) *testCA {
 
 // issue returns a PEM certificate and key signed by ca: a server's for
 // 127.0.0.1 when server, else a client's named cn.
-func (ca *testCA) issue(t *testing.T, serial int64, cn string, server bool) (certPEM, keyPEM []byte) {
+func (ca *testCA) issue(t testing.TB, serial int64, cn string, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -80,7 +80,7 @@ func (ca *testCA) issue(t *testing.T, serial int64, cn string, server bool) (cer
 
 // writeFile writes b to path through a temporary file and a rename, as a
 // rotation does (never a half-written file).
-func writeFile(t *testing.T, path string, b []byte) {
+func writeFile(t testing.TB, path string, b []byte) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -93,7 +93,7 @@ func writeFile(t *testing.T, path string, b []byte) {
 
 // startTLSNode serves a one-node router over listenHTTP and newServer
 // with hc (http.tls set), as tokenringd does; it returns the address.
-func startTLSNode(t *testing.T, hc config.HTTP) string {
+func startTLSNode(t testing.TB, hc config.HTTP) string {
 	t.Helper()
 	lim := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20, Window: time.Minute, LeaseTTL: time.Minute}
@@ -127,7 +127,7 @@ func startTLSNode(t *testing.T, hc config.HTTP) string {
 }
 
 // tlsClient trusts ca and presents cert (none when certPEM is nil).
-func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
+func tlsClient(t testing.TB, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
@@ -146,14 +146,21 @@ func tlsClient(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 
 // acquire makes one decision over c; it returns the status and the
 // serial of the server certificate the connection saw.
-func acquire(c *http.Client, addr string) (int, int64, error) {
-	resp, err := c.Post("https://"+addr+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`))
+func acquire(c *http.Client, addr string) (int, int64, error) { return acquireVia(c, "https", addr) }
+
+// acquireVia is acquire over scheme (serial 0 over http).
+func acquireVia(c *http.Client, scheme, addr string) (int, int64, error) {
+	resp, err := c.Post(scheme+"://"+addr+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.Int64(), nil
+	var serial int64
+	if resp.TLS != nil {
+		serial = resp.TLS.PeerCertificates[0].SerialNumber.Int64()
+	}
+	return resp.StatusCode, serial, nil
 }
 
 // TestTLSEndToEnd: over the real server constructor with http.tls and a
