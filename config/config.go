@@ -152,9 +152,21 @@ type Replication struct {
 	// is what the owner admitted since its last finished round.
 	Interval time.Duration `yaml:"interval"`
 	// Mode is async (rounds every Interval) or sync (an admission is
-	// answered only once its key's backup holds it; rounds still run).
+	// answered only once its key's backups hold it; rounds still run).
 	Mode ReplicationMode `yaml:"mode"`
+	// Copies is how many members besides its owner hold a copy of each
+	// key: its state survives that many simultaneous crashes. Each copy
+	// adds one more copy per round, and in sync mode an answer waits for
+	// the slowest reachable backup. 1 by default (DefaultCopies); at most
+	// MaxCopies.
+	Copies int `yaml:"copies"`
 }
+
+// Bounds of replication.copies.
+const (
+	DefaultCopies = 1
+	MaxCopies     = 7 // ring.MaxBackups
+)
 
 // ReplicationMode is async or sync.
 type ReplicationMode string
@@ -352,7 +364,7 @@ func Default() Config {
 		ForwardTimeout:    DefaultForwardTimeout,
 		ForwardMaxWait:    DefaultForwardMaxWait,
 		PeerLiveness:      DefaultPeerLiveness,
-		Replication:       Replication{Interval: DefaultReplication, Mode: DefaultReplicationMode},
+		Replication:       Replication{Interval: DefaultReplication, Mode: DefaultReplicationMode, Copies: DefaultCopies},
 		Drain:             DefaultDrain,
 		Upstream:          main,
 		AnthropicUpstream: up,
@@ -469,6 +481,9 @@ func (c Config) Validate() error {
 	case ReplicationAsync, ReplicationSync:
 	default:
 		errs.add("replication.mode", fmt.Sprintf("must be async or sync, got %q", string(c.Replication.Mode)))
+	}
+	if c.Replication.Copies < 1 || c.Replication.Copies > MaxCopies {
+		errs.add("replication.copies", fmt.Sprintf("must be between 1 and %d, got %d", MaxCopies, c.Replication.Copies))
 	}
 	if c.Drain < 0 || c.Drain > MaxForward*10 {
 		errs.add("drain", fmt.Sprintf("must be between 0 and %v, got %v", MaxForward*10, c.Drain))

@@ -381,8 +381,12 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.duration(f["forward_timeout"], "forward_timeout", &c.ForwardTimeout)
 	d.duration(f["forward_max_wait"], "forward_max_wait", &c.ForwardMaxWait)
 	d.duration(f["peer_liveness"], "peer_liveness", &c.PeerLiveness)
-	if r := d.fields(f["replication"], "replication", "interval", "mode"); r != nil {
+	if r := d.fields(f["replication"], "replication", "interval", "mode", "copies"); r != nil {
 		d.duration(r["interval"], "replication.interval", &c.Replication.Interval)
+		var copies int64
+		if d.int(r["copies"], "replication.copies", &copies) {
+			c.Replication.Copies = int(min(max(copies, -1), 1<<20)) // out of range stays out of range, for Validate to name
+		}
 		var mode string
 		if d.string(r["mode"], "replication.mode", &mode) {
 			c.Replication.Mode = ReplicationMode(mode)

@@ -70,6 +70,13 @@ type Config struct {
 	// reached does not block the answer: the key is copied by the next
 	// round instead (tokenring_sync_replication_missed_total).
 	ReplicationSync bool
+	// ReplicationCopies is how many members besides its owner hold a copy
+	// of each key (the partition's first backups in the ring): a key's
+	// state survives that many simultaneous crashes. Each copy costs one
+	// more copy per replication round, and in sync mode an answer waits
+	// for every reachable copy (sent in parallel). Zero means 1; at most
+	// ring.MaxBackups.
+	ReplicationCopies int
 	// Checkpoint, if set, receives every replication round's snapshots
 	// too, and is read when a crashed owner's key has no newer replica.
 	Checkpoint Checkpoint
@@ -170,6 +177,10 @@ func (c Config) withDefaults() Config {
 	if c.PullTimeout <= 0 {
 		c.PullTimeout = 250 * time.Millisecond
 	}
+	if c.ReplicationCopies <= 0 {
+		c.ReplicationCopies = 1
+	}
+	c.ReplicationCopies = min(c.ReplicationCopies, ring.MaxBackups)
 	if c.ReplicationInterval == 0 {
 		c.ReplicationInterval = 100 * time.Millisecond
 	}

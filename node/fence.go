@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -334,7 +336,7 @@ func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool
 		return false
 	}
 	var base *limiter.Budget
-	if ack, ok := n.acked.get(key); ok && elsewhere(ack.by) {
+	if ack, ok := n.acked.get(key); ok && slices.ContainsFunc(ack.by, elsewhere) {
 		base, _ = limiter.RestoreBudget(ack.state, lim, pol) // unreadable: everything counts
 	}
 	var req, tok int64
@@ -349,29 +351,39 @@ func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool
 	return true
 }
 
-// ackedStore holds, for each key this member decides for, the state its
-// backup last acknowledged, and which member that backup is: what the other
-// side of a split restores from, if the backup is there.
+// ackedStore holds, for each key this member decides for, the newest state
+// its backups acknowledged, and which of them did: what the other side of a
+// split restores from, if one of them is there.
 type ackedStore struct {
 	mu   sync.Mutex // guards m and size
 	m    map[string]ackedCopy
 	size shrinkable // m shrinks as keys go (node/bounds.go)
 }
 
-// ackedCopy is a key's state as its backup, the member called by,
-// acknowledged it.
+// ackedCopy is a key's state as the backups named in by acknowledged it.
 type ackedCopy struct {
 	state []byte
-	by    string
+	by    []string
 }
 
+// put records that backup by holds state as key's copy. A state other
+// than the one recorded replaces it: copies go out in the order of the
+// key's changes, and should an older acknowledgement arrive last, a fence
+// only owes more (counted twice), never less.
 func (a *ackedStore) put(key, by string, state []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = make(map[string]ackedCopy)
 	}
-	a.m[key] = ackedCopy{state: state, by: by}
+	c, ok := a.m[key]
+	switch {
+	case !ok || !bytes.Equal(c.state, state):
+		c = ackedCopy{state: state, by: []string{by}}
+	case !slices.Contains(c.by, by):
+		c.by = append(c.by, by)
+	}
+	a.m[key] = c
 	a.size.grew(len(a.m))
 }
 

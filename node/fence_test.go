@@ -377,6 +377,8 @@ func TestStalledMemberFencesAndIsHandedBack(t *testing.T) {
 		}
 	}
 	n3.deadAfter.Store(0)
+	n3.tmu.Lock() // the fence runs under tmu: once we hold it, the fence is over
+	n3.tmu.Unlock()
 	if _, err := n3.Do(context.Background(), Call{Op: OpAcquire, Key: replicated}); !errors.Is(err, ErrMinority) {
 		t.Fatalf("an acquire at the stalled member after it woke: %v, want ErrMinority", err)
 	}

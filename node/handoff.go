@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -34,7 +35,7 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
 		return // restored by a concurrent call
 	}
-	state, from := n.recover(ctx, key, h.backup, !h.preloaded)
+	state, from := n.recover(ctx, key, h.backups, !h.preloaded)
 	if len(state) == 0 {
 		return
 	}
@@ -55,14 +56,31 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 	n.dirty.mark(key) // replicate to this key's new backup
 }
 
-// recover returns the newest copy of a crashed owner's key: the replica at
-// backup or (when checkpoint is set) the checkpoint, and where it came
-// from; nil when there is none.
-func (n *Node) recover(ctx context.Context, key, backup string, checkpoint bool) ([]byte, string) {
-	rep, repAt, err := n.replica(ctx, key, backup)
-	if err != nil {
-		n.log.Warn("restore: replica unavailable", "key", key, "backup", backup, "err", err)
+// recover returns the newest copy of a crashed owner's key: the replicas at
+// backups (asked in parallel) or (when checkpoint is set) the checkpoint,
+// and where it came from; nil when there is none.
+func (n *Node) recover(ctx context.Context, key string, backups []string, checkpoint bool) ([]byte, string) {
+	var (
+		mu     sync.Mutex
+		rep    []byte
+		repAt  time.Time
+		backup string
+		wg     sync.WaitGroup
+	)
+	for _, addr := range backups {
+		wg.Go(func() {
+			state, at, err := n.replica(ctx, key, addr)
+			if err != nil {
+				n.log.Warn("restore: replica unavailable", "key", key, "backup", addr, "err", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(state) > 0 && (len(rep) == 0 || at.After(repAt)) {
+				rep, repAt, backup = state, at, addr
+			}
+		})
 	}
+	wg.Wait()
 	if n.cfg.Checkpoint == nil || !checkpoint {
 		return rep, backup
 	}

@@ -403,3 +403,56 @@ func TestSyncReplicationLosesNothing(t *testing.T) {
 		t.Fatalf("%d admitted after the crash, want exactly 12: all 8 admissions were replicated before they were answered", got)
 	}
 }
+
+// Two copies survive two crashes: five nodes with ReplicationCopies 2; the
+// owner of some keys and those keys' first backup crash together, and the
+// new owners restore every key from the second backup, losing nothing that
+// was replicated.
+func TestTwoCopiesSurviveTwoCrashes(t *testing.T) {
+	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
+	nodes := newNodes(t, 5, limits, func(c *Config) { c.ReplicationInterval = time.Hour; c.ReplicationCopies = 2 })
+	all := ringAll(t, nodes)
+	byName := map[string]*Node{}
+	for _, nd := range nodes {
+		byName[nd.Name()] = nd
+	}
+	// Keys owned by n1 whose first backup is the same member: both crash.
+	var keys []string
+	var backup string
+	for i := 0; len(keys) < 20 && i < 100_000; i++ {
+		k := fmt.Sprintf("t:two-%d", i)
+		o, _ := all.Owner(k)
+		bs := all.Backups(k, 2)
+		if o.Name != "n1" || len(bs) != 2 || (backup != "" && bs[0].Name != backup) {
+			continue
+		}
+		backup = bs[0].Name
+		keys = append(keys, k)
+	}
+	if len(keys) < 20 {
+		t.Fatalf("found %d keys owned by n1 with one first backup", len(keys))
+	}
+	for _, k := range keys {
+		if got := admit(t, nodes[1], k, 7); got != 7 {
+			t.Fatalf("%s: %d of 7", k, got)
+		}
+	}
+	byName["n1"].replicateOnce()
+	var survivors []*Node
+	for _, nd := range nodes {
+		if nd.Name() == "n1" || nd.Name() == backup {
+			nd.Close() // both crash at once: no handoff
+			continue
+		}
+		survivors = append(survivors, nd)
+	}
+	after := ringAll(t, survivors)
+	for _, nd := range survivors {
+		nd.SetRing(after)
+	}
+	for i, k := range keys {
+		if got := admit(t, survivors[i%len(survivors)], k, 10); got != 3 {
+			t.Fatalf("%s after its owner and first backup crashed: %d admitted, want exactly 3 (7 of 10 used before)", k, got)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 
 // Replication: an owner's RAM dies with it, so every ReplicationInterval the
 // owner sends the snapshots of the keys it changed since the last round to
-// each key's backup (the next member for the key's partition). A backup only
-// stores them. When an owner crashes, the new owner of its partitions first
+// each key's backups (the next ReplicationCopies members for the key's
+// partition). A backup only stores them. When an owner crashes, the new owner of its partitions first
 // tries to pull a key from the previous owner as in a handoff; when that
 // fails, it takes the backup's replica instead of starting from zero. What
 // is lost is what the owner admitted after its last replication round: at
@@ -207,9 +208,8 @@ func (n *Node) replicateOnce() {
 		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != routeLocal {
 			continue // handed on meanwhile: the new custodian replicates it
 		}
-		backup, ok := r.Backup(key)
-		toBackup := ok && backup.Name != n.cfg.Name
-		if !toBackup && states == nil {
+		backups := n.backups(r, key)
+		if len(backups) == 0 && states == nil {
 			continue // no backup (a node alone) and no checkpoint: no snapshot to take
 		}
 		var state []byte
@@ -219,15 +219,14 @@ func (n *Node) replicateOnce() {
 		if states != nil {
 			states[key] = state
 		}
-		if !toBackup {
-			continue
+		for _, backup := range backups {
+			b := batches[backup.Peer]
+			if b == nil {
+				b = &replBatch{backup: backup}
+				batches[backup.Peer] = b
+			}
+			b.keys, b.states = append(b.keys, key), append(b.states, state)
 		}
-		b := batches[backup.Peer]
-		if b == nil {
-			b = &replBatch{backup: backup}
-			batches[backup.Peer] = b
-		}
-		b.keys, b.states = append(b.keys, key), append(b.states, state)
 	}
 	var wg sync.WaitGroup
 	for _, b := range batches {
@@ -323,29 +322,43 @@ func (n *Node) replicateEach(ctx context.Context, backup ring.Member, keys []str
 	wg.Wait()
 }
 
-// replicateNow copies key's state to its backup and waits until the backup
-// holds it (ReplicationSync). Concurrent copies to one backup share frames
-// on its peer connection. When the backup cannot be reached in time the key
-// stays marked for the next round.
+// backups returns the members that hold copies of key: its partition's
+// first ReplicationCopies backups in r, this node left out.
+func (n *Node) backups(r *ring.Ring, key string) []ring.Member {
+	bs := r.Backups(key, n.cfg.ReplicationCopies)
+	return slices.DeleteFunc(bs, func(m ring.Member) bool { return m.Name == n.cfg.Name })
+}
+
+// replicateNow copies key's state to its backups, in parallel, and waits
+// until each holds it or cannot be reached (ReplicationSync). Concurrent
+// copies to one backup share frames on its peer connection. When a backup
+// cannot be reached in time the key stays marked for the next round.
 func (n *Node) replicateNow(ctx context.Context, key string) {
 	r := n.ring.Load()
 	if r == nil {
 		return
 	}
-	backup, ok := r.Backup(key)
-	if !ok || backup.Name == n.cfg.Name {
+	backups := n.backups(r, key)
+	if len(backups) == 0 {
 		return
 	}
 	var state []byte
 	if !n.table.Peek(key, func(b *limiter.Budget) { state, _ = b.AppendBinary(nil) }) {
 		return
 	}
-	if _, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state}); err != nil {
-		n.stats.syncMissed.Add(1)
-		return
+	var wg sync.WaitGroup
+	for _, backup := range backups {
+		wg.Go(func() {
+			if _, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state}); err != nil {
+				n.stats.syncMissed.Add(1)
+				n.dirty.mark(key)
+				return
+			}
+			n.acked.put(key, backup.Name, state)
+			n.stats.replicated.Add(1)
+		})
 	}
-	n.acked.put(key, backup.Name, state)
-	n.stats.replicated.Add(1)
+	wg.Wait()
 }
 
 // checkpointWarnEvery is the most often a failing checkpoint store is

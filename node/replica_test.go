@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestReplicationRoundIsOneCallPerBackup(t *testing.T) {
 	}
 	for _, k := range keys {
 		b, _ := all.Backup(k)
-		if c, ok := n1.acked.get(k); !ok || c.by != b.Name {
+		if c, ok := n1.acked.get(k); !ok || !slices.Equal(c.by, []string{b.Name}) {
 			t.Fatalf("%s: acknowledged copy %+v %v, want one by %s", k, c, ok, b.Name)
 		}
 	}
@@ -127,7 +128,7 @@ func TestReplicationFallsBackPerKeyForAnOlderBackup(t *testing.T) {
 		if string(old.keys[k]) != string(states[i]) {
 			t.Fatalf("%s: the old backup holds another state", k)
 		}
-		if c, ok := n1.acked.get(k); !ok || c.by != "old" {
+		if c, ok := n1.acked.get(k); !ok || !slices.Equal(c.by, []string{"old"}) {
 			t.Fatalf("%s: not acknowledged by the old backup: %+v %v", k, c, ok)
 		}
 	}

@@ -127,7 +127,7 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		// look up: the hint goes, and a new key is decided at once (on an
 		// event loop, inline on a peer connection), not after the
 		// HandoffHorizon.
-		if h.backup == "" {
+		if len(h.backups) == 0 {
 			gate.restore.Store(nil)
 		} else {
 			hint := *h

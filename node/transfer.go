@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,11 +25,15 @@ type transfer struct {
 	self  string // this member's id: name, or name/boot id
 	gates []gate
 
-	mu    sync.Mutex // guards m, addrs, ring, prev
+	mu    sync.Mutex // guards m, addrs, ring, rings
 	m     *custody
 	addrs map[string]string // member id → peer address
 	ring  *ring.Ring        // the ring of the current view (leaving members excluded)
-	prev  *ring.Ring        // the one before: who backed a partition up
+	// rings are the last ringHistory distinct rings, newest last (ring
+	// among them): who backed a partition up while its custodian lived.
+	// Two crashes may reach the view one at a time, so the ring the dead
+	// custodian was owner in can be more than one change old.
+	rings []*ring.Ring
 
 	sends   sync.WaitGroup // messages on their way
 	retired bool           // fenced for good (fence.go): feeds nothing to the machine; guarded by mu
@@ -69,11 +74,14 @@ type hop struct {
 	handed bool   // routeForward: custody is going (or went) there
 }
 
+// ringHistory is how many rings a transfer remembers for restores.
+const ringHistory = 4
+
 // restoreHint says where the keys of a partition whose custodian died may
 // still be found, key by key, until the window and leases have expired.
 type restoreHint struct {
-	backup string // peer address of the dead custodian's backup
-	until  time.Time
+	backups []string // peer addresses of the members that may hold the dead custodian's copies
+	until   time.Time
 	// preloaded: the checkpoint's keys of the partition were installed
 	// from the node's startup scan, so a key missing from the table is
 	// not in the checkpoint either: no Redis read for it.
@@ -143,8 +151,9 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 			}
 		}
 	}
-	if t.ring != nil && t.ring.Version() != r.Version() {
-		t.prev = t.ring
+	if t.ring == nil || t.ring.Version() != r.Version() {
+		t.rings = append(t.rings, r)
+		t.rings = t.rings[max(0, len(t.rings)-ringHistory):]
 	}
 	t.ring = r
 	t.m.SetView(custodyView{Owners: owners, Alive: alive})
@@ -310,25 +319,26 @@ func (t *transfer) install(in install) {
 }
 
 // noteRestore remembers where partition p's keys may be recovered from,
-// one by one on first use: its custodian died. Callers hold t.mu.
+// one by one on first use: its custodian died. The copies are at the
+// custodian's backups in a ring where it was p's owner: every recent
+// ring's backups of p are asked, and the newest copy wins. Callers hold
+// t.mu.
 func (t *transfer) noteRestore(p int) {
-	var backup string
-	for _, r := range []*ring.Ring{t.prev, t.ring} {
-		if r == nil {
-			continue
-		}
-		if b, ok := r.PartitionBackup(p); ok {
-			backup = b.Peer
-			break
+	var backups []string
+	for _, r := range slices.Backward(t.rings) {
+		for _, b := range r.PartitionBackups(p, t.n.cfg.ReplicationCopies) {
+			if !slices.Contains(backups, b.Peer) {
+				backups = append(backups, b.Peer)
+			}
 		}
 	}
-	if backup == "" && t.n.cfg.Checkpoint == nil {
+	if len(backups) == 0 && t.n.cfg.Checkpoint == nil {
 		// Nowhere to recover from (a lone node without a checkpoint): a
 		// hint would only cost every decision a second table lookup.
 		t.gates[p].restore.Store(nil)
 		return
 	}
-	t.gates[p].restore.Store(&restoreHint{backup: backup, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
+	t.gates[p].restore.Store(&restoreHint{backups: backups, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
 }
 
 // send delivers messages, one batch per peer, each on its own goroutine.

@@ -144,8 +144,12 @@ type Ring struct {
 	members []Member // sorted by name
 	owners  []int32  // partition -> index in members, or noOwner
 	backups []int32  // partition -> index in members, or noOwner
-	counts  []int    // index in members -> partitions owned
-	version string
+	// backupsOf: index of an owner in members -> the members that back its
+	// partitions up, closest first (at most MaxBackups); backups[p] is
+	// the first of its owner's.
+	backupsOf [][]int32
+	counts    []int // index in members -> partitions owned
+	version   string
 }
 
 // hasher is the consistent.Hasher of every ring: xxhash, 64 bits.
@@ -175,12 +179,13 @@ func build(cfg Config, members []Member, h consistent.Hasher) (*Ring, error) {
 		return nil, err
 	}
 	r := &Ring{
-		cfg:     cfg,
-		members: sorted,
-		owners:  make([]int32, cfg.PartitionCount),
-		backups: make([]int32, cfg.PartitionCount),
-		counts:  make([]int, len(sorted)),
-		version: version(cfg, sorted),
+		cfg:       cfg,
+		members:   sorted,
+		owners:    make([]int32, cfg.PartitionCount),
+		backups:   make([]int32, cfg.PartitionCount),
+		backupsOf: make([][]int32, len(sorted)),
+		counts:    make([]int, len(sorted)),
+		version:   version(cfg, sorted),
 	}
 	if len(sorted) == 0 {
 		r.ownNothing()
@@ -236,11 +241,15 @@ func (r *Ring) place(h consistent.Hasher) (err error) {
 		if err != nil {
 			return err
 		}
-		b, err := pl.backup(p, o)
+		bs, err := pl.backups(p, o)
 		if err != nil {
 			return err
 		}
-		r.owners[p], r.backups[p] = o, b
+		b := int32(noOwner)
+		if len(bs) > 0 {
+			b = bs[0]
+		}
+		r.owners[p], r.backups[p], r.backupsOf[o] = o, b, bs
 		r.counts[o]++
 	}
 	return nil
@@ -250,8 +259,8 @@ func (r *Ring) place(h consistent.Hasher) (err error) {
 // backs it up, as indices into the ring's sorted members.
 type placer struct {
 	c        *consistent.Consistent
-	index    map[string]int32 // member name -> index in the sorted members
-	backupOf map[int32]int32  // owner -> its backup (or noOwner), for the owners asked about so far
+	index    map[string]int32  // member name -> index in the sorted members
+	backupOf map[int32][]int32 // owner -> its backups, closest first, for the owners asked about so far
 }
 
 // newPlacer hashes the sorted members (at least one) onto a consistent
@@ -269,7 +278,7 @@ func newPlacer(cfg Config, sorted []Member, h consistent.Hasher) *placer {
 		ReplicationFactor: cfg.ReplicationFactor,
 		Load:              cfg.Load,
 	})
-	return &placer{c: c, index: index, backupOf: make(map[int32]int32, len(sorted))}
+	return &placer{c: c, index: index, backupOf: make(map[int32][]int32, len(sorted))}
 }
 
 // owner returns the member that owns partition p.
@@ -281,28 +290,28 @@ func (pl *placer) owner(p int) (int32, error) {
 	return pl.index[om.String()], nil
 }
 
-// backup returns the backup of partition p, whose owner is o: the member
-// closest to p other than o, or noOwner if o is the only member. The backup
-// of a partition depends only on its owner in consistent (the owner's
-// successor among the members hashed by name), so it is looked up once per
-// owner rather than once per partition.
-func (pl *placer) backup(p int, o int32) (int32, error) {
-	if b, ok := pl.backupOf[o]; ok {
-		return b, nil
+// backups returns the backups of partition p, whose owner is o: the
+// members closest to p other than o, closest first, at most MaxBackups
+// (none if o is the only member). The backups of a partition depend only
+// on its owner in consistent (the owner's successors among the members
+// hashed by name), so they are looked up once per owner rather than once
+// per partition.
+func (pl *placer) backups(p int, o int32) ([]int32, error) {
+	if bs, ok := pl.backupOf[o]; ok {
+		return bs, nil
 	}
 	closest, err := pl.c.GetClosestNForPartition(p, len(pl.index))
 	if err != nil {
-		return 0, fmt.Errorf("ring: backup of partition %d: %w", p, err)
+		return nil, fmt.Errorf("ring: backups of partition %d: %w", p, err)
 	}
-	b := int32(noOwner)
+	var bs []int32
 	for _, m := range closest {
-		if i := pl.index[m.String()]; i != o {
-			b = i
-			break
+		if i := pl.index[m.String()]; i != o && len(bs) < MaxBackups {
+			bs = append(bs, i)
 		}
 	}
-	pl.backupOf[o] = b
-	return b, nil
+	pl.backupOf[o] = bs
+	return bs, nil
 }
 
 // version digests cfg and the sorted members (every field, length-prefixed
@@ -363,6 +372,34 @@ func (r *Ring) Backup(key string) (Member, bool) {
 // if the ring has fewer than two members or p is out of range.
 func (r *Ring) PartitionBackup(p int) (Member, bool) {
 	return r.at(r.backups, p)
+}
+
+// MaxBackups is the most backups a partition can have (see
+// PartitionBackups).
+const MaxBackups = 7
+
+// Backups returns the first n backups of key's partition (see
+// PartitionBackups).
+func (r *Ring) Backups(key string, n int) []Member {
+	return r.PartitionBackups(r.Partition(key), n)
+}
+
+// PartitionBackups returns the first n backups of partition p: the members
+// closest to it other than its owner, closest first, so the first is
+// PartitionBackup. Fewer when the ring has fewer than n+1 members (or n is
+// above MaxBackups); none when p is out of range. Every member computes
+// the same list from the same ring.
+func (r *Ring) PartitionBackups(p, n int) []Member {
+	if p < 0 || p >= len(r.owners) || r.owners[p] == noOwner {
+		return nil
+	}
+	bs := r.backupsOf[r.owners[p]]
+	bs = bs[:min(n, len(bs))]
+	out := make([]Member, len(bs))
+	for i, b := range bs {
+		out[i] = r.members[b]
+	}
+	return out
 }
 
 // at returns the member at table[p].

@@ -561,3 +561,40 @@ func BenchmarkNew(b *testing.B) {
 		})
 	}
 }
+
+// PartitionBackups: the first is PartitionBackup; none is the owner or
+// repeated; there are min(n, members-1, MaxBackups) of them; a shorter
+// list is a prefix of a longer one.
+func TestPartitionBackups(t *testing.T) {
+	for _, size := range []int{1, 2, 3, 5, 12} {
+		r, err := New(Config{}, members(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range r.PartitionCount() {
+			o, _ := r.PartitionOwner(p)
+			all := r.PartitionBackups(p, MaxBackups+3)
+			if want := min(size-1, MaxBackups); len(all) != want {
+				t.Fatalf("%d members, partition %d: %d backups, want %d", size, p, len(all), want)
+			}
+			seen := map[string]bool{o.Name: true}
+			for _, b := range all {
+				if seen[b.Name] {
+					t.Fatalf("%d members, partition %d: %q is the owner or repeated in %v", size, p, b.Name, all)
+				}
+				seen[b.Name] = true
+			}
+			if b, ok := r.PartitionBackup(p); ok != (len(all) > 0) || (ok && b.Name != all[0].Name) {
+				t.Fatalf("partition %d: PartitionBackup %v %v, PartitionBackups %v", p, b, ok, all)
+			}
+			for n := range len(all) {
+				if got := r.PartitionBackups(p, n); !slices.Equal(got, all[:n]) {
+					t.Fatalf("partition %d: %d backups %v, not a prefix of %v", p, n, got, all)
+				}
+			}
+		}
+	}
+	if got := (&Ring{}).PartitionBackups(-1, 2); got != nil {
+		t.Fatalf("out of range: %v", got)
+	}
+}

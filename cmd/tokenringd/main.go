@@ -285,14 +285,15 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 		ReplicationInterval: cfg.Replication.Interval,
 		// A dead custodian's keys are worth restoring as long as their
 		// windows and leases can still count.
-		HandoffHorizon:  cfg.Limits.Window + cfg.Limits.LeaseTTL,
-		ReplicationSync: cfg.Replication.Mode == config.ReplicationSync,
-		Logger:          log,
-		Secrets:         clusterSecrets(cfg),
-		MaxKeys:         cfg.MaxKeys,
-		HotKeyRate:      hotKeyRate(cfg.HotKeyRate),
-		MaxFrame:        cfg.Peer.MaxFrameBytes,
-		MaxPeerConns:    cfg.Peer.MaxConns,
+		HandoffHorizon:    cfg.Limits.Window + cfg.Limits.LeaseTTL,
+		ReplicationSync:   cfg.Replication.Mode == config.ReplicationSync,
+		ReplicationCopies: cfg.Replication.Copies,
+		Logger:            log,
+		Secrets:           clusterSecrets(cfg),
+		MaxKeys:           cfg.MaxKeys,
+		HotKeyRate:        hotKeyRate(cfg.HotKeyRate),
+		MaxFrame:          cfg.Peer.MaxFrameBytes,
+		MaxPeerConns:      cfg.Peer.MaxConns,
 	})
 }
 
