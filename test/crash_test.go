@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"github.com/tokenring/tokenring/ring"
 	"slices"
 	"sync"
 	"testing"
@@ -291,17 +292,40 @@ func TestCrashUnderLoadOvershoot(t *testing.T) {
 		{"sync/after-replication", "sync", time.Second, 2},
 		{"sync/first-100ms", "sync", 50 * time.Millisecond, 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) { crashUnderLoad(t, tc.mode, tc.killAfter, tc.bound) })
+		t.Run(tc.name, func(t *testing.T) { crashUnderLoad(t, 3, 1, tc.mode, tc.killAfter, tc.bound) })
 	}
 }
 
-func crashUnderLoad(t *testing.T, mode string, killAfter time.Duration, bound int) {
+// TestTwoCrashesWithTwoCopies: five nodes with replication.copies 2; the
+// owner of the most tenants and the member holding the first copy of most
+// of them are SIGKILLed at the same moment, under load. Every key survives
+// on its second copy: every tenant stays within the one-crash bounds of
+// TestCrashUnderLoadOvershoot (10 over in async mode, 2 in sync mode: in
+// sync mode the copies lose nothing, and what remains is the survivors'
+// degraded shares before the ring moves, each spent from the owner's last
+// report to that survivor).
+func TestTwoCrashesWithTwoCopies(t *testing.T) {
+	needFull(t)
+	for _, tc := range []struct {
+		mode  string
+		bound int
+	}{{"async", 10}, {"sync", 2}} {
+		t.Run(tc.mode, func(t *testing.T) { crashUnderLoad(t, 5, 2, tc.mode, time.Second, tc.bound) })
+	}
+}
+
+// crashUnderLoad starts nodes tokenringd with copies copies of each key,
+// drives 30 tenants at rpm 100, and SIGKILLs at killAfter the owner of the
+// most tenants and, for copies > 1, the member that holds the first copy
+// of most of those tenants (copies crashes at once), then checks that no
+// tenant was admitted more than bound over its limit.
+func crashUnderLoad(t *testing.T, nodes, copies int, mode string, killAfter time.Duration, bound int) {
 	const limit = 100
-	c := NewCluster(t, daemon, 3, fmt.Sprintf(`
+	c := NewCluster(t, daemon, nodes, fmt.Sprintf(`
 limits:
   default: {rpm: %d, tpm: 100000000, concurrency: 100000}
-replication: {mode: %s}
-`, limit, mode))
+replication: {mode: %s, copies: %d}
+`, limit, mode, copies))
 	var tenants []string
 	perOwner := map[string]int{}
 	for i := range 30 {
@@ -315,6 +339,10 @@ replication: {mode: %s}
 			victim = p
 		}
 	}
+	victims := []*Proc{victim}
+	if copies > 1 {
+		victims = append(victims, firstBackup(t, c, victim))
+	}
 	// 16 clients, 10 ms apart each: about 1,400 acquires a second, so the
 	// tenants' budgets last about 2 s and a kill at 1 s finds them half
 	// spent, after ten replication rounds.
@@ -322,14 +350,18 @@ replication: {mode: %s}
 	start := time.Now()
 	defer d.Stop()
 	time.Sleep(killAfter)
-	c.Kill(victim)
+	for _, v := range victims {
+		c.Kill(v)
+	}
 	killedAt := time.Since(start)
-	// The clients stop sending to the dead node once its health check fails.
-	for slices.Contains(d.Live(), victim.Name) {
-		if time.Since(start)-killedAt > 2*time.Second {
-			t.Fatalf("the clients still use %s 2 s after its kill", victim.Name)
+	// The clients stop sending to the dead nodes once their health checks fail.
+	for _, v := range victims {
+		for slices.Contains(d.Live(), v.Name) {
+			if time.Since(start)-killedAt > 2*time.Second {
+				t.Fatalf("the clients still use %s 2 s after its kill", v.Name)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	dropped := time.Since(start) - killedAt
 	converged := c.WaitConverged(30 * time.Second)
@@ -354,6 +386,9 @@ replication: {mode: %s}
 			overs = append(overs, fmt.Sprintf("%s +%d (owner %s)", tn, x, ownerOf(t, survivors[0], tn)))
 		}
 	}
+	if len(victims) > 1 {
+		t.Logf("also killed %s, holder of the first copy of %s's partitions", victims[1].Name, victim.Name)
+	}
 	t.Logf("%s: killed %s owning %d of %d tenants at +%v; clients dropped it %v later; ring converged %v after the kill; debts repaid %v later (%v recorded, %v repaid)",
 		mode, victim.Name, perOwner[victim.Name], len(tenants), killedAt.Round(time.Millisecond), dropped.Round(time.Millisecond),
 		converged.Round(time.Millisecond), repaidIn.Round(time.Millisecond), recorded, repaid)
@@ -361,7 +396,7 @@ replication: {mode: %s}
 	t.Logf("errors via the killed node %s: %d of %d sent", victim.Name, res.Nodes[victim.Name].Errors, res.Nodes[victim.Name].Sent)
 	t.Logf("%s", res.Summary())
 	for name, nt := range res.Nodes {
-		if name != victim.Name && nt.Errors > 0 {
+		if !slices.ContainsFunc(victims, func(v *Proc) bool { return v.Name == name }) && nt.Errors > 0 {
 			t.Errorf("%d answers via survivor %s were not a 200 or a 429: %v", nt.Errors, name, res.FirstErrors)
 		}
 	}
@@ -371,4 +406,38 @@ replication: {mode: %s}
 	if recorded != repaid {
 		t.Errorf("survivors recorded %v debts and repaid %v", recorded, repaid)
 	}
+}
+
+// firstBackup returns the member that holds the first copy of most of
+// owner's partitions, by the ring every node builds (GET /admin/ring lists
+// the members; ring.New places them the same way here).
+func firstBackup(t *testing.T, c *Cluster, owner *Proc) *Proc {
+	t.Helper()
+	var members []ring.Member
+	for _, p := range c.Live() {
+		members = append(members, ring.Member{Name: p.Name})
+	}
+	r, err := ring.New(ring.Config{}, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	votes := map[string]int{}
+	for _, p := range r.OwnedPartitions(owner.Name) {
+		if b, ok := r.PartitionBackup(p); ok {
+			votes[b.Name]++
+		}
+	}
+	best := ""
+	for name, n := range votes {
+		if best == "" || n > votes[best] {
+			best = name
+		}
+	}
+	for _, p := range c.Procs {
+		if p.Name == best {
+			return p
+		}
+	}
+	t.Fatalf("no backup for %s's partitions", owner.Name)
+	return nil
 }
