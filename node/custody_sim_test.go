@@ -83,7 +83,7 @@ var (
 	simSeeds  = flag.Int("sim.seeds", 10000, "seeds TestCustodySim runs (make sim runs more)")
 	simSeed   = flag.Int("sim.seed", -1, "the one seed TestCustodySimSeed replays with a trace")
 	simTrace  = flag.Int("sim.trace", 300, "lines of trace a failure prints")
-	simStrict = flag.String("sim.strict", "", "known gaps of the shell's rules to check too, instead of tallying or avoiding them: all, or some of reclaim,restarts (see strict)")
+	simStrict = flag.String("sim.strict", "", "known gaps of the shell's rules to check too, instead of tallying or avoiding them: all, or some of reclaim,restarts,stalls (see strict)")
 )
 
 // strict reports whether the run checks the known gap of the shell's rules
@@ -97,6 +97,12 @@ var (
 //     take the partition back by a reclaim (a giver's offer whose taker
 //     died before acknowledging; the chain of handovers after it ended at
 //     the fenced member), and a reclaim reads no replica: lost.
+//   - stalls: a process that stalls past failure detection misses what
+//     the membership did meanwhile; when it wakes and fences itself, it
+//     relies on a backup's acknowledged copy when that backup is counted,
+//     though the restore the others made meanwhile may not have read it
+//     (the backup left gracefully, taking the copy with it, or the copy
+//     sat at a stalled process) (custody_stall_test.go).
 //   - restarts: a process's quorum starts empty and learns only the
 //     members its views show (live ones): one that starts while a seat is
 //     down never counts that seat, and one that starts during a split
@@ -283,11 +289,14 @@ type simProc struct {
 	heard    map[string]int64 // name → tick of its last heartbeat
 	leased   bool             // heard from a majority of the membership counted lately
 	fencedID string           // the incarnation a fence retired, until the process starts over
-	replicas [simParts]*simReplica
-	debts    []*simDebt
-	counted  map[string]bool // the membership counted, by the rule (count), to check quorum.go
-	lastSeen map[string]time.Time
-	marked   map[string]bool // name → whether the last view showing it marked it leaving
+	// A stall (custody_stall_test.go): the process runs nothing from
+	// stallFrom until stallUntil.
+	stallFrom, stallUntil int64
+	replicas              [simParts]*simReplica
+	debts                 []*simDebt
+	counted               map[string]bool // the membership counted, by the rule (count), to check quorum.go
+	lastSeen              map[string]time.Time
+	marked                map[string]bool // name → whether the last view showing it marked it leaving
 }
 
 // simMember is one incarnation: a custody id and its machine.
@@ -421,7 +430,11 @@ type sim struct {
 	debtSeq   int
 
 	retired []*simMember // incarnations fences retired: they never decide again
-	stats   simStats
+	// stalls lets chaos stall processes; stallRule applies the shell's
+	// rule for a stall longer than failure detection (custody_stall_test.go).
+	stalls, stallRule bool
+	stallFence        bool // a fence of the stall rule is under way
+	stats             simStats
 	// relied holds admissions a fence dropped relying on a replica (or an
 	// offer) to keep them, until a custodian's table holds them again.
 	relied [simParts]simIDs
@@ -436,6 +449,7 @@ type simStats struct {
 	recovered                          int64 // admissions accounted lost that a reclaim or an old replica brought back
 	lostCrash, lostAcross              int64 // legitimate losses: to crashes; to a crash whose replica was across a split
 	lostReclaim                        int64 // the gap strict names reclaim, when not strict
+	lostStall                          int64 // the gap strict names stalls, when not strict
 }
 
 func (a *simStats) add(b simStats) {
@@ -454,6 +468,7 @@ func (a *simStats) add(b simStats) {
 	a.lostCrash += b.lostCrash
 	a.lostAcross += b.lostAcross
 	a.lostReclaim += b.lostReclaim
+	a.lostStall += b.lostStall
 }
 
 func newSim(seed uint64, tracing bool) *sim {
@@ -591,7 +606,7 @@ func (s *sim) view(side int) simView {
 	sv := simView{backups: make([]string, simParts), seats: s.seats()}
 	var eligible []string
 	for _, pr := range s.procs {
-		if !pr.alive && s.now >= pr.hidden {
+		if !pr.alive && s.now >= pr.hidden || s.stalledAway(pr) {
 			continue
 		}
 		if s.sideOf(pr.name) != side {
@@ -636,8 +651,8 @@ func (s *sim) view(side int) simView {
 func (s *sim) publish(now bool) {
 	views := map[int]simView{}
 	for _, pr := range s.procs {
-		if !pr.alive {
-			continue
+		if !pr.alive || pr.stalled(s.now) {
+			continue // a stalled process's gossip sees nothing change
 		}
 		side := s.sideOf(pr.name)
 		v, ok := views[side]
@@ -675,8 +690,8 @@ func (s *sim) installView(pr *simProc, v simView) {
 	}
 	s.checkMajority(pr, v)
 	if pr.fencedID != "" {
-		if v.self == pr.fencedID {
-			return // the majority still knows the fenced incarnation: wait for the new one
+		if v.self != pr.inc.id {
+			return // the majority still knows an incarnation given up: wait for the new one
 		}
 		pr.fencedID = ""
 		s.stats.rejoins++
@@ -830,6 +845,22 @@ func (s *sim) fence(pr *simProc, v simView) {
 // crashed (from inside a split, a crash and a cut look the same: two
 // faults, one copy). A backup alive that lacks it is a failure.
 func (s *sim) reliedLost(mb *simMember, p int, relied simIDs) {
+	if s.stallFence && !strict("stalls") {
+		// The known gap "stalls": what the others restored while this
+		// process was stalled may lack what it relies on (the backup
+		// left meanwhile, taking the copy with it, or the replica sat at
+		// a stalled process no restore read).
+		kept := s.containers(p, everywhere, nil)
+		if h, ok := s.newest(p); ok {
+			kept = s.counted(p, h.st, h.mb)
+		}
+		if lost := relied.minus(kept).minus(s.lost[p]); !lost.empty() {
+			s.lost[p] = s.lost[p].union(lost)
+			s.stats.lostStall += lost.len()
+			s.logf("p%d: %v lost: the stall fence of %s relied on a copy the restore did not read", p, lost, mb.id)
+		}
+		return
+	}
 	lost := relied.minus(s.containers(p, everywhere, nil)).minus(s.lost[p])
 	if lost.empty() {
 		return
@@ -962,7 +993,7 @@ func (s *sim) apply(mb *simMember) {
 // crashes keeps restoring until its views show it; neither decides, for
 // want of a lease.)
 func (s *sim) stranded(o, mb *simMember) bool {
-	return s.doomed(o.proc) && s.cut != nil && s.cut[o.proc.name] != s.cut[mb.proc.name]
+	return s.doomed(o.proc) && s.cut != nil && s.cut[o.proc.name] != s.cut[mb.proc.name] || s.stalledAway(o.proc)
 }
 
 // doomed reports whether pr is cut off, by a long split, from a majority of
@@ -1019,6 +1050,21 @@ func (s *sim) reclaimed(mb *simMember, p int, st simState) {
 			s.lost[p] = s.lost[p].union(lost)
 			s.stats.lostReclaim += lost.len()
 			s.logf("p%d reclaimed by %s: %v dropped by the fence of %s, relying on a replica the reclaim does not read", p, mb.id, lost, end.id)
+		}
+		return
+	}
+	if end != nil && end.alive && s.stalledAway(end.proc) && end.acked[p] != nil {
+		// The chain ends at a process stalled past failure detection:
+		// when it wakes, its fence will owe only beyond the copy its
+		// backup acknowledged, which a reclaim does not read either (the
+		// same gap, reclaim).
+		if lost := end.acked[p].ids.minus(st.ids).minus(s.lost[p]); !lost.empty() {
+			if strict("reclaim") {
+				s.fail("p%d reclaimed by %s lacks %v, which the stalled %s will rely on its backup's copy for", p, mb.id, lost, end.id)
+			}
+			s.lost[p] = s.lost[p].union(lost)
+			s.stats.lostReclaim += lost.len()
+			s.logf("p%d reclaimed by %s: %v, which stalled %s will rely on a replica for, dropped: the reclaim does not read it", p, mb.id, lost, end.id)
 		}
 		return
 	}
@@ -1442,7 +1488,7 @@ func (s *sim) check() {
 	for p := range simParts {
 		var writers []string
 		for _, mb := range run {
-			if mb.proc.leased && mb.m.Route(p).Mode == routeLocal {
+			if mb.proc.leased && !mb.proc.stalled(s.now) && mb.m.Route(p).Mode == routeLocal {
 				writers = append(writers, mb.id)
 			}
 		}
@@ -1598,6 +1644,11 @@ func (s *sim) chargeDebts(pr *simProc) {
 
 // handle handles one message delivered now.
 func (s *sim) handle(msg simMsg) {
+	if pr := s.seat[s.procOf(msg.to)]; pr != nil && pr.stalled(s.now) {
+		msg.at = pr.stallUntil // its socket buffers hold what arrives
+		s.net = append(s.net, msg)
+		return
+	}
 	switch {
 	case msg.call != nil:
 		if pr := s.seat[msg.to]; pr != nil && pr.alive {
@@ -1658,8 +1709,11 @@ func (s *sim) handle(msg simMsg) {
 func (s *sim) heartbeats() {
 	live := s.liveProcs()
 	for _, a := range live {
+		if a.stalled(s.now) {
+			continue // hears nothing, decides nothing, its lease frozen
+		}
 		for _, b := range live {
-			if a != b && (s.cut == nil || s.cut[a.name] == s.cut[b.name]) {
+			if a != b && !b.stalled(s.now) && (s.cut == nil || s.cut[a.name] == s.cut[b.name]) {
 				a.heard[b.name] = s.now
 			}
 		}
@@ -1672,6 +1726,7 @@ func (s *sim) heartbeats() {
 
 func (s *sim) step() {
 	s.now++
+	s.wake()
 	s.heartbeats()
 	// Network: what is due now leaves s.net (in place), in random order.
 	due, n := s.dueBuf[:0], 0
@@ -1720,7 +1775,7 @@ func (s *sim) step() {
 		}
 	}
 	for _, pr := range s.procs {
-		if !pr.alive {
+		if !pr.alive || pr.stalled(s.now) {
 			continue
 		}
 		for len(pr.views) > 0 && pr.views[0].at <= s.now {
@@ -1780,15 +1835,19 @@ func (s *sim) depart(pr *simProc) {
 	s.publish(false)
 }
 
-// down lists the seats that crashed and have not restarted, and those of
-// them the cluster has declared dead (which may restart).
+// down lists the seats that crashed and have not restarted, or stalled
+// past failure detection, and the crashed ones the cluster has declared
+// dead (which may restart).
 func (s *sim) down() (down, detected []*simProc) {
 	for _, name := range s.seats() {
-		if pr := s.seat[name]; !pr.alive {
+		switch pr := s.seat[name]; {
+		case !pr.alive:
 			down = append(down, pr)
 			if s.now >= pr.hidden {
 				detected = append(detected, pr)
 			}
+		case s.stalledAway(pr):
+			down = append(down, pr)
 		}
 	}
 	return down, detected
@@ -1799,7 +1858,7 @@ func (s *sim) chaos() {
 	live := s.liveProcs()
 	var active []*simProc
 	for _, pr := range live {
-		if !pr.leaving {
+		if !pr.leaving && !pr.stalled(s.now) {
 			active = append(active, pr)
 		}
 	}
@@ -1810,6 +1869,21 @@ func (s *sim) chaos() {
 	// together once all are declared dead.
 	whole := s.split == nil || strict("restarts")
 	splittable := s.split == nil && s.cut == nil && len(live) > 1
+	if s.stalling() {
+		// While a process is stalled, only calls and short cuts: a stalled
+		// process misses membership changes as a starting one does (the
+		// restarts gap), and the rule under test is the stall's own.
+		if x := s.rng.IntN(100); x < 10 && s.cut == nil && len(live) > 1 {
+			s.cut = map[string]int{}
+			for _, pr := range live {
+				s.cut[pr.name] = s.rng.IntN(2)
+			}
+			s.cutEnd = s.now + 5 + int64(s.rng.IntN(40))
+			s.logf("network cut until %d: %v", s.cutEnd, s.cut)
+		}
+		s.calls(live)
+		return
+	}
 	switch x := s.rng.IntN(100); {
 	case x < 4 && whole && len(s.seats()) < 6 && (len(down) == 0 || strict("restarts")):
 		s.spawn("")
@@ -1819,7 +1893,7 @@ func (s *sim) chaos() {
 		pr.leaving = true
 		s.logf("leaving %s", pr.inc.id)
 		s.publish(false)
-	case x < 8 && len(active) > 1:
+	case x < 8 && len(active) > 1 && !s.stalls: // see TestCustodySimStalls
 		s.crash(active[s.rng.IntN(len(active))])
 	case x < 9:
 		s.shuffle++
@@ -1854,9 +1928,17 @@ func (s *sim) chaos() {
 			s.logf("restart %s", s.spawn(pr.name).inc.id)
 		}
 		s.publish(false)
+	case x < 25 && s.stalls && len(active) > 1 && splittable && len(down) == 0 && len(active) == len(live):
+		s.stall(active[s.rng.IntN(len(active))])
 	}
+	s.calls(live)
+}
+
+// calls sends a few client calls through live processes that are not
+// stalled.
+func (s *sim) calls(live []*simProc) {
 	for range s.rng.IntN(4) {
-		if pr := live[s.rng.IntN(len(live))]; pr.alive {
+		if pr := live[s.rng.IntN(len(live))]; pr.alive && !pr.stalled(s.now) {
 			s.call(pr.inc, &simCall{part: s.rng.IntN(simParts)})
 		}
 	}
@@ -1910,7 +1992,13 @@ func (s *sim) final() {
 
 // runSim runs one seed; a failure's text is in s.failure.
 func runSim(seed uint64, tracing bool) (s *sim) {
+	return runSimWith(seed, tracing, func(*sim) {})
+}
+
+// runSimWith is runSim with set applied to the new sim first.
+func runSimWith(seed uint64, tracing bool, set func(*sim)) (s *sim) {
 	s = newSim(seed, tracing)
+	set(s)
 	defer func() {
 		if r := recover(); r != nil {
 			if _, ok := r.(errSimFailed); !ok {
@@ -1961,7 +2049,9 @@ func runSim(seed uint64, tracing bool) (s *sim) {
 		}
 		for range s.rng.IntN(3) {
 			live := s.liveProcs()
-			s.call(live[s.rng.IntN(len(live))].inc, &simCall{part: s.rng.IntN(simParts)})
+			if pr := live[s.rng.IntN(len(live))]; !pr.stalled(s.now) {
+				s.call(pr.inc, &simCall{part: s.rng.IntN(simParts)})
+			}
 		}
 		s.step()
 	}

@@ -122,7 +122,7 @@ func (n *Node) heartbeat() {
 	}
 	start := n.mono()
 	defer func() { n.lastBeat = n.mono() }()
-	if dead := n.deadAfter.Load(); dead > 0 && start-n.lastBeat > dead && !n.fenced.Load() {
+	if dead := n.deadAfter.Load(); dead > 0 && start-n.lastBeat > dead {
 		gap := time.Duration(start - n.lastBeat)
 		if n.stalled(gap) {
 			return
@@ -164,31 +164,38 @@ func (n *Node) heartbeat() {
 // under the same name and boot id, and its own view may never have
 // changed. So it must not decide again on the state it held: it gives up
 // custody as a fenced minority does, owing each key what it counted beyond
-// the copy its backup acknowledged (the copy the others restored from),
+// the copy its backups acknowledged (the copy the others restored from),
 // and rejoins as a new member, which the others hand back exactly what
-// they hold. A member alone in its membership has nobody to be declared
-// dead by, and carries on; so does one already fenced. It reports whether
-// it fenced.
+// they hold. A member already fenced, waiting to rejoin, gives up the
+// incarnation it announced too (the others may have declared it dead in
+// turn) and announces another. A member its gossip shows alone has nobody
+// to be declared dead by, and carries on (the views it installed may lag
+// behind its gossip: members may have joined through it just before the
+// stall). It reports whether it fenced.
 func (n *Node) stalled(gap time.Duration) bool {
-	n.tmu.Lock()
-	defer n.tmu.Unlock()
-	if n.fenced.Load() || len(n.quorum.base) < 2 {
+	if f := n.gossipMembers.Load(); f == nil || (*f)() < 2 {
 		return false
 	}
-	self := n.cfg.Name
-	for _, m := range n.members {
-		if m.Name == self {
-			n.fencedBoot = m.Boot
-		}
-	}
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
 	n.log.Warn("this process stalled longer than the cluster takes to declare a member dead: rejoining as a new member",
-		"stall", gap.Round(time.Millisecond), "dead_after", time.Duration(n.deadAfter.Load()))
-	n.fence([]viewMember{{Member: ring.Member{Name: self}}}, "stalled")
+		"stall", gap.Round(time.Millisecond), "dead_after", time.Duration(n.deadAfter.Load()), "boot_id", n.announced)
+	n.abandon(n.announced)
+	n.fence([]viewMember{{Member: ring.Member{Name: n.cfg.Name}}}, "stalled")
 	select {
 	case n.reincarnate <- struct{}{}:
 	default:
 	}
 	return true
+}
+
+// abandon gives up the incarnation boot for good: views showing it are not
+// installed. Callers hold tmu.
+func (n *Node) abandon(boot string) {
+	if n.abandoned == nil {
+		n.abandoned = map[string]bool{}
+	}
+	n.abandoned[boot] = true
 }
 
 // heardFrom returns the clock of the last frame our peer server received

@@ -370,6 +370,8 @@ func TestStalledMemberFencesAndIsHandedBack(t *testing.T) {
 	admit(t, n3, replicated, 3)
 	admit(t, n1, fresh, 4) // forwarded to n3, never replicated
 
+	three := func() int { return 3 } // gossip shows the three members
+	n3.gossipMembers.Store(&three)
 	n3.deadAfter.Store(int64(time.Millisecond)) // every heartbeat now follows a "stall"
 	for deadline := time.Now().Add(10 * time.Second); !n3.Fenced(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

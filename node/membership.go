@@ -23,6 +23,8 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	n.deadAfter.Store(int64(cfg.DeadAfter()))
+	members := func() int { return len(c.Members()) }
+	n.gossipMembers.Store(&members)
 	n.leaseUntil.Store(n.mono() + int64(n.quorumLease()))
 	n.lastBeat = n.mono()
 	n.wasLeased = true
@@ -45,6 +47,9 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 				// Fenced: come back as a new member. Peers see the new
 				// boot id once the network lets them.
 				boot, err := c.Reincarnate(time.Second)
+				n.tmu.Lock()
+				n.announced = boot
+				n.tmu.Unlock()
 				if err != nil {
 					n.log.Warn("new incarnation not announced yet; gossip carries it later", "boot_id", boot, "err", err)
 				}

@@ -50,22 +50,24 @@ type Node struct {
 	server    *peerServer
 
 	// Splits (fence.go, quorum.go): only for members joined through gossip.
-	gossiped    atomic.Bool                 // Join ran: the quorum rules apply
-	quorum      *quorum                     // guarded by tmu
-	born        time.Time                   // the node's start: mono counts from it
-	leaseUntil  atomic.Int64                // mono when the majority's lease ends (fence.go)
-	lastBeat    int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
-	wasLeased   bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
-	deadAfter   atomic.Int64                // the least silence (ns) after which gossip may declare this member dead; 0: never
-	fenced      atomic.Bool                 // gave up custody; waiting to rejoin as a new incarnation
-	fencedBoot  string                      // the boot id fenced; guarded by tmu
-	retired     []*transfer                 // machines retired by fences; guarded by tmu
-	reincarnate chan struct{}               // fence asks Join's loop for a new boot id
-	fenceSink   atomic.Pointer[FenceSink]   // where fenced keys' unreplicated admissions go
-	releaseSink atomic.Pointer[ReleaseSink] // where the statuses of keys leaving the table go
-	fences      atomic.Int64                // fences so far
-	heardMu     sync.Mutex                  // guards heard
-	heard       map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
+	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
+	quorum        *quorum                     // guarded by tmu
+	born          time.Time                   // the node's start: mono counts from it
+	leaseUntil    atomic.Int64                // mono when the majority's lease ends (fence.go)
+	lastBeat      int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
+	wasLeased     bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
+	deadAfter     atomic.Int64                // the least silence (ns) after which gossip may declare this member dead; 0: never
+	fenced        atomic.Bool                 // gave up custody; waiting to rejoin as a new incarnation
+	abandoned     map[string]bool             // boot ids this process gave up (fenced, or stalled as): never a member again; guarded by tmu
+	announced     string                      // the boot id gossip shows for this process; guarded by tmu
+	gossipMembers atomic.Pointer[func() int]  // how many members gossip shows now, this one included (Join)
+	retired       []*transfer                 // machines retired by fences; guarded by tmu
+	reincarnate   chan struct{}               // fence asks Join's loop for a new boot id
+	fenceSink     atomic.Pointer[FenceSink]   // where fenced keys' unreplicated admissions go
+	releaseSink   atomic.Pointer[ReleaseSink] // where the statuses of keys leaving the table go
+	fences        atomic.Int64                // fences so far
+	heardMu       sync.Mutex                  // guards heard
+	heard         map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
 
 	auth *peerAuth  // nil: the plaintext peer protocol
 	wire wireLimits // bounds of every peer connection
@@ -200,7 +202,7 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 	defer n.tmu.Unlock()
 	if n.gossiped.Load() && !n.quorum.observe(members, n.cfg.Now()) {
 		if !n.fenced.Load() {
-			n.fencedBoot = boot
+			n.abandon(boot)
 			n.fence(members, "no majority in view")
 			select {
 			case n.reincarnate <- struct{}{}:
@@ -209,10 +211,13 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 		}
 		return // keep the last majority's ring and members: the degraded shares divide by them
 	}
+	if n.announced == "" {
+		n.announced = boot // the first view; Join's loop records each new incarnation
+	}
 	t := n.tr.Load()
 	if n.fenced.Load() {
-		if boot == n.fencedBoot {
-			return // the majority still knows the fenced incarnation: wait for the new one
+		if n.abandoned[boot] {
+			return // the majority still knows an incarnation given up: wait for the new one
 		}
 		t = nil
 	}
