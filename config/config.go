@@ -89,13 +89,6 @@ type KeyAccount struct {
 	OpenAIProject      string `yaml:"openai_project,omitempty"`
 }
 
-// Client is what one client token of the "clients:" section may do.
-type Client struct {
-	// Tenants are the tenants the token may act for; "*" is every tenant.
-	// Not empty; no name is empty.
-	Tenants []string `yaml:"tenants"`
-}
-
 // HTTP bounds the HTTP server (the "http:" section).
 type HTTP struct {
 	// MaxConns is the number of open client connections beyond which a new
@@ -126,7 +119,8 @@ type HTTP struct {
 // both set or neither; they are read again when they change (cert-manager
 // rewrites them in place or swaps a symlink), at most once a second.
 // ClientCAFile, when set, is a PEM bundle of CAs: every client must then
-// present a certificate one of them issued.
+// present a certificate one of them issued, and clients: entries may name
+// one (Client.Cert).
 type TLS struct {
 	CertFile     string `yaml:"cert_file,omitempty"`
 	KeyFile      string `yaml:"key_file,omitempty"`
@@ -257,8 +251,8 @@ type Config struct {
 	// cluster_secret and the old one here on every node, then remove it.
 	// Only valid with ClusterSecret; at least MinSecretLen bytes.
 	ClusterSecretSecondary string `yaml:"cluster_secret_secondary,omitempty"`
-	// Clients maps client tokens to the tenants each may act for. Empty by
-	// default (no client tokens).
+	// Clients are the decision API's clients (see Client), keyed by their
+	// token, or, for an entry with a Cert, by its name. Empty by default.
 	Clients map[string]Client `yaml:"clients,omitempty"`
 	// MaxKeys is the number of limiter keys a node holds at most
 	// (default 1000000, at least 1).

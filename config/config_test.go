@@ -401,9 +401,11 @@ func TestRoundTrip(t *testing.T) {
 	c.AnthropicUpstream.BaseURL, c.AnthropicUpstream.APIKey = "https://api.anthropic.com/v1", "ak"
 	c.ClusterSecret = strings.Repeat("s", 32)
 	c.ClusterSecretSecondary = strings.Repeat("o", 40)
-	c.Clients = map[string]Client{"tok-1": {Tenants: []string{"acme", "beta"}}, "tok-all": {Tenants: []string{"*"}}}
+	c.Clients = map[string]Client{"tok-1": {Tenants: []string{"acme", "beta"}}, "tok-all": {Tenants: []string{"*"}},
+		"gw-1": {Cert: "spiffe://acme/gw-1", Tenants: []string{"acme"}}}
 	c.MaxKeys = 5000
-	c.HTTP = HTTP{MaxConns: 100, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second}
+	c.HTTP = HTTP{MaxConns: 100, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
+		TLS: TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"}}
 	c.Peer = Peer{MaxFrameBytes: 65536, MaxConns: 8}
 	c.Upstream.DialTimeout, c.AnthropicUpstream.StreamIdleTimeout = time.Second, 2*time.Minute
 	for _, want := range []Config{Default(), c} {

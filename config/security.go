@@ -23,6 +23,22 @@ const (
 	MinFrameLimit = 4 << 10
 )
 
+// Client is one entry of the "clients:" section: a caller of the decision
+// API and the tenants it may act for. An entry is known by exactly one
+// credential: its token (the entry's key, sent as "Authorization: Bearer
+// <token>"), or, when Cert is set, a TLS client certificate; the key of a
+// cert entry is only its name and is never accepted as a token.
+type Client struct {
+	// Tenants are the tenants the client may act for; "*" is every
+	// tenant. Not empty; no name is empty.
+	Tenants []string `yaml:"tenants"`
+	// Cert, when not empty, is the identity of the client's certificate,
+	// matched exactly against the verified leaf's subject common name, its
+	// DNS SANs and its URI SANs (e.g. "spiffe://acme/gw-1"). Needs
+	// http.tls.client_ca_file; no two entries have the same Cert.
+	Cert string `yaml:"cert,omitempty"`
+}
+
 // upstreamTimeouts checks the timeouts of an upstream section.
 func (e *errorList) upstreamTimeouts(path string, u Upstream) {
 	e.duration(path+".dial_timeout", u.DialTimeout, 1, MaxDuration)
@@ -44,22 +60,7 @@ func (c Config) validateSecurity(errs *errorList) {
 	if c.ClusterSecretSecondary != "" && c.ClusterSecret == "" {
 		errs.add("cluster_secret_secondary", "only valid when cluster_secret is set")
 	}
-	for _, tok := range sortedKeys(c.Clients) {
-		if tok == "" {
-			errs.add("clients", "client token must not be empty")
-			continue
-		}
-		// The token is a credential: name it by position, never by value.
-		tenants := c.Clients[tok].Tenants
-		if len(tenants) == 0 {
-			errs.add("clients.<token>.tenants", "must be a non-empty list")
-		}
-		for _, t := range tenants {
-			if t == "" {
-				errs.add("clients.<token>.tenants", "tenant name must not be empty")
-			}
-		}
-	}
+	c.validateClients(errs)
 	errs.count("max_keys", int64(c.MaxKeys), 1)
 	errs.count("hot_key_rate", int64(c.HotKeyRate), 0)
 	if c.HTTP.MaxConns < 0 || c.HTTP.MaxConns > MaxConnsLimit {
@@ -82,6 +83,44 @@ func (c Config) validateSecurity(errs *errorList) {
 	}
 	if m := c.Peer.MaxConns; m < 1 || m > MaxConnsLimit {
 		errs.add("peer.max_conns", fmt.Sprintf("must be between 1 and %d, got %d", MaxConnsLimit, m))
+	}
+}
+
+// validateClients checks the clients: entries: a token entry's key is a
+// credential, named in errors by position ("<token>"), never by value; a
+// cert entry is named by its key, which is only a name. A cert entry needs
+// http.tls.client_ca_file (no certificate is verified without it), and no
+// two entries name the same certificate.
+func (c Config) validateClients(errs *errorList) {
+	certs := map[string]string{} // cert -> the entry naming it
+	for _, key := range sortedKeys(c.Clients) {
+		cl := c.Clients[key]
+		at := "clients.<token>"
+		switch {
+		case cl.Cert == "" && key == "":
+			errs.add("clients", "client token must not be empty")
+			continue
+		case cl.Cert != "" && key == "":
+			errs.add("clients", "the name of a cert entry must not be empty")
+			continue
+		case cl.Cert != "":
+			at = "clients." + key
+			if c.HTTP.TLS.ClientCAFile == "" {
+				errs.add(at+".cert", "needs http.tls.client_ca_file: a client certificate is known only once that CA has verified it")
+			}
+			if other, dup := certs[cl.Cert]; dup {
+				errs.add(at+".cert", fmt.Sprintf("%q is already the cert of clients.%s: a certificate names one entry", cl.Cert, other))
+			}
+			certs[cl.Cert] = key
+		}
+		if len(cl.Tenants) == 0 {
+			errs.add(at+".tenants", "must be a non-empty list")
+		}
+		for _, t := range cl.Tenants {
+			if t == "" {
+				errs.add(at+".tenants", "tenant name must not be empty")
+			}
+		}
 	}
 }
 
@@ -172,28 +211,25 @@ func clampInt(n int64) int {
 	return int(n)
 }
 
-// clients decodes the "clients:" mapping of token -> {tenants: [...]}.
+// clients decodes the "clients:" mapping of token -> {tenants: [...]} and
+// name -> {cert: ..., tenants: [...]}.
 func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
 	if isNull(n) {
 		return nil
 	}
 	var m map[string]Client
 	for _, p := range d.entries(n, path) {
-		// A client's path names no token: tokens are credentials.
+		// A token entry's path names no token: tokens are credentials.
 		at := join(path, "<token>")
 		var cl Client
-		if f := d.fields(p.val, at, "tenants"); f != nil && !isNull(f["tenants"]) {
-			t := resolve(f["tenants"])
-			if t.Kind != yaml.SequenceNode {
-				d.structural(t, at+".tenants", "must be a list, got "+kind(t))
-			} else {
-				for _, e := range t.Content {
-					var name string
-					if isNull(e) || d.string(e, at+".tenants", &name) {
-						cl.Tenants = append(cl.Tenants, name)
-					}
-				}
+		if f := d.fields(p.val, at, "tenants", "cert", "token"); f != nil {
+			if f["cert"] != nil {
+				at = join(path, p.key.Value) // a cert entry's key is only a name
+				d.clientCert(f, at, &cl)
+			} else if f["token"] != nil {
+				d.structural(f["token"], at+".token", "a token entry's token is its key: write <token>: {tenants: [...]}")
 			}
+			cl.Tenants = d.clientTenants(f["tenants"], at+".tenants")
 		}
 		if m == nil {
 			m = make(map[string]Client)
@@ -201,4 +237,35 @@ func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
 		m[p.key.Value] = cl
 	}
 	return m
+}
+
+// clientCert decodes the cert of the clients: entry at (fields f) into
+// cl: not empty, and the entry then has no token.
+func (d *decoder) clientCert(f map[string]*yaml.Node, at string, cl *Client) {
+	if (isNull(f["cert"]) || d.string(f["cert"], at+".cert", &cl.Cert)) && cl.Cert == "" {
+		d.value(at+".cert", "must not be empty: the certificate's subject common name, a DNS SAN or a URI SAN")
+	}
+	if f["token"] != nil {
+		d.structural(f["token"], at, "an entry has a token or a cert, never both: a cert entry's key is its name, never a token; give the token an entry of its own")
+	}
+}
+
+// clientTenants decodes a clients: entry's tenants list n (nil when absent).
+func (d *decoder) clientTenants(n *yaml.Node, path string) []string {
+	if isNull(n) {
+		return nil
+	}
+	t := resolve(n)
+	if t.Kind != yaml.SequenceNode {
+		d.structural(t, path, "must be a list, got "+kind(t))
+		return nil
+	}
+	var tenants []string
+	for _, e := range t.Content {
+		var name string
+		if isNull(e) || d.string(e, path, &name) {
+			tenants = append(tenants, name)
+		}
+	}
+	return tenants
 }

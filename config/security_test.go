@@ -53,7 +53,7 @@ func TestParseSecurityErrors(t *testing.T) {
 		{"clients: {tok: {tenants: [a, '']}}\n", "clients.<token>.tenants: tenant name must not be empty"},
 		{"clients: {'': {tenants: [a]}}\n", "clients: client token must not be empty"},
 		{"clients: {tok: {tenants: a}}\n", `line 1: clients.<token>.tenants: must be a list, got "a"`},
-		{"clients: {tok: {tenant: [a]}}\n", "line 1: clients.<token>.tenant: unknown field (known: tenants)"},
+		{"clients: {tok: {tenant: [a]}}\n", "line 1: clients.<token>.tenant: unknown field (known: tenants, cert, token)"},
 		{"max_keys: 0\n", "max_keys: must be >= 1, got 0"},
 		{"hot_key_rate: -5\n", "hot_key_rate: must be >= 0, got -5"},
 		{"http: {max_conns: -1}\n", "http.max_conns: must be between 0 (automatic) and 1048576, got -1"},
@@ -72,6 +72,59 @@ func TestParseSecurityErrors(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), short) {
 			t.Errorf("Parse(%q) error echoes the secret: %v", tc.yaml, err)
 		}
+	}
+}
+
+// TestClientCertErrors: a clients: entry is known by a token (its key) or
+// a certificate (cert:), never both; a cert entry needs
+// http.tls.client_ca_file, names its certificate (not empty), alone (no
+// two entries with one cert), and is named in errors by its key, while a
+// token entry is named by position only. The config with the CA parses.
+func TestClientCertErrors(t *testing.T) {
+	const ca = "http: {tls: {cert_file: s.crt, key_file: s.key, client_ca_file: ca.crt}}\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"cert without a client CA", "clients: {gw-1: {cert: spiffe://acme/gw-1, tenants: [a]}}\n",
+			"clients.gw-1.cert: needs http.tls.client_ca_file: a client certificate is known only once that CA has verified it"},
+		{"cert without any TLS", "http: {tls: {cert_file: s.crt, key_file: s.key}}\nclients: {gw-1: {cert: gw-1.acme, tenants: [a]}}\n",
+			"clients.gw-1.cert: needs http.tls.client_ca_file: a client certificate is known only once that CA has verified it"},
+		{"token and cert", ca + "clients: {gw-1: {cert: spiffe://acme/gw-1, token: s3cret-token, tenants: [a]}}\n",
+			"line 2: clients.gw-1: an entry has a token or a cert, never both: a cert entry's key is its name, never a token; give the token an entry of its own"},
+		{"a token field", ca + "clients: {s3cret-token: {token: s3cret-token, tenants: [a]}}\n",
+			"line 2: clients.<token>.token: a token entry's token is its key: write <token>: {tenants: [...]}"},
+		{"empty cert", ca + "clients: {gw-1: {cert: '', tenants: [a]}}\n",
+			"clients.gw-1.cert: must not be empty: the certificate's subject common name, a DNS SAN or a URI SAN"},
+		{"null cert", ca + "clients: {gw-1: {cert: ~, tenants: [a]}}\n",
+			"clients.gw-1.cert: must not be empty: the certificate's subject common name, a DNS SAN or a URI SAN"},
+		{"cert not a string", ca + "clients: {gw-1: {cert: [a], tenants: [a]}}\n",
+			"line 2: clients.gw-1.cert: must be a string, got a list"},
+		{"two entries, one cert", ca + "clients: {gw-1: {cert: gw.acme, tenants: [a]}, gw-2: {cert: gw.acme, tenants: [b]}}\n",
+			`clients.gw-2.cert: "gw.acme" is already the cert of clients.gw-1: a certificate names one entry`},
+		{"cert entry without tenants", ca + "clients: {gw-1: {cert: gw.acme}}\n", "clients.gw-1.tenants: must be a non-empty list"},
+	} {
+		_, err := Parse([]byte(tc.yaml), nil)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: Parse(%q) error:\n%v\nwant:\n%s", tc.name, tc.yaml, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret-token") {
+			t.Errorf("%s: the error echoes a token: %v", tc.name, err)
+		}
+	}
+	got, err := Parse([]byte(ca+`clients:
+  tok-a: {tenants: [acme]}
+  gw-1: {cert: "spiffe://acme/gw-1", tenants: ["*"]}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Client{"tok-a": {Tenants: []string{"acme"}}, "gw-1": {Cert: "spiffe://acme/gw-1", Tenants: []string{"*"}}}
+	if !reflect.DeepEqual(got.Clients, want) {
+		t.Errorf("clients = %+v, want %+v", got.Clients, want)
+	}
+	// Validate judges a config built in code the same way.
+	c := Default()
+	c.Clients = map[string]Client{"gw-1": {Cert: "gw.acme", Tenants: []string{"a"}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "clients.gw-1.cert: needs http.tls.client_ca_file") {
+		t.Errorf("Validate without a client CA: %v", err)
 	}
 }
 

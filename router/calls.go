@@ -73,7 +73,7 @@ func forbidden(set tenantSet, tenant string) (a apiAnswer, refused bool) {
 	if set.allows(tenant) {
 		return apiAnswer{}, false
 	}
-	return errorAnswer(http.StatusForbidden, "this client token may not act for tenant "+quote(tenant)), true
+	return errorAnswer(http.StatusForbidden, "this client may not act for tenant "+quote(tenant)), true
 }
 
 // leaseErrorAnswer answers a lease that parseLeaseRequest refused: 403 for
@@ -84,27 +84,6 @@ func leaseErrorAnswer(err error) apiAnswer {
 		code = http.StatusForbidden
 	}
 	return errorAnswer(code, err.Error())
-}
-
-// callerTenants returns the tenants req's client token may act for, or the
-// 401 to answer.
-func (r *Router) callerTenants(req *http.Request) (tenantSet, *apiAnswer) {
-	return r.tenantsOf(req.Header.Get("Authorization"))
-}
-
-// tenantsOf returns the tenants the client token in an Authorization
-// header's value may act for, or the 401 to answer.
-func (r *Router) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
-	if r.clients == nil {
-		return tenantSet{all: true}, nil
-	}
-	set, err := r.clients.of(authorization)
-	if err != nil {
-		a := errorAnswer(err.code, err.msg)
-		a.wwwAuth = err.code == http.StatusUnauthorized
-		return set, &a
-	}
-	return set, nil
 }
 
 // acquireCall runs one decoded acquire for a caller allowed set: 400 for a

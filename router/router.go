@@ -92,6 +92,12 @@ type Config struct {
 	// it may act for (AnyTenant for all). Empty leaves the API open; see
 	// clientTokens.
 	Clients map[string][]string
+	// ClientCerts are the decision API's clients known by a TLS client
+	// certificate, by the identity it must carry (its subject common name,
+	// a DNS SAN or a URI SAN, matched exactly): over TLS, a request
+	// without a token whose verified certificate carries one acts as that
+	// client. Such a client has no token. See clientTokens.
+	ClientCerts map[string]CertClient
 	// Ready reports readiness for /readyz. Nil means always ready.
 	Ready func() bool
 	// Registry receives the router's metrics; Gatherer serves /metrics.
@@ -209,7 +215,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		log:       cfg.Logger,
 		warn:      rate.Sometimes{Interval: time.Second},
 		leases:    newLeaseSigner(cfg.ClusterSecrets),
-		clients:   newClientTokens(cfg.Clients),
+		clients:   newClientTokens(cfg.Clients, cfg.ClientCerts),
 		upstreams: map[Upstream]*http.Client{},
 		alarms:    alarm.New(alarm.Config{}),
 

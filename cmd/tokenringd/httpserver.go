@@ -59,17 +59,19 @@ type decisions struct{ plain, quick http1.Handler }
 // other plain calls by d.plain on a goroutine a connection, both straight
 // from the connection, and every other request served by h through
 // net/http (newHTTPServer); all bounded by hc. closing reports a draining
-// node: its answers close their connections. With hc.TLS every
-// connection is TLS, served by net/http alone with h (tls.go); its
+// node: its answers close their connections. log gets the accept loop's
+// warnings. Either server keeps the descriptor reserve
+// (fdreserve.DefaultReserve), its refusals in ReserveRefused. With hc.TLS
+// every connection is TLS, served by net/http alone with h (tls.go); its
 // certificate files were checked by listenHTTP, and one that fails to load
 // now serves nothing (every handshake fails, logged by net/http).
-func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool) httpServer {
+func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool, log *slog.Logger) httpServer {
 	if hc.TLS.Enabled() {
 		tc, err := tlsConfig(hc.TLS, time.Now)
 		if err != nil {
 			tc = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, err }}
 		}
-		return newTLSServer(closeOnDrain(h, closing), hc, tc)
+		return newTLSServer(closeOnDrain(h, closing), hc, tc, log)
 	}
 	return http1.NewServer(http1.Config{
 		Handler:           d.plain,
@@ -81,6 +83,7 @@ func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool)
 		WriteTimeout:      hc.WriteTimeout,
 		IdleTimeout:       hc.IdleTimeout,
 		Closing:           closing,
+		Log:               log,
 	})
 }
 
@@ -235,6 +238,14 @@ func (l *cappedListener) collectors() []prometheus.Collector {
 			Help: "HTTP client connections refused with a 503 (or closed) because http.max_conns were open."},
 			func() float64 { return float64(l.refused.Load()) }),
 	}
+}
+
+// serverCollectors are srv's metrics: loopCollectors and
+// tokenring_http_conns_reserve_refused_total.
+func serverCollectors(srv httpServer) []prometheus.Collector {
+	return append(loopCollectors(srv), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tokenring_http_conns_reserve_refused_total",
+		Help: "HTTP client connections closed as soon as accepted because the node was within its descriptor reserve (64 descriptors of its open-file limit)."},
+		func() float64 { return float64(srv.ReserveRefused()) }))
 }
 
 // loopCollectors are tokenring_http_loop_answers_total and

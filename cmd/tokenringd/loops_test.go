@@ -41,7 +41,7 @@ func TestEventLoopsKeepTheConnectionContract(t *testing.T) {
 			return true
 		}
 	}
-	srv := newServer(http.NotFoundHandler(), decisions{plain: answer("goroutine"), quick: answer("loop")}, hc, func() bool { return false })
+	srv := newServer(http.NotFoundHandler(), decisions{plain: answer("goroutine"), quick: answer("loop")}, hc, func() bool { return false }, slog.New(slog.DiscardHandler))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {

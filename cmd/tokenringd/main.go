@@ -202,8 +202,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer members.Shutdown()
-	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load)
-	reg.MustRegister(append(loopCollectors(srv), members.Collectors()...)...)
+	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load, log.With("component", "http"))
+	reg.MustRegister(append(serverCollectors(srv), members.Collectors()...)...)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
@@ -375,6 +375,7 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 		Logger:          log,
 		ClusterSecrets:  clusterSecrets(cfg),
 		Clients:         clientTokens(cfg),
+		ClientCerts:     clientCerts(cfg),
 		MaxFallbackKeys: cfg.MaxKeys,
 		Proxy: router.ProxyConfig{
 			Tenant:    cfg.Tenant,
@@ -406,11 +407,27 @@ func proxyUpstream(u config.Upstream) router.Upstream {
 	}}
 }
 
-// clientTokens are the config's clients as the router takes them.
+// clientTokens are the config's token clients as the router takes them:
+// token -> tenants. A cert entry is not one: its key is only a name.
 func clientTokens(cfg config.Config) map[string][]string {
 	m := make(map[string][]string, len(cfg.Clients))
 	for tok, c := range cfg.Clients {
-		m[tok] = c.Tenants
+		if c.Cert == "" {
+			m[tok] = c.Tenants
+		}
+	}
+	return m
+}
+
+// clientCerts are the config's certificate clients (clients: entries with
+// a cert) as the router takes them: by the identity the certificate
+// carries.
+func clientCerts(cfg config.Config) map[string]router.CertClient {
+	m := map[string]router.CertClient{}
+	for name, c := range cfg.Clients {
+		if c.Cert != "" {
+			m[c.Cert] = router.CertClient{Name: name, Tenants: c.Tenants}
+		}
 	}
 	return m
 }

@@ -77,7 +77,7 @@ func checkProtected(ctx context.Context, f flags, cfg config.Config, lookup look
 		guarded    bool
 		fix        string
 	}{
-		{"-http", f.http, httpAuthenticated(cfg), "set client tokens under clients:"},
+		{"-http", f.http, httpAuthenticated(cfg), "set client tokens under clients: or a client CA (http.tls.client_ca_file)"},
 		{"-peer", f.peer, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
 		{"-gossip", f.gossip, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
 	} {
@@ -100,10 +100,12 @@ func checkProtected(ctx context.Context, f flags, cfg config.Config, lookup look
 }
 
 // httpAuthenticated reports whether the decision API authenticates its
-// callers, which a non-loopback -http needs: client tokens (clients:).
-// Another credential (a TLS client CA) is one more case here.
+// callers, which a non-loopback -http needs: clients: entries (tokens or
+// certificates), or a TLS client CA, which refuses every connection
+// without a certificate it issued (with clients: empty, any such
+// certificate may act for every tenant).
 func httpAuthenticated(cfg config.Config) bool {
-	return len(cfg.Clients) > 0
+	return len(cfg.Clients) > 0 || cfg.HTTP.TLS.ClientCAFile != ""
 }
 
 // isLoopback reports whether every address addr ("host:port") binds to is

@@ -36,10 +36,11 @@ func fakeLookup(m map[string][]string) lookupIP {
 
 // TestProtectedModePerPort: each port is judged by its own guard: a
 // non-loopback -peer or -gossip needs cluster_secret, a non-loopback -http
-// client tokens; a port exposed without its guard is a usage error (exit 2)
-// naming that port and its fix, and only that port; -insecure (or
-// TOKENRING_INSECURE) overrides; 0.0.0.0, :: and an empty host are not
-// loopback, nor is a name resolving to any non-loopback address.
+// client tokens or a client CA (server TLS alone is no guard); a port
+// exposed without its guard is a usage error (exit 2) naming that port and
+// its fix, and only that port; -insecure (or TOKENRING_INSECURE)
+// overrides; 0.0.0.0, :: and an empty host are not loopback, nor is a name
+// resolving to any non-loopback address.
 func TestProtectedModePerPort(t *testing.T) {
 	lookup := fakeLookup(map[string][]string{"public.test": {"127.0.0.1", "10.0.0.7"}, "localhost": {"127.0.0.1", "::1"}})
 	clients := config.Default()
@@ -48,7 +49,11 @@ func TestProtectedModePerPort(t *testing.T) {
 	secret.ClusterSecret = testSecret
 	both := secret
 	both.Clients = clients.Clients
-	const fixSecret, fixClients = "set cluster_secret in the config (or TOKENRING_CLUSTER_SECRET)", "set client tokens under clients:"
+	clientCA := config.Default() // mutual TLS: every caller holds a certificate the CA issued
+	clientCA.HTTP.TLS = config.TLS{CertFile: "tls.crt", KeyFile: "tls.key", ClientCAFile: "ca.crt"}
+	serverTLS := config.Default() // TLS without a client CA authenticates nobody
+	serverTLS.HTTP.TLS = config.TLS{CertFile: "tls.crt", KeyFile: "tls.key"}
+	const fixSecret, fixClients = "set cluster_secret in the config (or TOKENRING_CLUSTER_SECRET)", "set client tokens under clients: or a client CA (http.tls.client_ca_file)"
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -71,6 +76,8 @@ func TestProtectedModePerPort(t *testing.T) {
 		{"env secret guards peer and gossip", []string{"-http", "127.0.0.1:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"},
 			map[string]string{"TOKENRING_CLUSTER_SECRET": testSecret}, config.Default(), nil, nil},
 		{"both guards", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, nil, both, nil, nil},
+		{"client CA guards http", []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, nil, clientCA, nil, nil},
+		{"server TLS alone does not", []string{"-http", "0.0.0.0:0", "-gossip", "127.0.0.1:0"}, nil, serverTLS, []string{"-http 0.0.0.0:0"}, []string{fixClients}},
 		{"clients and loopback cluster ports", []string{"-http", "0.0.0.0:0", "-peer", "127.0.0.1:0", "-gossip", "127.0.0.1:0"}, nil, clients, nil, nil},
 		{"-insecure", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0", "-insecure"}, nil, config.Default(), nil, nil},
 		{"TOKENRING_INSECURE", []string{"-http", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, map[string]string{"TOKENRING_INSECURE": "true"}, config.Default(), nil, nil},

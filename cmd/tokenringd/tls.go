@@ -9,15 +9,19 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/internal/fdreserve"
 	"github.com/tokenring/tokenring/internal/http1"
+	"golang.org/x/time/rate"
 )
 
 // httpServer is what serves -http: the fast path with net/http behind it
@@ -26,6 +30,9 @@ type httpServer interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
 	LoopStats() http1.LoopStats
+	// ReserveRefused is the connections closed as soon as accepted
+	// because the process was within its descriptor reserve.
+	ReserveRefused() uint64
 }
 
 // certCheckEvery is how often, at most, the certificate's files are
@@ -124,20 +131,51 @@ func tlsConfig(t config.TLS, now func() time.Time) (*tls.Config, error) {
 	return c, nil
 }
 
-// tlsServer serves -http over TLS through net/http alone.
+// tlsServer serves -http over TLS through net/http alone, keeping the
+// descriptor reserve as http1.Server does: a connection accepted within it
+// is closed before its handshake.
 type tlsServer struct {
-	srv *http.Server
+	srv      *http.Server
+	reserve  *fdreserve.Reserve // nil: none (the limit is unknown)
+	reserved atomic.Uint64
+	log      *slog.Logger
+	warn     rate.Sometimes // a reserve warning a second at most
 }
 
-// newTLSServer returns the TLS server of h bounded by hc.
-func newTLSServer(h http.Handler, hc config.HTTP, tc *tls.Config) *tlsServer {
+// newTLSServer returns the TLS server of h bounded by hc, warning on log.
+func newTLSServer(h http.Handler, hc config.HTTP, tc *tls.Config, log *slog.Logger) *tlsServer {
 	srv := newHTTPServer(h, hc)
 	srv.TLSConfig = tc
-	return &tlsServer{srv: srv}
+	return &tlsServer{srv: srv, reserve: fdreserve.New(fdreserve.DefaultReserve), log: log, warn: rate.Sometimes{Interval: time.Second}}
 }
 
 func (s *tlsServer) Serve(ln net.Listener) error {
-	return s.srv.Serve(tls.NewListener(ln, s.srv.TLSConfig))
+	return s.srv.Serve(tls.NewListener(reserveListener{ln, s}, s.srv.TLSConfig))
+}
+
+// ReserveRefused is the connections closed within the descriptor reserve.
+func (s *tlsServer) ReserveRefused() uint64 { return s.reserved.Load() }
+
+// reserveListener closes, as soon as accepted, every connection of its
+// Listener within s's descriptor reserve, counting it.
+type reserveListener struct {
+	net.Listener
+	s *tlsServer
+}
+
+func (l reserveListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || !l.s.reserve.Full(c) {
+			return c, err // net/http retries a temporary error (EMFILE) with a backoff
+		}
+		n := l.s.reserved.Add(1) // counted before the client can see the close
+		_ = c.Close()
+		l.s.warn.Do(func() {
+			l.s.log.Warn("http connection closed: the node is within its descriptor reserve",
+				"reserve", fdreserve.DefaultReserve, "from_descriptor", l.s.reserve.Mark(), "refused_total", n)
+		})
+	}
 }
 
 func (s *tlsServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }

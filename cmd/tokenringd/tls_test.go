@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,10 +23,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 // testCA issues certificates for the TLS tests.
@@ -56,16 +57,39 @@ func newTestCA(t testing.TB) *testCA {
 // 127.0.0.1 when server, else a client's named cn.
 func (ca *testCA) issue(t testing.TB, serial int64, cn string, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
 	if server {
 		tmpl.IPAddresses, tmpl.ExtKeyUsage = []net.IP{net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	} else {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return ca.sign(t, tmpl)
+}
+
+// issueClient returns a client certificate and key signed by ca with
+// common name cn (none when empty), DNS SANs dns and URI SANs uris.
+func (ca *testCA) issueClient(t testing.TB, serial int64, cn string, dns []string, uris ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dns,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
+	}
+	return ca.sign(t, tmpl)
+}
+
+// sign returns tmpl signed by ca, with a new key, both PEM.
+func (ca *testCA) sign(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -95,6 +119,18 @@ func writeFile(t testing.TB, path string, b []byte) {
 // with hc (http.tls set), as tokenringd does; it returns the address.
 func startTLSNode(t testing.TB, hc config.HTTP) string {
 	t.Helper()
+	cfg := config.Default()
+	cfg.HTTP = hc
+	addr, _ := startNode(t, cfg, slog.New(slog.DiscardHandler))
+	return addr
+}
+
+// startNode serves a one-node router made by newRouter from cfg (its
+// clients: among the rest) over listenHTTP and newServer with cfg.HTTP,
+// as run does, with limits no test reaches and log as the server's
+// logger; it returns the address and the server.
+func startNode(t testing.TB, cfg config.Config, log *slog.Logger) (string, httpServer) {
+	t.Helper()
 	lim := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20, Window: time.Minute, LeaseTTL: time.Minute}
 	}
@@ -102,15 +138,15 @@ func startTLSNode(t testing.TB, hc config.HTTP) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := router.New(n, router.Config{Limits: lim})
+	r, err := newRouter(n, cfg, lim, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := listenHTTP("127.0.0.1:0", hc, slog.New(slog.DiscardHandler))
+	ln, err := listenHTTP("127.0.0.1:0", cfg.HTTP, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(r, decisions{plain: r.ServePlain, quick: r.ServeQuick}, hc, nil)
+	srv := newServer(r, decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, nil, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -123,7 +159,7 @@ func startTLSNode(t testing.TB, hc config.HTTP) string {
 		r.Close()
 		n.Close()
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), srv
 }
 
 // tlsClient trusts ca and presents cert (none when certPEM is nil).
