@@ -34,6 +34,11 @@ type LimitsSection struct {
 	// taken from Default (so "acme: {rpm: 600}" changes only acme's RPM); write
 	// 0 to make it unlimited.
 	Tenants map[string]Limits `yaml:"tenants,omitempty"`
+	// TenantChains are the parent group and per-model limits of the
+	// Tenants entries that have them ("parent:", "models:"); see chains.go.
+	TenantChains map[string]TenantChain `yaml:"-"`
+	// Groups are the levels above tenants (teams, organisations): see Group.
+	Groups map[string]Group `yaml:"groups,omitempty"`
 	// Window is the sliding window that RPM and TPM are counted over.
 	Window time.Duration `yaml:"window"`
 	// LeaseTTL is how long a concurrency slot lives without a renew.
@@ -444,6 +449,7 @@ func (c Config) Validate() error {
 		}
 		limits("limits.tenants."+t, c.Limits.Tenants[t])
 	}
+	c.validateChains(&errs)
 	errs.duration("limits.window", c.Limits.Window, MinDuration, MaxDuration)
 	errs.duration("limits.lease_ttl", c.Limits.LeaseTTL, MinDuration, MaxDuration)
 	if m := c.Limits.MaxPromptBytes; m < 1 || m > MaxPromptBytesLimit {

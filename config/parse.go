@@ -58,8 +58,8 @@ func Load(path string, getenv func(string) string) (Config, error) {
 // field absent from the file keeps its value from Default, and so does a
 // field whose value is null ("key:" with nothing after it, or an empty
 // ${VAR:-}); but a null entry of keys is an empty tenant, which is invalid.
-// A tenant's entry in limits.tenants starts from limits.default, a pool's
-// entry from zero (unlimited). Anchors, aliases and merge keys (<<) work as
+// A tenant's entry in limits.tenants starts from limits.default; a pool's,
+// a group's and a models entry's from zero (unlimited). Anchors, aliases and merge keys (<<) work as
 // in YAML, and top-level keys starting with "x-" are ignored, to give anchors
 // a home ("x-tiers: {gold: &gold {rpm: 600}}"). Durations are Go durations
 // with a unit ("60s", "15ms"); counts are integers, with optional '_'
@@ -363,9 +363,10 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
 		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer")
-	if l := d.fields(f["limits"], "limits", "default", "tenants", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
+	if l := d.fields(f["limits"], "limits", "default", "tenants", "groups", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
-		c.Limits.Tenants = d.limitsMap(l["tenants"], "limits.tenants", c.Limits.Default)
+		c.Limits.Tenants, c.Limits.TenantChains = d.tenants(l["tenants"], "limits.tenants", c.Limits.Default)
+		c.Limits.Groups = d.groups(l["groups"], "limits.groups")
 		d.duration(l["window"], "limits.window", &c.Limits.Window)
 		d.duration(l["lease_ttl"], "limits.lease_ttl", &c.Limits.LeaseTTL)
 		var n int64

@@ -156,6 +156,7 @@ func (c Config) LimitsHash() string {
 	num(int64(c.Limits.LeaseTTL / time.Nanosecond))
 	limitsMap(c.Pools)
 	num(c.DefaultMaxTokens)
+	c.hashChains(h)
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
