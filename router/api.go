@@ -27,7 +27,7 @@ const (
 	maxName      = 256              // bytes of a tenant or model name
 	maxTokens    = 100_000_000      // prompt_tokens, max_tokens, usage fields
 	maxWait      = 10 * time.Minute // wait_ms
-	maxLeaseText = 1024
+	maxLeaseText = 8192             // bytes of a lease's text: 9 keys of 256-byte names fit
 )
 
 func (r *Router) routes() {
@@ -303,8 +303,13 @@ type acquireResponse struct {
 	Pool           *poolJSON  `json:"pool,omitempty"`
 	Fallback       bool       `json:"fallback,omitempty"`
 	Owner          string     `json:"owner,omitempty"`
+	// RefusedBy names the level that refused (side.label): "tenant:acme",
+	// "tenant:acme|model:gpt-4o", "group:team-research",
+	// "group:org-acme|model:gpt-4o-*", "pool:gpt-4o".
+	RefusedBy string `json:"refused_by,omitempty"`
 
-	lease lease // what Lease carries, for the proxy (which then need not open it)
+	lease   lease // what Lease carries, for the proxy (which then need not open it)
+	refused side  // the side that refused, for the proxy's message
 }
 
 // poolJSON reports the pool's side of a decision.
@@ -321,70 +326,6 @@ func setRetryAfter(w http.ResponseWriter, ms int64) {
 // retryAfterSeconds is a retry-after of ms milliseconds in whole seconds,
 // rounded up, at least 1.
 func retryAfterSeconds(ms int64) int64 { return max(1, (ms+999)/1000) }
-
-// admit runs a validated acquire: the tenant's key first, then the pool's;
-// a pool refusal rolls the tenant's admission back.
-func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, error) {
-	var start time.Time
-	if adm.req.Wait > 0 { // only a waiting call spends part of its wait on the tenant
-		start = r.cfg.Now()
-	}
-	tc := node.Call{Op: node.OpAcquire, Key: TenantKey(adm.tenant), Req: adm.req}
-	to, err := r.decide(ctx, &tc, adm.req.PromptTokens+adm.req.MaxTokens)
-	if err != nil {
-		return acquireResponse{}, err
-	}
-	td := to.answer.Decision
-	res := acquireResponse{Limits: limitsOf(td.Status), Owner: to.answer.Owner, Fallback: to.fallback}
-	if !td.Allowed {
-		res.Reason, res.RetryAfterMS = td.Reason.String(), max(1, ceilMS(td.RetryAfter))
-		r.metrics.decision("tenant", res.Reason, to.fallback)
-		return res, nil
-	}
-	l := lease{Tenant: adm.tenant, TenantLease: td.Lease, TenantFallback: to.fallback, Node: r.cluster.Name()}
-	res.ReservedTokens = td.Reserved
-	if pool, ok := r.cfg.PoolFor(adm.model); ok {
-		preq := adm.req
-		preq.Reserve = td.Reserved
-		if adm.req.Wait > 0 {
-			preq.Wait = max(0, adm.req.Wait-r.cfg.Now().Sub(start))
-		}
-		pc := node.Call{Op: node.OpAcquire, Key: PoolKey(pool), Req: preq}
-		po, err := r.decide(ctx, &pc, td.Reserved)
-		if err != nil || !po.answer.Decision.Allowed {
-			r.undo(tc.Key, to, node.OpCancel)
-			if err != nil {
-				return acquireResponse{}, err
-			}
-			pd := po.answer.Decision
-			res.Reason, res.RetryAfterMS = pd.Reason.String(), max(1, ceilMS(pd.RetryAfter))
-			res.Pool = &poolJSON{Name: pool, Limits: limitsOf(pd.Status)}
-			res.Fallback = res.Fallback || po.fallback
-			res.ReservedTokens = 0
-			r.metrics.decision("pool", res.Reason, po.fallback)
-			return res, nil
-		}
-		l.Pool, l.PoolLease, l.PoolFallback = pool, po.answer.Decision.Lease, po.fallback
-		res.Pool = &poolJSON{Name: pool, Limits: limitsOf(po.answer.Decision.Status)}
-		res.Fallback = res.Fallback || po.fallback
-	}
-	res.Allowed = true
-	res.Lease, res.lease = r.leases.sign(l), l
-	r.metrics.decision("none", "", res.Fallback) // allowed: no side refused
-	return res, nil
-}
-
-// undo rolls back (or releases) one side of an admission.
-func (r *Router) undo(key string, o outcome, op node.Op) {
-	if o.fallback {
-		r.degraded.release(key, o.answer.Decision.Lease)
-		return
-	}
-	c := node.Call{Op: op, Key: key, Lease: o.answer.Decision.Lease}
-	if _, err := r.decide(context.Background(), &c, 0); err != nil {
-		r.log.Warn("rollback failed; the slot expires by its TTL", "key", key, "err", err)
-	}
-}
 
 // completeRequest is the body of POST /v1/complete and /v1/renew.
 type completeRequest struct {
@@ -424,27 +365,13 @@ func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
 	return l, nil
 }
 
-// leaseSide is one key of a lease: the tenant's or the pool's.
-type leaseSide struct {
-	key      string
-	id       uint64
-	fallback bool
-}
-
-func (l lease) sides() []leaseSide {
-	s := []leaseSide{{TenantKey(l.Tenant), l.TenantLease, l.TenantFallback}}
-	if l.Pool != "" {
-		s = append(s, leaseSide{PoolKey(l.Pool), l.PoolLease, l.PoolFallback})
-	}
-	return s
-}
-
-// leaseCall runs op for both sides of l: the tenant's key and the pool's.
-// ok is true when every side found its lease. Status and expiry are the
+// leaseCall runs op for every side of l, one after the other: settles
+// each key with the same usage, renews or releases or cancels each. ok is
+// true when every side found its lease. Status and expiry are the
 // tenant's.
 func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
 	ok = true
-	for i, s := range l.sides() {
+	for i, s := range l.all() {
 		var found bool
 		var a node.Answer
 		switch {
@@ -467,6 +394,10 @@ func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limit
 	return ok, status, expires
 }
 
+// tenant answers GET /v1/tenants/{t}[?model=m]: the tenant's "owner" and
+// "limits", and "levels": every key an acquire of the tenant charges
+// (sidesOf; with ?model=, its model-scoped keys and its pool too), in the
+// order they are reserved, each with its label, owner and status.
 func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("tenant")
 	if err := checkName("tenant", name, true); err != nil {
@@ -476,8 +407,12 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	if !r.authorize(w, req, name) {
 		return
 	}
-	c := node.Call{Op: node.OpStatus, Key: TenantKey(name)}
-	o, err := r.decide(req.Context(), &c, 0)
+	model := req.URL.Query().Get("model")
+	if err := checkName("model", model, false); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	levels, unreachable, err := r.levelsStatus(req.Context(), name, model)
 	if err != nil {
 		if writeOwnerTimeout(w, err) {
 			return
@@ -485,11 +420,11 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 		writeError(w, 499, "request cancelled: "+err.Error())
 		return
 	}
-	if o.fallback {
-		writeError(w, http.StatusServiceUnavailable, "the tenant's owner is unreachable")
+	if unreachable != "" {
+		writeError(w, http.StatusServiceUnavailable, "the owner of "+unreachable+" is unreachable")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": o.answer.Owner, "limits": limitsOf(o.answer.Decision.Status)})
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": levels[0].Owner, "limits": levels[0].Limits, "levels": levels})
 }
 
 // jsonContentType is the Content-Type of every JSON answer (shared: a

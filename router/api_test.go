@@ -462,7 +462,7 @@ func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
 	perTenant := map[string]int64{}
 	for _, a := range allowed {
 		l, err := s.router.leases.open(a.Lease)
-		if err != nil || l.Pool != "gpt-4o-mini" {
+		if err != nil || l.n != 2 || l.sides[1].key != PoolKey("gpt-4o-mini") {
 			t.Fatalf("lease %+v %v", l, err)
 		}
 		perTenant[l.Tenant]++

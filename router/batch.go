@@ -107,10 +107,10 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 }
 
 // acquireHere runs raw on the batch's own goroutine if it is an acquire
-// decided here without waiting: no wait_ms, its tenant's key (and its
-// pool's, if any) owned by this node. Any other call runs on a goroutine of
-// its own, so that a call forwarded to its owner, or waiting, holds up no
-// other. (A goroutine per call grows a fresh stack per call: the most
+// decided here without waiting: no wait_ms, every key of its chain (its
+// tenant's, its groups', its pool's...) owned by this node. Any other
+// call runs on a goroutine of its own, so that a call forwarded to its
+// owner, or waiting, holds up no other. (A goroutine per call grows a fresh stack per call: the most
 // costly part of a batch of local decisions.) c, if not nil, is raw
 // already decoded. A decision's body is res, which a then points at. ok is
 // false when raw was not run.
@@ -121,10 +121,7 @@ func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *
 			return apiAnswer{}, false
 		}
 	}
-	if c.Op != "acquire" || c.WaitMS != 0 || !r.ownedHere(TenantKey(c.Tenant)) {
-		return apiAnswer{}, false
-	}
-	if pool, ok := r.cfg.PoolFor(c.Model); ok && !r.ownedHere(PoolKey(pool)) {
+	if c.Op != "acquire" || c.WaitMS != 0 || !r.ownedAcquire(c.Tenant, c.Model) {
 		return apiAnswer{}, false
 	}
 	var decided bool

@@ -119,7 +119,7 @@ func BenchmarkFallbackAcquire(b *testing.B) {
 // were before they were signed (the fields in base64), "signed" as they are
 // (plus an HMAC-SHA256 tag, verified on decode).
 func BenchmarkLeaseCodec(b *testing.B) {
-	l := lease{Tenant: "acme-tenant", Pool: "gpt-4o-mini", TenantLease: 0x9e3779b97f4a7c15, PoolLease: 0x6a09e667f3bcc908, Node: "n1"}
+	l := v2Lease("acme-tenant", 0x9e3779b97f4a7c15, false, "gpt-4o-mini", 0x6a09e667f3bcc908, false, "n1")
 	b.Run("unsigned", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

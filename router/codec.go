@@ -255,6 +255,9 @@ func (a *acquireResponse) appendJSON(dst []byte) []byte {
 	if a.Owner != "" {
 		dst = appendString(append(dst, `,"owner":`...), a.Owner)
 	}
+	if a.RefusedBy != "" {
+		dst = appendString(append(dst, `,"refused_by":`...), a.RefusedBy)
+	}
 	return append(dst, '}')
 }
 

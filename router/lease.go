@@ -7,31 +7,64 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash"
+	"strings"
 	"sync"
 )
 
-// lease is what the opaque lease string handed to clients carries: enough to
-// route complete and renew to the owners of the tenant's and the pool's keys.
+// lease is what the opaque lease string handed to clients carries: every
+// key the acquire charged (the tenant's first, then the others in
+// chainOrder) with its lease id, enough to route complete and renew to each
+// key's owner.
 type lease struct {
-	Tenant      string
-	Pool        string // empty when the model maps to no pool
-	TenantLease uint64 // the tenant budget's lease id
-	PoolLease   uint64 // the pool budget's lease id
-	// TenantFallback and PoolFallback mark sides admitted by the fallback
-	// limiter of node Node while their owner was unreachable.
-	TenantFallback, PoolFallback bool
-	Node                         string
+	Tenant string
+	// Node is the node that admitted it: the only one that holds its
+	// sides admitted by the fallback.
+	Node  string
+	n     int
+	sides [maxSides]leaseSide
 }
 
-// The lease text is base64url (no padding) of: the version byte, a flags
-// byte, the two lease ids as uvarints, the tenant, pool and node names as
-// uvarint length + bytes, then an HMAC-SHA256 tag (leaseTagLen bytes) over
-// everything before it. The tag binds every field together: a client cannot
-// change the tenant, point a side at another key's lease id, or mark a side
-// as admitted by the fallback, without the key.
+// leaseSide is one key of a lease.
+type leaseSide struct {
+	key string
+	id  uint64
+	// fallback marks a side admitted by the fallback limiter of node Node
+	// while its owner was unreachable.
+	fallback bool
+}
+
+// add appends a side; a lease holds at most maxSides.
+func (l *lease) add(key string, id uint64, fallback bool) {
+	if l.n < maxSides {
+		l.sides[l.n] = leaseSide{key, id, fallback}
+		l.n++
+	}
+}
+
+// all returns l's sides, the tenant's first.
+func (l *lease) all() []leaseSide { return l.sides[:l.n] }
+
+// The lease text is base64url (no padding) of a payload and an HMAC-SHA256
+// tag (leaseTagLen bytes) over the payload. The tag binds every field
+// together: a client cannot change the tenant, add, drop or swap a key,
+// point a side at another key's lease id, or mark a side as admitted by the
+// fallback, without the key.
+//
+// Two payloads are written. Version 2 (every lease before chains, and still
+// every lease of a tenant alone or a tenant and its pool, so that those
+// cost what they did): the version byte, a flags byte (1: the tenant's side
+// is a fallback's, 2: the pool's), the tenant's and the pool's lease ids as
+// uvarints, the tenant, pool and node names as uvarint length + bytes (the
+// pool "" for none). Version 3 (any other chain): the version byte, the
+// number of sides n (1 to maxSides), then per side a flags byte (1:
+// fallback) and its lease id as a uvarint, then the tenant and node names
+// and the keys of sides 2 to n as uvarint length + bytes (the first side's
+// key is always the tenant's). Both are read back, so leases handed out
+// before an upgrade still complete.
 const (
-	leaseVersion = 2
-	leaseTagLen  = sha256.Size
+	leaseV2     = 2
+	leaseV3     = 3
+	leaseTagLen = sha256.Size
 )
 
 var (
@@ -39,61 +72,135 @@ var (
 	errLeaseSignature = errors.New("lease signature does not verify: forged, altered, or issued by another cluster")
 )
 
+// v2 reports whether l is written as version 2: a tenant alone or a
+// tenant and a pool.
+func (l *lease) v2() bool {
+	return l.n == 1 || (l.n == 2 && len(l.sides[1].key) > 2 && strings.HasPrefix(l.sides[1].key, "p:"))
+}
+
 // appendPayload appends l's fields, without the tag.
-func (l lease) appendPayload(b []byte) []byte {
-	var flags byte
-	if l.TenantFallback {
-		flags |= 1
+func (l *lease) appendPayload(b []byte) []byte {
+	if l.v2() {
+		return l.appendV2(b)
 	}
-	if l.PoolFallback {
-		flags |= 2
+	b = append(b, leaseV3, byte(l.n))
+	for _, s := range l.all() {
+		var flags byte
+		if s.fallback {
+			flags = 1
+		}
+		b = binary.AppendUvarint(append(b, flags), s.id)
 	}
-	b = append(b, leaseVersion, flags)
-	b = binary.AppendUvarint(b, l.TenantLease)
-	b = binary.AppendUvarint(b, l.PoolLease)
-	for _, s := range []string{l.Tenant, l.Pool, l.Node} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+	b = appendLeaseString(b, l.Tenant)
+	b = appendLeaseString(b, l.Node)
+	for _, s := range l.all()[1:] {
+		b = appendLeaseString(b, s.key)
 	}
 	return b
+}
+
+func (l *lease) appendV2(b []byte) []byte {
+	var flags byte
+	var pool leaseSide
+	if l.n == 2 {
+		pool = l.sides[1]
+	}
+	if l.sides[0].fallback {
+		flags |= 1
+	}
+	if pool.fallback {
+		flags |= 2
+	}
+	b = append(b, leaseV2, flags)
+	b = binary.AppendUvarint(b, l.sides[0].id)
+	b = binary.AppendUvarint(b, pool.id)
+	b = appendLeaseString(b, l.Tenant)
+	b = appendLeaseString(b, strings.TrimPrefix(pool.key, "p:"))
+	return appendLeaseString(b, l.Node)
+}
+
+func appendLeaseString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// payloadReader reads a payload's fields; b becomes nil at the first
+// field that is not there.
+type payloadReader struct{ b []byte }
+
+func (p *payloadReader) uvarint() uint64 {
+	if p.b == nil {
+		return 0
+	}
+	v, n := binary.Uvarint(p.b)
+	if n <= 0 {
+		p.b = nil
+		return 0
+	}
+	p.b = p.b[n:]
+	return v
+}
+
+func (p *payloadReader) byte() byte {
+	if len(p.b) == 0 {
+		p.b = nil
+		return 0
+	}
+	c := p.b[0]
+	p.b = p.b[1:]
+	return c
+}
+
+func (p *payloadReader) string() string {
+	n := p.uvarint()
+	if p.b == nil || n > uint64(len(p.b)) {
+		p.b = nil
+		return ""
+	}
+	s := string(p.b[:n])
+	p.b = p.b[n:]
+	return s
 }
 
 // parsePayload is the inverse of appendPayload: the payload must hold
 // exactly the fields, with a tenant.
 func parsePayload(b []byte) (lease, error) {
-	if len(b) < 2 || b[0] != leaseVersion || b[1]&^3 != 0 {
+	if len(b) < 2 {
 		return lease{}, errLease
 	}
-	l := lease{TenantFallback: b[1]&1 != 0, PoolFallback: b[1]&2 != 0}
-	b = b[2:]
-	next := func() uint64 {
-		if b == nil {
-			return 0
+	p := payloadReader{b[2:]}
+	var l lease
+	switch {
+	case b[0] == leaseV2 && b[1]&^3 == 0:
+		tid, pid := p.uvarint(), p.uvarint()
+		l.Tenant = p.string()
+		pool := p.string()
+		l.Node = p.string()
+		l.add(TenantKey(l.Tenant), tid, b[1]&1 != 0)
+		if pool != "" {
+			l.add(PoolKey(pool), pid, b[1]&2 != 0)
 		}
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			b = nil
-			return 0
+	case b[0] == leaseV3 && b[1] >= 1 && b[1] <= maxSides:
+		l.n = int(b[1])
+		for i := range l.n {
+			flags := p.byte()
+			l.sides[i] = leaseSide{id: p.uvarint(), fallback: flags == 1}
+			if flags&^1 != 0 {
+				return lease{}, errLease
+			}
 		}
-		b = b[n:]
-		return v
+		l.Tenant = p.string()
+		l.Node = p.string()
+		l.sides[0].key = TenantKey(l.Tenant)
+		for i := 1; i < l.n; i++ {
+			if l.sides[i].key = p.string(); l.sides[i].key == "" {
+				return lease{}, errLease
+			}
+		}
+	default:
+		return lease{}, errLease
 	}
-	str := func() string {
-		n := next()
-		if b == nil || n > uint64(len(b)) {
-			b = nil
-			return ""
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s
-	}
-	l.TenantLease = next()
-	l.PoolLease = next()
-	l.Tenant = str()
-	l.Pool = str()
-	l.Node = str()
-	if b == nil || len(b) != 0 || l.Tenant == "" {
+	if p.b == nil || len(p.b) != 0 || l.Tenant == "" {
 		return lease{}, errLease
 	}
 	return l, nil

@@ -19,8 +19,8 @@ var (
 func TestLeaseRoundTrip(t *testing.T) {
 	s := newLeaseSigner([][]byte{secretA})
 	for _, l := range []lease{
-		{Tenant: "acme", TenantLease: 1},
-		{Tenant: "a", Pool: "gpt-4o-mini", TenantLease: 1 << 60, PoolLease: 7, PoolFallback: true, Node: "n2"},
+		v2Lease("acme", 1, false, "", 0, false, ""),
+		v2Lease("a", 1<<60, false, "gpt-4o-mini", 7, true, "n2"),
 	} {
 		got, err := s.open(s.sign(l))
 		if err != nil || got != l {
@@ -33,7 +33,7 @@ func TestLeaseRoundTrip(t *testing.T) {
 // no altered lease opens, under the key or any other.
 func TestLeaseSignatureBindsEveryByte(t *testing.T) {
 	s := newLeaseSigner([][]byte{secretA})
-	l := lease{Tenant: "eve", Pool: "gpt", TenantLease: 0x1234, PoolLease: 0x5678, Node: "n1"}
+	l := v2Lease("eve", 0x1234, false, "gpt", 0x5678, false, "n1")
 	raw, err := base64.RawURLEncoding.DecodeString(s.sign(l))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestLeaseSignatureBindsEveryByte(t *testing.T) {
 // TestLeaseKeysRotate: a signer holding {new, old} opens leases of either;
 // one holding only new refuses old's; no secret refuses a keyed lease.
 func TestLeaseKeysRotate(t *testing.T) {
-	l := lease{Tenant: "acme", TenantLease: 99}
+	l := v2Lease("acme", 99, false, "", 0, false, "")
 	old, both, onlyNew, none := newLeaseSigner([][]byte{secretA}), newLeaseSigner([][]byte{secretB, secretA}), newLeaseSigner([][]byte{secretB}), newLeaseSigner(nil)
 	if _, err := both.open(old.sign(l)); err != nil {
 		t.Fatalf("rotation: {new, old} refuses old's lease: %v", err)
@@ -73,9 +73,10 @@ func TestLeaseKeysRotate(t *testing.T) {
 
 func FuzzOpenLease(f *testing.F) {
 	s := newLeaseSigner([][]byte{secretA})
-	f.Add(s.sign(lease{Tenant: "acme", Pool: "p", TenantLease: 3, PoolLease: 9, Node: "n"}))
-	f.Add(s.sign(lease{Tenant: "t", TenantLease: 1 << 63, TenantFallback: true, PoolFallback: true}))
-	f.Add(newLeaseSigner(nil).sign(lease{Tenant: "acme", TenantLease: 1}))
+	f.Add(s.sign(v2Lease("acme", 3, false, "p", 9, false, "n")))
+	f.Add(s.sign(v2Lease("t", 1<<63, true, "", 0, false, "")))
+	f.Add(s.sign(chainLease()))
+	f.Add(newLeaseSigner(nil).sign(v2Lease("acme", 1, false, "", 0, false, "")))
 	f.Add("")
 	f.Add("AgA")
 	f.Fuzz(func(t *testing.T, text string) {
@@ -95,7 +96,7 @@ func FuzzOpenLease(f *testing.F) {
 			return
 		}
 		k := uint64(len(text))
-		want := lease{Tenant: text, Pool: text[len(text)/2:], Node: text[:len(text)/3], TenantLease: k << 40, PoolLease: k*k + 1, PoolFallback: k%2 == 0}
+		want := v2Lease(text, k<<40, false, text[len(text)/2:], k*k+1, k%2 == 0, text[:len(text)/3])
 		got, err := s.open(s.sign(want))
 		if err != nil || got != want {
 			t.Fatalf("round trip of %+v: %+v, %v", want, got, err)
@@ -134,7 +135,7 @@ func TestForgedLeasesChangeNothing(t *testing.T) {
 	el, _ := s.router.leases.open(eve.Lease)
 	before := s.status(t, "bob").Limits
 	evePointedAtBob := el
-	evePointedAtBob.PoolLease = bl.PoolLease
+	evePointedAtBob.sides[1].id = bl.sides[1].id
 	raw, _ := base64.RawURLEncoding.DecodeString(bob.Lease)
 	raw[3] ^= 1 // inside the payload
 	foreign := start(t, setup{pools: pools, secrets: [][]byte{secretB}}).acquire(t, `{"tenant":"bob","model":"gpt","prompt_tokens":1}`)

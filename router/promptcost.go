@@ -107,7 +107,9 @@ func (r *Router) refuseExhausted(ctx context.Context, adm admission) (res acquir
 	if a.Owner != r.cluster.Name() {
 		r.degraded.report(key, d.Status, r.cfg.Now())
 	}
-	res = acquireResponse{Limits: limitsOf(d.Status), Owner: a.Owner, Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter))}
+	by := side{key: key, kind: KeyTenant, name: adm.tenant}
+	res = acquireResponse{Limits: limitsOf(d.Status), Owner: a.Owner, Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter)),
+		RefusedBy: by.label(), refused: by}
 	r.metrics.decision("tenant", res.Reason, false)
 	return res, true
 }

@@ -205,9 +205,17 @@ func statusOf(l limitsJSON) limiter.Status {
 func (r *Router) refuse(w http.ResponseWriter, c *proxyCall, res acquireResponse) {
 	setRetryHeaders(w.Header(), res.RetryAfterMS)
 	w.Header().Set(hdrReason, res.Reason)
+	w.Header().Set(hdrRefusedBy, res.RefusedBy)
 	who := "tenant " + c.tenant
-	if res.Pool != nil {
+	switch by := res.refused; {
+	case res.Pool != nil:
 		who = "model " + c.model + " (upstream pool " + res.Pool.Name + ", shared by all tenants)"
+	case by.kind == KeyGroup && by.entry != "":
+		who = "model " + c.model + " in group " + by.name + " (models entry " + by.entry + ", shared by the group's tenants)"
+	case by.kind == KeyGroup:
+		who = "group " + by.name + " (shared by its tenants, tenant " + c.tenant + " among them)"
+	case by.entry != "":
+		who = "model " + c.model + " for tenant " + c.tenant + " (models entry " + by.entry + ")"
 	}
 	msg := fmt.Sprintf("Rate limit reached for %s on %s. Please try again in %s.",
 		who, res.Reason, openAIDuration(time.Duration(res.RetryAfterMS)*time.Millisecond))

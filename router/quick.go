@@ -21,7 +21,7 @@ type immediate interface {
 // ServeQuick is the decision API's http1 Quick handler, run on an event
 // loop's thread. It takes what ServePlain takes, and answers it exactly
 // as ServePlain does, when every key the request touches is decided at
-// this node at once (node.Node.Immediate): an acquire's tenant and pool;
+// this node at once (node.Node.Immediate): every key of an acquire's chain;
 // a complete's or renew's lease's sides; every call of a batch that holds
 // acquires only. It declines, having changed nothing, everything else: a
 // call forwarded to its owner, the LLM proxy's requests, a batch with a
@@ -35,13 +35,43 @@ func (r *Router) ServeQuick(ctx context.Context, req *http1.Request, resp *http1
 }
 
 // immediateAcquire reports whether an acquire of tenant for model touches
-// only keys decided here at once.
+// only keys (every key of its chain, sidesOf) decided here at once.
 func (r *Router) immediateAcquire(tenant, model string) bool {
-	if !r.quick.Immediate(TenantKey(tenant)) {
-		return false
+	if !r.chained(tenant, model) { // as before chains: no key stored, none allocated twice
+		if !r.quick.Immediate(TenantKey(tenant)) {
+			return false
+		}
+		pool, ok := r.cfg.PoolFor(model)
+		return !ok || r.quick.Immediate(PoolKey(pool))
 	}
-	pool, ok := r.cfg.PoolFor(model)
-	return !ok || r.quick.Immediate(PoolKey(pool))
+	var ss sideSet
+	r.sidesOf(tenant, model, &ss)
+	for _, s := range ss.s[:ss.n] {
+		if !r.quick.Immediate(s.key) {
+			return false
+		}
+	}
+	return true
+}
+
+// ownedAcquire reports whether this node's ring owns every key an
+// acquire of tenant for model touches (ownedHere).
+func (r *Router) ownedAcquire(tenant, model string) bool {
+	if !r.chained(tenant, model) {
+		if !r.ownedHere(TenantKey(tenant)) {
+			return false
+		}
+		pool, ok := r.cfg.PoolFor(model)
+		return !ok || r.ownedHere(PoolKey(pool))
+	}
+	var ss sideSet
+	r.sidesOf(tenant, model, &ss)
+	for _, s := range ss.s[:ss.n] {
+		if !r.ownedHere(s.key) {
+			return false
+		}
+	}
+	return true
 }
 
 // immediateLease reports whether a complete or renew of in touches only
@@ -52,7 +82,7 @@ func (r *Router) immediateLease(in *completeRequest) bool {
 	if err != nil {
 		return true
 	}
-	for _, s := range l.sides() {
+	for _, s := range l.all() {
 		if !s.fallback && !r.quick.Immediate(s.key) {
 			return false
 		}
@@ -66,11 +96,8 @@ func (r *Router) immediateLease(in *completeRequest) bool {
 func (r *Router) immediateBatch(pre []decodedCall) bool {
 	for i := range pre {
 		c := &pre[i]
-		if !c.ok || c.acquire.Op != "acquire" || c.acquire.WaitMS != 0 || !r.ownedHere(TenantKey(c.acquire.Tenant)) ||
+		if !c.ok || c.acquire.Op != "acquire" || c.acquire.WaitMS != 0 || !r.ownedAcquire(c.acquire.Tenant, c.acquire.Model) ||
 			!r.immediateAcquire(c.acquire.Tenant, c.acquire.Model) {
-			return false
-		}
-		if pool, ok := r.cfg.PoolFor(c.acquire.Model); ok && !r.ownedHere(PoolKey(pool)) {
 			return false
 		}
 	}

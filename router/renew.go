@@ -14,20 +14,6 @@ import (
 	"github.com/tokenring/tokenring/node"
 )
 
-// renewInterval is a third of the shortest lease TTL of the lease's keys.
-func (r *Router) renewInterval(tl limiter.Limits, l lease) time.Duration {
-	ttl := tl.LeaseTTL
-	if ttl <= 0 {
-		ttl = limiter.DefaultLeaseTTL
-	}
-	if l.Pool != "" {
-		if pt := r.cfg.Limits(PoolKey(l.Pool)).LeaseTTL; pt > 0 {
-			ttl = min(ttl, pt)
-		}
-	}
-	return max(ttl/3, time.Millisecond)
-}
-
 // renewEvery renews l every interval until the returned stop is called; stop
 // returns once no renewal is running and none will start. Between renewals
 // nothing runs: an alarm (r.alarms) calls renewer.renew when one is due, so

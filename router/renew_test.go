@@ -66,12 +66,12 @@ func newRenewRouter(t *testing.T, c *renewCluster) *Router {
 func TestRenewEvery(t *testing.T) {
 	c := &renewCluster{}
 	r := newRenewRouter(t, c)
-	stop := r.renewEvery(lease{Tenant: "acme", TenantLease: 1}, time.Hour)
+	stop := r.renewEvery(v2Lease("acme", 1, false, "", 0, false, ""), time.Hour)
 	stop()
 	if n := c.count(); n != 0 {
 		t.Fatalf("%d renewals of a lease stopped before its first interval, want 0", n)
 	}
-	stop = r.renewEvery(lease{Tenant: "acme", TenantLease: 2}, 5*time.Millisecond)
+	stop = r.renewEvery(v2Lease("acme", 2, false, "", 0, false, ""), 5*time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second)
 	for c.count() < 3 {
 		if time.Now().After(deadline) {
@@ -92,7 +92,7 @@ func TestRenewEvery(t *testing.T) {
 func TestRenewStopWaits(t *testing.T) {
 	c := &renewCluster{block: true, started: make(chan struct{}, 1)}
 	r := newRenewRouter(t, c)
-	stop := r.renewEvery(lease{Tenant: "acme", TenantLease: 1}, time.Millisecond)
+	stop := r.renewEvery(v2Lease("acme", 1, false, "", 0, false, ""), time.Millisecond)
 	<-c.started
 	stop()
 	c.mu.Lock()

@@ -57,10 +57,17 @@ const (
 
 // Config configures a Router. Zero fields take the documented defaults.
 type Config struct {
-	// Limits gives the limits of a limiter key (TenantKey, PoolKey). Required.
+	// Limits gives the limits of a limiter key (TenantKey, PoolKey,
+	// GroupKey, ModelKey). Required.
 	Limits func(key string) limiter.Limits
 	// PoolFor maps a model name to its pool, if any. Nil means no pools.
 	PoolFor func(model string) (pool string, ok bool)
+	// Chain gives the groups above a tenant and the models entries that
+	// apply to a model at each level (chain.go); model may be "". Nil
+	// means every tenant stands alone, without per-model limits. Limits
+	// must then give the limits of GroupKey and ModelKey keys too. It is
+	// called on every acquire, concurrently.
+	Chain func(tenant, model string) Chain
 	// Counter counts prompts sent as text or messages. Nil refuses them (400).
 	Counter Counter
 	// Fallback is the policy when an owner is unreachable. Empty means Degraded.

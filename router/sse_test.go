@@ -73,7 +73,7 @@ func (f *flushRecorder) waitFlush(t *testing.T, want int) {
 func relayTo(t *testing.T, f *flushRecorder, body io.Reader) (done chan struct{}) {
 	t.Helper()
 	r := newRenewRouter(t, &renewCluster{})
-	x := &exchange{r: r, c: &proxyCall{p: openAI{}, model: "m"}, l: lease{Tenant: "acme", TenantLease: 1},
+	x := &exchange{r: r, c: &proxyCall{p: openAI{}, model: "m"}, l: v2Lease("acme", 1, false, "", 0, false, ""),
 		ctx: context.Background(), stopRenew: func() {}}
 	x.seen.countText = textCounter(nil, "m")
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)

@@ -363,6 +363,7 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 			name, _, ok := cfg.Pool(model)
 			return name, ok
 		},
+		Chain:           chainOf(cfg),
 		Counter:         counter,
 		MaxPromptBytes:  cfg.Limits.MaxPromptBytes,
 		Fallback:        router.FallbackPolicy(cfg.Fallback),
@@ -515,19 +516,13 @@ func closeWhileDraining(h http.Handler, draining *atomic.Bool) http.Handler {
 	})
 }
 
-// keyLimits maps limiter keys to the configured limits: "t:<tenant>" to the
-// tenant's (or the default), "p:<model>" to the pool's.
+// keyLimits maps limiter keys to the configured limits (levelLimits):
+// "t:<tenant>" to the tenant's (or the default), "p:<model>" to the
+// pool's, "g:<group>" to the group's, a model-scoped key to its entry's.
 func keyLimits(cfg config.Config) func(string) limiter.Limits {
-	conv := func(l config.Limits) limiter.Limits {
-		return limiter.Limits{Requests: l.RPM, Tokens: l.TPM, Concurrency: l.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL}
-	}
 	return func(key string) limiter.Limits {
-		if pool, ok := strings.CutPrefix(key, "p:"); ok {
-			_, l, _ := cfg.Pool(pool)
-			return conv(l)
-		}
-		tenant, _ := strings.CutPrefix(key, "t:")
-		return conv(cfg.TenantLimits(tenant))
+		l := levelLimits(cfg, key)
+		return limiter.Limits{Requests: l.RPM, Tokens: l.TPM, Concurrency: l.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL}
 	}
 }
 
