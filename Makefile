@@ -34,8 +34,9 @@ test: check build
 sim:
 	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/ -sim.seeds=200000 -v
 
-## soak: one node for a minute under 10,000 idle connections, slowloris and
-## a million distinct tenants; /healthz, RSS and the read timeouts checked.
+## soak: one node for a minute under 10,000 idle connections, slowloris, a
+## million distinct tenants and gossip and peer floods (2,000 and 300 idle
+## connections re-opened); /healthz, RSS, descriptors and timeouts checked.
 soak:
 	$(GO) test -count=1 -timeout 5m -run 'TestSoak$$' -v ./test/ -soak
 

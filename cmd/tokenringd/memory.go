@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -11,20 +12,28 @@ import (
 // Memory return. After a flood ends (a million tenants whose keys the
 // sweep drops once their window empties, ten thousand connections that
 // close) the heap they held is garbage, but the Go runtime collects only
-// as the program allocates, and gives free pages back to the OS slowly.
-// returnMemory collects and returns everything free (debug.FreeOSMemory)
-// when either:
+// as the program allocates, and gives free pages back to the OS slowly;
+// the buffers of closed net/http connections even wait in sync.Pools,
+// which only a second collection empties. returnMemory collects twice and
+// returns everything free (debug.FreeOSMemory) when either:
 //   - the keys held fell to half or less of their high-water mark, by at
 //     least memoryKeysDrop (the mark then starts again from the keys left);
-//   - or no collection ran for a whole interval (the node is quiet) while
-//     the heap holds over memoryIdleBytes beyond what was live at the last
-//     one (connections that closed, buffers of a burst).
+//   - or the node is quiet (it allocated under memoryQuietBytes in a whole
+//     interval) and its heap grew by over memoryIdleBytes since the last
+//     return: connections that closed, buffers of a burst. What a return
+//     leaves is the new mark, so a heap that is live (keys that stay) is
+//     collected once, not every interval.
 //
-// Under load neither holds (collections run often and the keys stay), so
-// nothing is forced while it matters.
+// Quiet is measured by what was allocated, not by whether a collection
+// ran: under a flood with a large heap the collector may not run for
+// several seconds, and a forced collection then (a whole mark of a heap
+// of hundreds of MiB, on a host whose cores the flood already takes) and
+// the pages given back only to be faulted in again stalled the node's
+// answers by over 100 ms.
 const (
 	memoryCheckInterval = 5 * time.Second
 	memoryIdleBytes     = 64 << 20
+	memoryQuietBytes    = 32 << 20 // allocated in an interval: ~6 MiB/s, a few thousand decisions a second
 	memoryKeysDrop      = 10_000
 )
 
@@ -32,14 +41,14 @@ const (
 var heapSamples = []string{
 	"/memory/classes/heap/objects:bytes", // live and dead objects not yet swept
 	"/memory/classes/heap/free:bytes",    // free and not yet returned to the OS
-	"/gc/heap/live:bytes",                // live after the last collection
-	"/gc/cycles/total:gc-cycles",
+	"/gc/heap/allocs:bytes",              // allocated since the start
 }
 
 // memoryWatch is returnMemory's state between checks.
 type memoryWatch struct {
 	samples  []metrics.Sample
-	cycles   uint64 // collections counted at the last check
+	allocs   uint64 // bytes allocated at the last check
+	heapLow  uint64 // the heap (objects and free) the last return left
 	keysHigh int    // the keys' high-water mark since the last return
 }
 
@@ -48,26 +57,54 @@ func newMemoryWatch() *memoryWatch {
 	for i, name := range heapSamples {
 		m.samples[i].Name = name
 	}
+	m.read()
 	return m
+}
+
+// read samples the runtime; it returns the heap's objects and free bytes
+// and the bytes allocated since the last read.
+func (m *memoryWatch) read() (heap, allocated uint64) {
+	metrics.Read(m.samples)
+	heap = m.samples[0].Value.Uint64() + m.samples[1].Value.Uint64()
+	allocs := m.samples[2].Value.Uint64()
+	allocated, m.allocs = allocs-m.allocs, allocs
+	return heap, allocated
 }
 
 // due reports whether memory should be returned now, keys being the keys
 // held.
 func (m *memoryWatch) due(keys int) (bool, string) {
-	metrics.Read(m.samples)
-	objects, free, live := m.samples[0].Value.Uint64(), m.samples[1].Value.Uint64(), m.samples[2].Value.Uint64()
-	cycles := m.samples[3].Value.Uint64()
-	quiet := cycles == m.cycles
-	m.cycles = cycles
+	heap, allocated := m.read()
+	return m.decide(heap, allocated, keys)
+}
+
+// decide is due for a heap of heap bytes (objects and free), allocated
+// bytes allocated since the last check and keys keys.
+func (m *memoryWatch) decide(heap, allocated uint64, keys int) (bool, string) {
 	m.keysHigh = max(m.keysHigh, keys)
 	switch {
 	case m.keysHigh-keys >= memoryKeysDrop && keys <= m.keysHigh/2:
-		m.keysHigh = keys
 		return true, "keys dropped"
-	case quiet && int64(objects+free)-int64(live) > memoryIdleBytes:
+	case allocated < memoryQuietBytes && heap > m.heapLow+memoryIdleBytes:
 		return true, "idle heap"
 	}
 	return false, ""
+}
+
+// returned records a return: the marks start again from what is left.
+func (m *memoryWatch) returned(keys int) {
+	heap, _ := m.read()
+	m.restart(heap, keys)
+}
+
+func (m *memoryWatch) restart(heap uint64, keys int) { m.heapLow, m.keysHigh = heap, keys }
+
+// release collects, twice, and returns every free page to the OS. The
+// first collection moves what sync.Pools hold (net/http's buffers of
+// closed connections) to their victim caches; the second frees it.
+func release() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // returnMemory runs until ctx ends; see above. keys is the number of keys
@@ -83,9 +120,9 @@ func returnMemory(ctx context.Context, log *slog.Logger, keys func() int) {
 		case <-t.C:
 		}
 		if ok, why := m.due(keys()); ok {
-			debug.FreeOSMemory()
-			m.due(keys()) // count the collection just forced as seen
-			log.Info("returned free memory to the OS", "why", why, "keys", keys())
+			release()
+			m.returned(keys())
+			log.Info("returned free memory to the OS", "why", why, "keys", keys(), "heap_bytes", m.heapLow)
 		}
 	}
 }
