@@ -664,7 +664,8 @@ func TestKubernetesPDB(t *testing.T) {
 }
 
 // TestKubernetesNetworkPolicy: gossip and peer ports open only to the
-// members, the client port open.
+// members, the client port only to pods labelled as its clients (and the
+// label documented in the policy's comment).
 func TestKubernetesNetworkPolicy(t *testing.T) {
 	d := loadDeployment(t)
 	labels := d.sts.Spec.Template.Metadata.Labels
@@ -673,16 +674,22 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	if !subset(np.Spec.PodSelector.MatchLabels, labels) || len(np.Spec.PodSelector.MatchLabels) == 0 {
 		t.Errorf("NetworkPolicy: podSelector does not select the pods")
 	}
-	open := map[string]string{} // proto/port -> "members" or "all"
+	clients := map[string]string{clientLabel: "true"}
+	open := map[string]string{} // proto/port -> "members", "clients", "others" or "all"
 	for _, rule := range np.Spec.Ingress {
 		who := "all"
-		if len(rule.From) > 0 {
-			who = "members"
-			for _, f := range rule.From {
-				if f.PodSelector == nil || !subset(f.PodSelector.MatchLabels, labels) {
-					who = "others"
-				}
+		for i, f := range rule.From {
+			w := "others"
+			switch {
+			case f.PodSelector != nil && len(f.PodSelector.MatchLabels) > 0 && subset(f.PodSelector.MatchLabels, labels):
+				w = "members"
+			case f.PodSelector != nil && fmt.Sprint(f.PodSelector.MatchLabels) == fmt.Sprint(clients):
+				w = "clients"
 			}
+			if i > 0 && w != who {
+				w = "others"
+			}
+			who = w
 		}
 		for _, p := range rule.Ports {
 			proto := p.Protocol
@@ -693,13 +700,23 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"TCP/" + strconv.Itoa(d.ports.HTTP): "all", "TCP/" + strconv.Itoa(d.ports.Gossip): "members",
+		"TCP/" + strconv.Itoa(d.ports.HTTP): "clients", "TCP/" + strconv.Itoa(d.ports.Gossip): "members",
 		"UDP/" + strconv.Itoa(d.ports.Gossip): "members", "TCP/" + strconv.Itoa(d.ports.Peer): "members",
 	}
 	if fmt.Sprint(open) != fmt.Sprint(want) {
 		t.Errorf("NetworkPolicy: ingress %v, want %v", open, want)
 	}
+	text := readFile(t, "kubernetes/networkpolicy.yaml")
+	if !strings.Contains(text, "# ") || !strings.Contains(text, clientLabel+"=true") {
+		t.Errorf("networkpolicy.yaml: its comment does not say how to label a client pod (%s=true)", clientLabel)
+	}
+	if strings.Contains(strings.ToLower(text), "no authentication") || strings.Contains(strings.ToLower(text), "unauthenticated") {
+		t.Errorf("networkpolicy.yaml: says gossip or peers are unauthenticated; cluster_secret authenticates both")
+	}
 }
+
+// clientLabel is the label networkpolicy.yaml admits to the client port.
+const clientLabel = "tokenring.io/client"
 
 func subset(sel, labels map[string]string) bool {
 	for k, v := range sel {

@@ -24,6 +24,7 @@ import (
 // line.
 type member struct {
 	name, http, gossip string
+	token              string // the decision API's bearer token (the Secret's placeholder)
 	cmd                *exec.Cmd
 	done               chan struct{}
 	log                *lockedBuffer
@@ -58,6 +59,14 @@ func (l *lockedBuffer) String() string {
 // member joins itself, as tokenring-0 does), and -advertise is 127.0.0.1.
 func startMember(t *testing.T, d deployment, configText, name string, seed *member) *member {
 	t.Helper()
+	return startMemberOn(t, d, configText, name, seed, "127.0.0.1")
+}
+
+// startMemberOn is startMember with the listeners bound to host (with
+// their free ports): "0.0.0.0" is what the pods bind, and what protected
+// mode judges. The test still reaches the member on 127.0.0.1.
+func startMemberOn(t *testing.T, d deployment, configText, name string, seed *member, host string) *member {
+	t.Helper()
 	where := "statefulset.yaml pod " + name
 	env := d.env(t, where, map[string]string{"metadata.name": name})
 	var args []string
@@ -65,9 +74,10 @@ func startMember(t *testing.T, d deployment, configText, name string, seed *memb
 		args = append(args, expandK8s(t, where, a, env))
 	}
 	c := parseCommandLine(t, where, args)
-	m := &member{name: name, log: &lockedBuffer{}, done: make(chan struct{})}
+	m := &member{name: name, log: &lockedBuffer{}, done: make(chan struct{}), token: env[clientTokenEnv]}
 	m.http = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	m.gossip = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	bind := func(addr string) string { return host + strings.TrimPrefix(addr, "127.0.0.1") }
 	join := "localhost:" + strings.TrimPrefix(m.gossip, "127.0.0.1:")
 	if seed != nil {
 		join = "localhost:" + strings.TrimPrefix(seed.gossip, "127.0.0.1:")
@@ -81,11 +91,11 @@ func startMember(t *testing.T, d deployment, configText, name string, seed *memb
 		v := f.Value
 		switch f.Name {
 		case "http":
-			v = m.http
+			v = bind(m.http)
 		case "gossip":
-			v = m.gossip
+			v = bind(m.gossip)
 		case "peer":
-			v = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			v = bind(fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 		case "config":
 			v = cfgPath
 		case "join":
@@ -153,17 +163,33 @@ func waitFor(t *testing.T, m *member, what string, timeout time.Duration, ok fun
 
 func acquire(t *testing.T, m *member, tenant string) string {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(m.url("/v1/acquire"), "application/json",
+	status, body := acquireAs(t, m, tenant, m.token)
+	if status != http.StatusOK && status != http.StatusTooManyRequests {
+		t.Fatalf("%s: acquire for %s: %d %s", m.name, tenant, status, body)
+	}
+	return body
+}
+
+// acquireAs POSTs an acquire for tenant to m with token as its bearer
+// token (none when empty) and returns the status and body.
+func acquireAs(t *testing.T, m *member, tenant, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, m.url("/v1/acquire"),
 		strings.NewReader(fmt.Sprintf(`{"tenant":%q,"prompt_tokens":10,"max_tokens":10}`, tenant)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("%s: acquire: %v", m.name, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("%s: acquire for %s: %d %s", m.name, tenant, resp.StatusCode, body)
-	}
-	return string(body)
+	return resp.StatusCode, string(body)
 }
 
 // exported is what a /metrics page holds: sample names and their labels.

@@ -1,0 +1,64 @@
+package deploy
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// The README's memory bound ("Security", Memory): a node's RSS stays under
+// at rest + 2 x (max_keys x bytes a key + connections x bytes a
+// connection) + slack. TestReadmeMemoryFormula keeps these in step with it.
+const (
+	memAtRest  = 45 << 20 // with the tiktoken tables loaded
+	memPerKey  = 2 << 10
+	memPerConn = 24 << 10
+	memSlack   = 64 << 20
+)
+
+// memoryBound is the README's bound for a node holding maxKeys keys and
+// maxConns connections.
+func memoryBound(maxKeys, maxConns int) int64 {
+	return memAtRest + memSlack + 2*(int64(maxKeys)*memPerKey+int64(maxConns)*memPerConn)
+}
+
+// TestKubernetesMemorySizing: the ConfigMap's max_keys and http.max_conns
+// fit the container's memory limit by the README's formula (the defaults,
+// a million keys and up to 16,384 connections, need about 4.9 GiB: a pod
+// under a 512 MiB limit would be OOM-killed by a flood of tenants).
+// http.max_conns must be set: its default follows the open-file limit,
+// which a container runtime sets to a million or more.
+func TestKubernetesMemorySizing(t *testing.T) {
+	d := loadDeployment(t)
+	cfg := loadConfig(t, "configmap.yaml "+d.cmKey, d.configText(t), d.env(t, "statefulset.yaml", nil))
+	limit := bytesOf(t, d.c.Resources.Limits["memory"])
+	if cfg.HTTP.MaxConns <= 0 {
+		t.Fatalf("configmap.yaml: http.max_conns not set: its default (3/4 of the open-file limit, up to 16,384) is %d MiB of connections alone", 2*16384*memPerConn>>20)
+	}
+	need := memoryBound(cfg.MaxKeys, cfg.HTTP.MaxConns)
+	t.Logf("max_keys %d, http.max_conns %d: %d MiB by the README's formula, limit %d MiB", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
+	if need > limit {
+		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need %d MiB by the README's formula, over the memory limit of %d MiB",
+			cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
+	}
+	if need < limit*3/4 {
+		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need only %d MiB of the %d MiB limit: size them to it", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
+	}
+}
+
+// TestReadmeMemoryFormula: the README states the formula memoryBound
+// uses.
+func TestReadmeMemoryFormula(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(b)), " ")
+	want := "≈ 17 MiB, ≈ 45 MiB once a prompt was counted"
+	formula := "+ 2 × (`max_keys` × 2 KiB + open connections × 24 KiB) + 64 MiB"
+	for _, s := range []string{want, formula} {
+		if !strings.Contains(text, s) {
+			t.Errorf("README.md no longer says %q: update memoryBound", s)
+		}
+	}
+}
