@@ -98,9 +98,12 @@ type LoadResult struct {
 	Errors      int      // client errors in all
 	Fallbacks   int      // fallback answers in all
 	FirstErrors []string // the first client errors, with time and node
-	NoTarget    int      // times a client found no live node and waited
-	HealthLog   []string // every change of a node's health, with time
-	Elapsed     time.Duration
+	// FallbackAdmissions are the first fallback answers that admitted, with
+	// time, node and answer.
+	FallbackAdmissions []string
+	NoTarget           int      // times a client found no live node and waited
+	HealthLog          []string // every change of a node's health, with time
+	Elapsed            time.Duration
 }
 
 // TenantReport formats every tenant's tally, one a line, sorted by name.
@@ -138,6 +141,9 @@ func (r LoadResult) Summary() string {
 	}
 	if len(r.FirstErrors) > 0 {
 		fmt.Fprintf(&b, "\n  first client errors:\n    %s", strings.Join(r.FirstErrors, "\n    "))
+	}
+	if len(r.FallbackAdmissions) > 0 {
+		fmt.Fprintf(&b, "\n  first fallback admissions:\n    %s", strings.Join(r.FallbackAdmissions, "\n    "))
 	}
 	if len(r.HealthLog) > 0 {
 		fmt.Fprintf(&b, "\n  health changes:\n    %s", strings.Join(r.HealthLog, "\n    "))
@@ -463,6 +469,9 @@ func (d *LoadDriver) acquire(p *Proc, tenant string) (lease string) {
 		d.res.Fallbacks++
 		if out["allowed"] == true {
 			tl.FallbackAllowed++
+			if len(d.res.FallbackAdmissions) < 20 {
+				d.res.FallbackAdmissions = append(d.res.FallbackAdmissions, fmt.Sprintf("%s %s via %s: %v", at, tenant, p.Name, out))
+			}
 		}
 	}
 	return lease
