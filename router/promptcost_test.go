@@ -17,7 +17,7 @@ import (
 // was counted.
 type spyCounter struct{ calls atomic.Int64 }
 
-func (c *spyCounter) Text(string, string) int                { c.calls.Add(1); return 1 }
+func (c *spyCounter) Text(string, string) int               { c.calls.Add(1); return 1 }
 func (c *spyCounter) Messages(string, []prompt.Message) int { c.calls.Add(1); return 1 }
 
 // costSetup is a node whose token "alpha-token" may act for alpha only,
