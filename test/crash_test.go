@@ -299,17 +299,19 @@ func TestCrashUnderLoadOvershoot(t *testing.T) {
 // TestTwoCrashesWithTwoCopies: five nodes with replication.copies 2; the
 // owner of the most tenants and the member holding the first copy of most
 // of them are SIGKILLed at the same moment, under load. Every key survives
-// on its second copy: every tenant stays within the one-crash bounds of
-// TestCrashUnderLoadOvershoot (10 over in async mode, 2 in sync mode: in
-// sync mode the copies lose nothing, and what remains is the survivors'
-// degraded shares before the ring moves, each spent from the owner's last
-// report to that survivor).
+// on its second copy. The fallback is closed here, so that what the
+// tenants get is what the copies kept: with the degraded fallback, the
+// survivors' shares during failure detection (slow with two members gone:
+// up to 15 s on this machine) add over-admissions of their own that have
+// nothing to do with the copies. Async mode loses at most what the owner
+// admitted since its last round (bound 10, as TestCrashUnderLoadOvershoot);
+// sync mode loses nothing.
 func TestTwoCrashesWithTwoCopies(t *testing.T) {
 	needFull(t)
 	for _, tc := range []struct {
 		mode  string
 		bound int
-	}{{"async", 10}, {"sync", 2}} {
+	}{{"async", 10}, {"sync", 0}} {
 		t.Run(tc.mode, func(t *testing.T) { crashUnderLoad(t, 5, 2, tc.mode, time.Second, tc.bound) })
 	}
 }
@@ -325,7 +327,7 @@ func crashUnderLoad(t *testing.T, nodes, copies int, mode string, killAfter time
 limits:
   default: {rpm: %d, tpm: 100000000, concurrency: 100000}
 replication: {mode: %s, copies: %d}
-`, limit, mode, copies))
+%s`, limit, mode, copies, map[bool]string{true: "fallback: closed\n"}[copies > 1]))
 	var tenants []string
 	perOwner := map[string]int{}
 	for i := range 30 {
