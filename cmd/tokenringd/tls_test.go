@@ -206,12 +206,7 @@ func acquireVia(c *http.Client, scheme, addr string) (int, int64, error) {
 // connection sees the new certificate.
 func TestTLSEndToEnd(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-	c1, k1 := ca.issue(t, 101, "server", true)
-	writeFile(t, certFile, c1)
-	writeFile(t, keyFile, k1)
-	writeFile(t, caFile, ca.pem)
+	certFile, keyFile, caFile := ca.serverFiles(t)
 	hc := config.Default().HTTP
 	hc.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}
 	addr := startTLSNode(t, hc)
@@ -277,4 +272,18 @@ func TestTLSBadFilesRefuseToStart(t *testing.T) {
 	if _, err := listenHTTP("127.0.0.1:0", hc, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "http.tls") {
 		t.Fatalf("missing files: %v", err)
 	}
+}
+
+// serverFiles writes, in a new temporary directory, a server certificate
+// (serial 101) and its key issued by ca, and ca's own certificate, and
+// returns the three paths.
+func (ca *testCA) serverFiles(t *testing.T) (certFile, keyFile, caFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile, caFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	c, k := ca.issue(t, 101, "server", true)
+	writeFile(t, certFile, c)
+	writeFile(t, keyFile, k)
+	writeFile(t, caFile, ca.pem)
+	return certFile, keyFile, caFile
 }

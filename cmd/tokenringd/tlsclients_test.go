@@ -49,12 +49,7 @@ func callAs(t *testing.T, c *http.Client, addr, tenant, token string) (int, stri
 // a token with a certificate naming none acts as the token.
 func TestTLSClientCertsEndToEnd(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-	sc, sk := ca.issue(t, 101, "server", true)
-	writeFile(t, certFile, sc)
-	writeFile(t, keyFile, sk)
-	writeFile(t, caFile, ca.pem)
+	certFile, keyFile, caFile := ca.serverFiles(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 http:
   tls: {cert_file: %s, key_file: %s, client_ca_file: %s}
