@@ -20,16 +20,17 @@ import (
 	"time"
 )
 
-// offLimits are the limits of the tests below: a tenant holds at most
-// offSlots leases at once, and no run reaches the rest.
+// offRPM, offTPM and offSlots are every tenant's limits in the tests
+// below: a tenant holds at most offSlots leases at once, and no run
+// reaches the rest.
 const (
 	offRPM   = 1000
 	offTPM   = 1_000_000
 	offSlots = 3
 )
 
-// upstreamUsage is the usage the fake upstream reports for every chat
-// completion: what the proxy settles.
+// upstreamPrompt and upstreamCompletion are the usage the fake upstream
+// reports for every chat completion: what the proxy settles.
 const upstreamPrompt, upstreamCompletion = 7, 2
 
 // TestNodeWorksWithoutEventLoops starts tokenringd in the test, as run
