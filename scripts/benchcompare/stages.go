@@ -323,7 +323,8 @@ func (o options) singleStage(ctx context.Context, dir string, r *report) error {
 
 // againstINCR measures Redis INCR, one node's single calls and the
 // batching client, whose ratios the must-show lines are, both again at 16
-// workers, the single calls through net/http's client, and the Go floors
+// workers, the single calls through net/http's client and served by
+// net/http, and the Go floors
 // (floor.go), in alternating runs: INCR on a flushed redis-server of its
 // own, tokenring on a node of its own each run (none carries an earlier
 // run's keys and leases).
@@ -371,6 +372,9 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 		incr("Redis INCR, 16 workers", &r.incr16, "-c", "16"),
 		node("tokenring 1 node, 16 workers", &r.single16, "single16-", "-client", "raw", "-c", "16"),
 		node("tokenring 1 node, net/http's client", &r.singleNetHTTP, "nethttp-"),
+		// The same single calls with the node's event loops and fast path
+		// out of the way: what internal/http1 buys, in the same rounds.
+		node("tokenring 1 node, served by net/http", &r.servedNetHTTP, servedNetHTTPPrefix, "-client", "raw"),
 		// What Go gives a server that decides nothing, on this machine
 		// and in this hour: the gap to tokenring is tokenring's own.
 		floorRun("Go floor, a goroutine a connection", &r.floor, floor),
@@ -378,6 +382,15 @@ func (o options) againstINCR(ctx context.Context, cfg string, r *report, single 
 		floorRun("Go floor, one event loop, 16 workers", &r.loop16, loop, "-c", "16"),
 	})
 }
+
+// servedNetHTTPPrefix names the tenants of the run served by net/http. Its
+// non-ASCII byte is one the fast path's decoder does not take (jsonwire):
+// at the first acquire of each connection the event loop and ServePlain
+// decline, and net/http serves that connection from then on, every acquire
+// decoded by encoding/json, as a node does any request the fast path
+// declines (ARCHITECTURE.md, "internal/http1: what it relies on and what
+// it gives up"). The name is a valid tenant all the same.
+const servedNetHTTPPrefix = "nethttp-é-"
 
 // freshRuns is measurement name of an alternated set whose run k drives n
 // nodes started for it on cfg with the load generator's arguments args.

@@ -4,8 +4,28 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tokenring/tokenring/internal/jsonwire"
 )
+
+// The tenants of the run served by net/http: each name holds a byte the
+// fast path's decoder does not read as it is (so the event loop and
+// ServePlain decline its acquire, and net/http serves the connection), and
+// is a valid tenant all the same (UTF-8, no control character), decided
+// like any other.
+func TestServedNetHTTPTenantsLeaveTheFastPath(t *testing.T) {
+	name := repeatPrefix(servedNetHTTPPrefix, 2) + "123"
+	if n := jsonwire.PlainLen([]byte(name)); n == len(name) {
+		t.Fatalf("%q is read whole by the fast path: its acquires would stay on it", name)
+	}
+	if !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		t.Fatalf("%q is not a valid tenant name", name)
+	}
+}
 
 // steady makes a run again while it lost more than -max-steal to the
 // hypervisor, at most stealRetries times, keeps the least robbed when every

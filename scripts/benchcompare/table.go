@@ -69,7 +69,7 @@ type flatPoint struct {
 
 // report is every run of the comparison. The rows of the main table are,
 // in order: incr, zset10, zset1000, single, batch, local, forwarded, hot,
-// incr16, single16, singleNetHTTP, floor, floor16, loop16.
+// incr16, single16, singleNetHTTP, servedNetHTTP, floor, floor16, loop16.
 type report struct {
 	workers int     // of every run but incr16's, single16's and the proxy's
 	seconds float64 // -d of each run
@@ -95,6 +95,10 @@ type report struct {
 	incr16                measured // incr at 16 workers
 	single16              measured // single at 16 workers
 	singleNetHTTP         measured // single through net/http's client
+	// servedNetHTTP is single with every acquire served by the node's
+	// net/http server rather than its event loops and fast path
+	// (servedNetHTTPPrefix).
+	servedNetHTTP measured
 	// The Go floors (floor.go): a fixed answer, a goroutine a connection
 	// (at both worker counts) or one event loop (at 16 workers).
 	floor, floor16, loop16 measured
@@ -126,6 +130,7 @@ func (r *report) rows() []tableRow {
 		{"Redis INCR, 16 workers (others: " + w + ")", r.incr16},
 		{"tokenring 1 node, 16 workers", r.single16},
 		{"tokenring 1 node, POST /v1/acquire through net/http's client", r.singleNetHTTP},
+		{"tokenring 1 node, POST /v1/acquire served by net/http (no event loop, no fast path)", r.servedNetHTTP},
 		{"Go floor: a fixed answer, a goroutine a connection", r.floor},
 		{"Go floor: a fixed answer, a goroutine a connection, 16 workers", r.floor16},
 		{"Go floor: a fixed answer, one event loop, 16 workers", r.loop16},
@@ -202,12 +207,16 @@ func (r *report) hotAdmitted() string {
 	return head + ": under the limit by " + thousands(float64(l-a))
 }
 
-// writeFloor compares one node with the Go floors: what tokenring's own
-// code costs a decision, and what an event loop would give the tail.
+// writeFloor compares one node with the Go floors, what tokenring's own
+// code costs a decision and what an event loop would give the tail, and
+// with itself served by net/http, what internal/http1 gives it.
 func (r *report) writeFloor(w io.Writer) {
 	fmt.Fprintf(w, "tokenring 1 node ÷ the Go floor (a goroutine a connection): %s the decisions/s, %s the server CPU a decision (%s µs more)\n",
 		times(pairedRatio(r.single, r.floor, perSecond)), times(pairedRatio(r.single, r.floor, measured.cpuPerDecisionUs)),
 		decimal(pairedDiff(r.single, r.floor, measured.cpuPerDecisionUs)))
+	fmt.Fprintf(w, "tokenring 1 node, its event loops and fast path ÷ the same node's net/http server: %s the decisions/s, %s the server CPU a decision (%s µs less)\n",
+		times(pairedRatio(r.single, r.servedNetHTTP, perSecond)), times(pairedRatio(r.single, r.servedNetHTTP, measured.cpuPerDecisionUs)),
+		decimal(pairedDiff(r.servedNetHTTP, r.single, measured.cpuPerDecisionUs)))
 	fmt.Fprintf(w, "p99 at 16 workers: tokenring %s, the Go floor %s a goroutine a connection and %s one event loop, Redis INCR %s\n",
 		micros(medianStat(r.single16, p99)), micros(medianStat(r.floor16, p99)), micros(medianStat(r.loop16, p99)), micros(medianStat(r.incr16, p99)))
 }
