@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenring/tokenring/config"
+)
+
+// configCheckEvery is how often a node looks at its config file for a
+// change (a stat; the file is read only when the stat changed).
+const configCheckEvery = 250 * time.Millisecond
+
+// configFile is the config file a node reloads: on SIGHUP, and whenever
+// the file changes on disk (rewritten in place, replaced by a rename, or
+// reached through a symlink that was swapped, as a mounted Kubernetes
+// ConfigMap is), looked at every configCheckEvery.
+//
+// A new file that loads and validates is handed to apply; the parts of it
+// that cannot change without a restart (reloadable names the others) keep
+// their old values, and the log names them. A file that does not load
+// keeps everything as it was: the log gives config.Load's error (file,
+// line and field), and tokenring_config_reloads_total{result="refused"}
+// counts it. Not safe for concurrent use: run owns it.
+type configFile struct {
+	path    string
+	getenv  func(string) string
+	apply   func(config.Config)
+	log     *slog.Logger
+	reloads *prometheus.CounterVec // by result: applied, refused
+
+	current config.Config // the config in force
+	read    config.Config // the file as last read: current before keepRestartOnly
+	stamp   fileStamp
+}
+
+// newConfigFile watches path, from which cfg, the config in force, was
+// read.
+func newConfigFile(path string, cfg config.Config, getenv func(string) string, apply func(config.Config), log *slog.Logger) *configFile {
+	return &configFile{
+		path: path, getenv: getenv, apply: apply, log: log,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenring_config_reloads_total",
+			Help: "Config file reloads, by result: applied (a changed file loaded and took effect) or refused (it did not load: the old config stays).",
+		}, []string{"result"}),
+		current: cfg, read: cfg, stamp: stampOf(path),
+	}
+}
+
+// run checks the file every configCheckEvery and at each value from hup,
+// until ctx ends.
+func (f *configFile) run(ctx context.Context, hup <-chan os.Signal) {
+	t := time.NewTicker(configCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			f.check(true)
+		case <-t.C:
+			f.check(false)
+		}
+	}
+}
+
+// check loads the file when its stamp changed (or always, when forced)
+// and applies it when what it says changed.
+func (f *configFile) check(forced bool) {
+	st := stampOf(f.path)
+	if !forced && st == f.stamp {
+		return
+	}
+	f.stamp = st
+	read, err := config.Load(f.path, f.getenv)
+	if err != nil {
+		f.refuse(err) // names the file, and the line and field of a problem
+		return
+	}
+	if reflect.DeepEqual(read, f.read) {
+		return
+	}
+	next, kept := keepRestartOnly(f.current, read)
+	f.read, f.current = read, next
+	f.apply(next)
+	f.reloads.WithLabelValues("applied").Inc()
+	f.log.Info("config reloaded", "file", f.path, "limits_hash", next.LimitsHash())
+	if len(kept) > 0 {
+		f.log.Warn("config reloaded: these fields changed in the file but take effect only at a restart", "fields", strings.Join(kept, ","))
+	}
+}
+
+func (f *configFile) refuse(err error) {
+	f.reloads.WithLabelValues("refused").Inc()
+	f.log.Error("config reload refused: the old config stays", "err", err)
+}
+
+// reloadable are the top-level fields of config.Config a reload changes:
+// the limits (default, tenants, groups, models), the pools, the client
+// tokens and the proxy's API keys. Every other field is read once, at the
+// start.
+var reloadable = map[string]bool{"Limits": true, "Pools": true, "Clients": true, "Keys": true, "KeyAccounts": true}
+
+// keepRestartOnly returns next with every field that is not reloadable set
+// back to old's, and the YAML names of those that differed. A secret's
+// value is never named, only its field.
+func keepRestartOnly(old, next config.Config) (config.Config, []string) {
+	var kept []string
+	ov, nv := reflect.ValueOf(old), reflect.ValueOf(&next).Elem()
+	for i := range nv.NumField() {
+		field := nv.Type().Field(i)
+		if reloadable[field.Name] || reflect.DeepEqual(ov.Field(i).Interface(), nv.Field(i).Interface()) {
+			continue
+		}
+		nv.Field(i).Set(ov.Field(i))
+		if name, _, _ := strings.Cut(field.Tag.Get("yaml"), ","); name != "" && name != "-" {
+			kept = append(kept, name)
+		}
+	}
+	// The limits' window and lease TTL shape every window already counted:
+	// they change at a restart, like the sections above.
+	if next.Limits.Window != old.Limits.Window {
+		next.Limits.Window = old.Limits.Window
+		kept = append(kept, "limits.window")
+	}
+	if next.Limits.LeaseTTL != old.Limits.LeaseTTL {
+		next.Limits.LeaseTTL = old.Limits.LeaseTTL
+		kept = append(kept, "limits.lease_ttl")
+	}
+	if next.Limits.MaxPromptBytes != old.Limits.MaxPromptBytes {
+		next.Limits.MaxPromptBytes = old.Limits.MaxPromptBytes
+		kept = append(kept, "limits.max_prompt_bytes")
+	}
+	return next, kept
+}
