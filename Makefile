@@ -24,10 +24,16 @@ check:
 	$(GO) run ./scripts/codesize
 	$(GO) mod tidy -diff
 
-## test: the checks, then the whole suite with the race detector (what CI runs).
+## test: the checks, then the whole suite with the race detector (what CI
+## runs), through scripts/testreport: the failed tests with their output and
+## a line per package, then "skipped: N" with every skipped test and its
+## reason. With CI=true a skip not listed in scripts/testreport/allowed-skips.txt
+## fails the run. It runs go test itself, so its exit status is go test's
+## (or 1 for a skip CI does not allow).
 test: check build
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) build -o $(BIN)/testreport ./scripts/testreport
+	$(BIN)/testreport -go $(GO) -- -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/   # 10,000 seeds (a tenth of them under -race above)
 
 ## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
