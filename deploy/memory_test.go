@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// The README's memory bound ("Security", Memory): a node's RSS stays under
-// at rest + 2 x (max_keys x bytes a key + connections x bytes a
-// connection) + slack. TestReadmeMemoryFormula keeps these in step with it.
+// The memory bound of docs/operations.md ("Memory"): a node's RSS stays
+// under at rest + 2 x (max_keys x bytes a key + connections x bytes a
+// connection) + slack. TestDocsMemoryFormula keeps these in step with it.
 const (
 	memAtRest  = 45 << 20 // with the tiktoken tables loaded
 	memPerKey  = 2 << 10
@@ -16,14 +16,14 @@ const (
 	memSlack   = 64 << 20
 )
 
-// memoryBound is the README's bound for a node holding maxKeys keys and
+// memoryBound is docs/operations.md's bound for a node holding maxKeys keys and
 // maxConns connections.
 func memoryBound(maxKeys, maxConns int) int64 {
 	return memAtRest + memSlack + 2*(int64(maxKeys)*memPerKey+int64(maxConns)*memPerConn)
 }
 
 // TestKubernetesMemorySizing: the ConfigMap's max_keys and http.max_conns
-// fit the container's memory limit by the README's formula (the defaults,
+// fit the container's memory limit by the formula of docs/operations.md (the defaults,
 // a million keys and up to 16,384 connections, need about 4.9 GiB: a pod
 // under a 512 MiB limit would be OOM-killed by a flood of tenants).
 // http.max_conns must be set: its default follows the open-file limit,
@@ -36,9 +36,9 @@ func TestKubernetesMemorySizing(t *testing.T) {
 		t.Fatalf("configmap.yaml: http.max_conns not set: its default (3/4 of the open-file limit, up to 16,384) is %d MiB of connections alone", 2*16384*memPerConn>>20)
 	}
 	need := memoryBound(cfg.MaxKeys, cfg.HTTP.MaxConns)
-	t.Logf("max_keys %d, http.max_conns %d: %d MiB by the README's formula, limit %d MiB", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
+	t.Logf("max_keys %d, http.max_conns %d: %d MiB by the formula of docs/operations.md, limit %d MiB", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
 	if need > limit {
-		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need %d MiB by the README's formula, over the memory limit of %d MiB",
+		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need %d MiB by the formula of docs/operations.md, over the memory limit of %d MiB",
 			cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
 	}
 	if need < limit*3/4 {
@@ -46,10 +46,10 @@ func TestKubernetesMemorySizing(t *testing.T) {
 	}
 }
 
-// TestReadmeMemoryFormula: the README states the formula memoryBound
-// uses.
-func TestReadmeMemoryFormula(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// TestDocsMemoryFormula: docs/operations.md states the formula
+// memoryBound uses.
+func TestDocsMemoryFormula(t *testing.T) {
+	b, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestReadmeMemoryFormula(t *testing.T) {
 	formula := "+ 2 × (`max_keys` × 2 KiB + open connections × 24 KiB) + 64 MiB"
 	for _, s := range []string{want, formula} {
 		if !strings.Contains(text, s) {
-			t.Errorf("README.md no longer says %q: update memoryBound", s)
+			t.Errorf("docs/operations.md no longer says %q: update memoryBound", s)
 		}
 	}
 }
