@@ -171,16 +171,16 @@ func (b *Budget) SetLimits(l Limits) {
 }
 
 // tick brings the Budget to time t: the window slides, expired slots are
-// reclaimed.
+// freed.
 func (b *Budget) tick(t int64) {
 	b.advance(t)
-	b.reclaim(t)
+	b.expire(t)
 }
 
-// reclaim drops every lease whose slot has expired at t. It scans the leases
+// expire drops every lease whose slot has expired at t. It scans the leases
 // only when the earliest expiry has passed, so its cost is paid by the
 // leases it frees (plus one scan each time the earliest lease was settled).
-func (b *Budget) reclaim(t int64) {
+func (b *Budget) expire(t int64) {
 	if len(b.leases) == 0 || t < b.minExp {
 		return
 	}
@@ -423,7 +423,7 @@ func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
 // the key's average completion. The slot is freed.
 //
 // Settle returns false and changes nothing if the lease is unknown, already
-// settled, released or cancelled, or expired (its slot was reclaimed; the
+// settled, released or cancelled, or expired (its slot was freed; the
 // reservation stays charged as reserved). Settle is idempotent.
 func (b *Budget) Settle(now time.Time, id uint64, u Usage) bool {
 	t := now.UnixNano()

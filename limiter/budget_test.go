@@ -281,7 +281,7 @@ func TestCancelRollsBack(t *testing.T) {
 	}
 }
 
-func TestRenewAndTTLReclaim(t *testing.T) {
+func TestRenewAndTTLExpiry(t *testing.T) {
 	b := NewBudget(Limits{Concurrency: 2, Window: 10 * sec, LeaseTTL: 30 * sec}, pol10, t0)
 	a := b.Acquire(at(0), Request{Reserve: 1})
 	c := b.Acquire(at(10*sec), Request{Reserve: 1})
@@ -295,7 +295,7 @@ func TestRenewAndTTLReclaim(t *testing.T) {
 	runSteps(t, b, []step{
 		{25 * sec, Request{Reserve: 1}, false, Concurrency, 15 * sec}, // now c (40s) is first
 		{40*sec - 1, Request{Reserve: 1}, false, Concurrency, 1},
-		{40 * sec, Request{Reserve: 1}, true, None, 0}, // c's slot reclaimed
+		{40 * sec, Request{Reserve: 1}, true, None, 0}, // c's slot expired
 	})
 	if _, ok := b.Renew(at(40*sec), c.Lease); ok {
 		t.Fatal("renewed an expired lease")

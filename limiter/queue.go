@@ -184,7 +184,7 @@ func (b *Budget) answer(t int64, w *waiter, isHead bool) Decision {
 
 // Wake brings the key to now and hands out what changed for waiters,
 // appending one Grant per waiter that left the queue to dst and returning
-// it. Expired slots are reclaimed; then, in queue order, the head is admitted
+// it. Expired slots are freed; then, in queue order, the head is admitted
 // if it fits, or refused if its deadline has come (or if it can never fit,
 // after SetLimits lowered the token limit), until the head neither fits nor
 // has expired (head-of-line: a later waiter is never admitted while the head

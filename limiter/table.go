@@ -218,7 +218,7 @@ func (t *Table) Peek(key string, fn func(b *Budget)) bool {
 	return true
 }
 
-// Sweep brings every Budget to now, which reclaims expired slots, and drops
+// Sweep brings every Budget to now, which frees expired slots, and drops
 // the Budgets that are idle (nothing counted, no lease, no waiter; see
 // Budget.Idle), returning how many it dropped: a key is dropped at the
 // first Sweep after its windows emptied and its last lease ended. A key

@@ -109,7 +109,7 @@ type hotKey struct {
 	askedBound int64     // the token bound the last ask asked for
 	served     time.Time // the last acquire served from a slice
 	quiet      time.Time // no ask before it: the owner refused one for its bucket ending then
-	renew      time.Time // past the owner's bucket end its last slice was made in: the next is asked for then (zero: none due)
+	refill     time.Time // past the owner's bucket end its last slice was made in: the next is asked for then (zero: none due)
 	addr       string    // the owner's peer address the last slice came from
 	forwarded  int       // forwarded acquires since counting
 	counting   time.Time // start of the period forwarded counts (at most a second)
@@ -123,8 +123,8 @@ type allotments struct {
 	seed   maphash.Seed
 	shards [16]allotShard
 
-	// The renewals (renewals): wakeAt is the earliest renew the node's
-	// renewing goroutine sleeps until (UnixNano; 0 while it looks, or
+	// The refills (refills): wakeAt is the earliest refill the node's
+	// refilling goroutine sleeps until (UnixNano; 0 while it looks, or
 	// when none is due), and nudge wakes it for an earlier one.
 	wakeAt atomic.Int64
 	nudge  chan struct{}
@@ -218,7 +218,7 @@ func (al *allotments) forwarded(c *Call, now time.Time) (ask bool) {
 	}
 	if al.stillHot(k, now) {
 		// The key's slices just ended with their bucket, and the
-		// renewal did not ask for the next (or its answer is not in).
+		// refill did not ask for the next (or its answer is not in).
 		// The next is asked for at once, not after another tenth of a
 		// second of counting forwards (every key's buckets end together,
 		// so that pause would forward every hot key at each bucket's
@@ -319,7 +319,7 @@ func (al *allotments) ask(key string, now time.Time) Call {
 
 // granted installs the answer of the owner at addr to an ask sent at sent
 // and answered at received (this node's clock); a failed ask (err) just
-// ends the ask. A slice granted sets the key's renewal (renewals).
+// ends the ask. A slice granted sets the key's refill (refills).
 func (al *allotments) granted(key, addr string, sent, received time.Time, reserve int64, a Answer, err error) {
 	sh := al.shard(key)
 	defer sh.mu.Unlock()
@@ -345,8 +345,8 @@ func (al *allotments) granted(key, addr string, sent, received time.Time, reserv
 	// deadline (the owner measured what was left at sent, at the
 	// earliest) and the deadline plus the ask's round trip (at received,
 	// at the latest): an ask made then is for the next bucket.
-	k.renew, k.addr = s.deadline.Add(max(0, received.Sub(sent))), addr
-	if w := al.wakeAt.Load(); w == 0 || k.renew.UnixNano() < w {
+	k.refill, k.addr = s.deadline.Add(max(0, received.Sub(sent))), addr
+	if w := al.wakeAt.Load(); w == 0 || k.refill.UnixNano() < w {
 		select {
 		case al.nudge <- struct{}{}:
 		default:

@@ -659,47 +659,47 @@ func TestNextSliceIsAskedForWhenTheBucketEnds(t *testing.T) {
 	select {
 	case <-al.nudge:
 	default:
-		t.Fatal("a slice granted with a renewal earlier than any did not nudge the renewing goroutine")
+		t.Fatal("a slice granted with a refill earlier than any did not nudge the refilling goroutine")
 	}
 	for i := range 8 {
 		if _, ok, _, _ := al.take(call, t0.Add(time.Duration(200+90*i)*time.Millisecond), "owner"); !ok {
 			t.Fatalf("acquire %d not served from the slice", i)
 		}
 	}
-	renewAt := t0.Add(1030 * time.Millisecond) // deadline 1 s, plus the ask's 30 ms
-	due, next := al.renewals(renewAt.Add(-time.Nanosecond))
-	if len(due) != 0 || !next.Equal(renewAt) {
-		t.Fatalf("before the renewal: %d due, next at %v; want none due, next at %v", len(due), next.Sub(t0), renewAt.Sub(t0))
+	refillAt := t0.Add(1030 * time.Millisecond) // deadline 1 s, plus the ask's 30 ms
+	due, next := al.refills(refillAt.Add(-time.Nanosecond))
+	if len(due) != 0 || !next.Equal(refillAt) {
+		t.Fatalf("before the refill: %d due, next at %v; want none due, next at %v", len(due), next.Sub(t0), refillAt.Sub(t0))
 	}
-	if al.wakeAt.Load() != renewAt.UnixNano() {
-		t.Fatal("renewals did not record when the goroutine wakes next")
+	if al.wakeAt.Load() != refillAt.UnixNano() {
+		t.Fatal("refills did not record when the goroutine wakes next")
 	}
-	due, next = al.renewals(renewAt)
+	due, next = al.refills(refillAt)
 	if len(due) != 1 || !due[0].ask || due[0].addr != "owner" || len(due[0].expired) != 2 || !next.IsZero() {
-		t.Fatalf("at the renewal: %+v, next %v; want one ask of owner giving back 2, none next", due, next)
+		t.Fatalf("at the refill: %+v, next %v; want one ask of owner giving back 2, none next", due, next)
 	}
-	if due, _ := al.renewals(renewAt.Add(time.Second)); len(due) != 0 {
-		t.Fatalf("renewed twice: %+v", due)
+	if due, _ := al.refills(refillAt.Add(time.Second)); len(due) != 0 {
+		t.Fatalf("refilled twice: %+v", due)
 	}
-	if al.forwarded(call, renewAt.Add(time.Millisecond)) {
-		t.Fatal("a forward asked again while the renewal's ask was under way")
+	if al.forwarded(call, refillAt.Add(time.Millisecond)) {
+		t.Fatal("a forward asked again while the refill's ask was under way")
 	}
 
 	// The next slice serves one request in its bucket, under the hot
 	// rate: at its end the key is not asked for again.
-	sent = renewAt
+	sent = refillAt
 	grant(al, sent, sent.Add(time.Millisecond), 969*time.Millisecond, 11, 12, 13)
 	if _, ok, _, _ := al.take(call, sent.Add(20*time.Millisecond), "owner"); !ok {
 		t.Fatal("an acquire was not served from the next slice")
 	}
-	due, _ = al.renewals(t0.Add(2*time.Second + 2*time.Millisecond))
+	due, _ = al.refills(t0.Add(2*time.Second + 2*time.Millisecond))
 	if len(due) != 1 || due[0].ask || len(due[0].expired) != 2 {
 		t.Fatalf("after a bucket the slice served one request of: %+v; want no ask, 2 given back", due)
 	}
 }
 
 // A hot key keeps being decided from slices across its owner's bucket
-// ends: the holder asks for each next slice as the bucket ends (renewing),
+// ends: the holder asks for each next slice as the bucket ends (refilling),
 // not at the key's first request after it, which it would forward. The
 // buckets here are 100 ms (a 6 s window), and node 2 sends a request every
 // 20 ms for 2 s once the key is hot: 20 bucket ends. Asked for only at a
@@ -736,7 +736,7 @@ func TestHotKeyIsNotForwardedAtItsBucketEnds(t *testing.T) {
 
 // A top-up asked just before the bucket's end resets the key's counts, but
 // not its heat: under a tenth of a second after an ask, the key's rate is
-// the one that ask measured, so the renewal still asks for the next
+// the one that ask measured, so the refill still asks for the next
 // bucket's slice, of the same token bound.
 func TestTopUpJustBeforeTheBucketEndKeepsTheKeyHot(t *testing.T) {
 	call := &Call{Op: OpAcquire, Key: "k", Req: limiter.Request{PromptTokens: 10, MaxTokens: 20}}
@@ -759,11 +759,11 @@ func TestTopUpJustBeforeTheBucketEndKeepsTheKeyHot(t *testing.T) {
 		}
 	}
 	grant(t0.Add(980*time.Millisecond), 20*time.Millisecond, 11, 12) // the top-up, a fifth left
-	due, _ := al.renewals(t0.Add(time.Second))
+	due, _ := al.refills(t0.Add(time.Second))
 	if len(due) != 1 || !due[0].ask || len(due[0].expired) != 3 {
 		t.Fatalf("at the bucket's end, 20 ms after a top-up: %+v; want an ask, 3 given back", due)
 	}
 	if c := al.ask("k", t0.Add(time.Second)); c.Req.Reserve != 30 || c.Count < 5 {
-		t.Fatalf("the renewal's ask: %d a second reserving %d tokens, want at least 5 reserving 30", c.Count, c.Req.Reserve)
+		t.Fatalf("the refill's ask: %d a second reserving %d tokens, want at least 5 reserving 30", c.Count, c.Req.Reserve)
 	}
 }

@@ -96,7 +96,7 @@ func BenchmarkVersusBaselines(b *testing.B) {
 // Per-node x/time/rate baseline: a finite rate and burst that no run of
 // BenchmarkVersusBaselines exhausts (a key gets about b.N/1,000 decisions, a
 // minute's run some millions in all), so every decision admits, but only
-// after the token bucket's arithmetic: refill by the time elapsed, cap at
+// after the token bucket's arithmetic: replenish by the time elapsed, cap at
 // the burst, take one. rate.Inf would return before any of it.
 const (
 	baselineRate  = rate.Limit(1e12) // tokens a second
@@ -107,7 +107,7 @@ func newBaselineLimiter() *rate.Limiter { return rate.NewLimiter(baselineRate, b
 
 // TestBaselineLimiterDoesTheTokenMath checks that the x/time/rate baseline
 // of BenchmarkVersusBaselines measures a token bucket: at one instant it
-// admits its burst, then refuses what the elapsed time has not refilled (an
+// admits its burst, then refuses what the elapsed time has not replenished (an
 // infinite rate admits everything), admits again once time has, and at the
 // benchmark's pace it never refuses.
 func TestBaselineLimiterDoesTheTokenMath(t *testing.T) {
@@ -122,8 +122,8 @@ func TestBaselineLimiterDoesTheTokenMath(t *testing.T) {
 	if l.AllowN(t0, 1000) {
 		t.Fatal("admitted 1,000 past an empty bucket at the same instant: the limiter does no token math (rate.Inf?)")
 	}
-	if !l.AllowN(t0.Add(time.Microsecond), 1000) { // a microsecond refills a million
-		t.Fatal("refused after a refill")
+	if !l.AllowN(t0.Add(time.Microsecond), 1000) { // a microsecond replenishes a million
+		t.Fatal("refused once replenished")
 	}
 	l = newBaselineLimiter()
 	for i := range 100_000 { // back to back: the benchmark's pace, one key

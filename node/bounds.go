@@ -18,10 +18,10 @@ func randomID() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// checkReplica rejects a replica of key that would not restore, or whose
-// times lie beyond now plus MaxClockSkew (limiter.Budget.CheckClock), so
-// that a forged or corrupt copy cannot displace a good one, or later
-// restore a key refused for years. It builds no Budget
+// checkReplica rejects a replica of key that would not decode
+// (limiter.RestoreBudget), or whose times lie beyond now plus MaxClockSkew
+// (limiter.Budget.CheckClock), so that a forged or corrupt copy cannot
+// displace a good one, or later be fetched into a key refused for years. It builds no Budget
 // (limiter.CheckSnapshot): a backup runs it for every key of every round.
 func (n *Node) checkReplica(key string, state []byte, now time.Time) error {
 	if err := limiter.CheckSnapshot(state, n.cfg.LimitsFor(key), now, n.cfg.MaxClockSkew); err != nil {

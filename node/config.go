@@ -29,7 +29,7 @@ type Config struct {
 	Batch BatchConfig
 	// Forward says when a forwarded call counts its owner as unreachable.
 	Forward ForwardConfig
-	// SweepInterval is how often expired slots are reclaimed and idle keys
+	// SweepInterval is how often expired slots are freed and idle keys
 	// dropped. Zero means one second.
 	SweepInterval time.Duration
 	// MaxHops bounds how often a call is forwarded when members disagree
@@ -93,8 +93,8 @@ type Config struct {
 	// MaxKeys caps the keys the table creates for calls (limiter
 	// Table.SetMaxKeys): a new key at a full table takes an idle key's
 	// place or is refused with limiter.TableFull. State arriving by
-	// handoff, transfer, replica restore or checkpoint (it holds counted
-	// units) and debts are never refused. Zero means DefaultMaxKeys;
+	// handoff, transfer, or a fetch from a replica or the checkpoint (it
+	// holds counted units) and debts are never refused. Zero means DefaultMaxKeys;
 	// negative means unlimited.
 	MaxKeys int
 	// MaxClockSkew is how far ahead of this node's clock the times in a

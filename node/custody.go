@@ -56,13 +56,19 @@ import "slices"
 // leaves only once its snapshot is installed). The shell applies a Ready
 // before it feeds the machine anything else, and publishes Route for the
 // hot path. Not safe for concurrent use.
+//
+// A member that fences itself (it lost the majority, or stalled past
+// failure detection) retires its machine for good (Fence): every route is
+// then routeFenced, and nothing fed to the machine changes anything; the
+// member comes back as a new one, with a new machine.
 type custody struct {
-	self  string // this member's id (name/boot id)
-	cfg   custodyConfig
-	view  custodyView
-	ver   uint64 // counts views installed
-	now   int64  // ticks
-	parts []part
+	self   string // this member's id (name/boot id)
+	cfg    custodyConfig
+	view   custodyView
+	ver    uint64 // counts views installed
+	now    int64  // ticks
+	parts  []part
+	fenced bool // retired for good (Fence)
 
 	gone   map[string]bool  // members that were in a view and are no longer
 	heard  map[string]int64 // member → tick a message from it (or news of it) last arrived; kept, so news cannot revive it
@@ -176,6 +182,7 @@ const (
 	routeLocal   routeMode = iota // this member is the custodian: decide here
 	routeAwait                    // custody is on its way here: wait for it (bounded), then decide
 	routeForward                  // forward to To; Handed says custody is going or went there
+	routeFenced                   // the machine is retired (Fence): calls fail, nothing is decided here or forwarded
 )
 
 // route is the hot path's view of one partition.
@@ -217,6 +224,9 @@ func (m *custody) touch(p int) { m.touched[p] = true }
 // SetView installs a new membership. Owners must have one entry per
 // partition; Alive must contain this member.
 func (m *custody) SetView(v custodyView) {
+	if m.fenced {
+		return
+	}
 	for id := range m.view.Alive {
 		if !v.Alive[id] {
 			m.gone[id] = true
@@ -233,6 +243,9 @@ func (m *custody) SetView(v custodyView) {
 
 // Tick advances time by one tick: resends offers and pulls, restarts rounds.
 func (m *custody) Tick() {
+	if m.fenced {
+		return
+	}
 	m.now++
 	for p := range m.parts {
 		m.eval(p)
@@ -242,7 +255,7 @@ func (m *custody) Tick() {
 // Step handles one message from a peer. Messages for another member (an
 // earlier life of this one) are dropped.
 func (m *custody) Step(msg custodyMsg) {
-	if msg.To != m.self || msg.Part < 0 || msg.Part >= len(m.parts) {
+	if m.fenced || msg.To != m.self || msg.Part < 0 || msg.Part >= len(m.parts) {
 		return
 	}
 	if !m.gone[msg.From] {
@@ -356,7 +369,7 @@ func (m *custody) offer(p int) {
 // (nil or empty for a partition with no keys).
 func (m *custody) Frozen(p int, state []byte) {
 	pt := &m.parts[p]
-	if !pt.freezing {
+	if m.fenced || !pt.freezing {
 		return
 	}
 	pt.freezing = false
@@ -375,7 +388,7 @@ func (m *custody) Frozen(p int, state []byte) {
 // here from now on (or handed on, if the ring moved meanwhile).
 func (m *custody) Restored(p int) {
 	pt := &m.parts[p]
-	if pt.restoring {
+	if !m.fenced && pt.restoring {
 		pt.restoring = false
 		m.touch(p)
 		m.eval(p)
@@ -531,6 +544,8 @@ func (m *custody) members() []string {
 func (m *custody) Route(p int) route {
 	pt := &m.parts[p]
 	switch {
+	case m.fenced:
+		return route{Mode: routeFenced}
 	case pt.held && pt.sendTo != "" && m.alive(pt.sendTo):
 		return route{Mode: routeForward, To: pt.sendTo, Handed: true}
 	case pt.held && pt.sendTo != "":
@@ -548,6 +563,37 @@ func (m *custody) Route(p int) route {
 		return route{Mode: routeAwait} // no ring: nothing to forward to
 	}
 	return route{Mode: routeForward, To: owner, Handed: owner == pt.gaveTo}
+}
+
+// Fence retires the machine for good: this member fenced itself. Every
+// partition's route becomes routeFenced (Ready lists them all), whatever
+// was still to be done is dropped, and every input after it is ignored. It
+// returns, in partition order, the snapshots frozen for handovers not yet
+// acknowledged: their takers may never have installed them, so what they
+// count is owed like what the table holds. A second Fence returns nothing.
+func (m *custody) Fence() []snapshot {
+	if m.fenced {
+		return nil
+	}
+	m.fenced = true
+	m.rd = custodyReady{}
+	var frozen []snapshot
+	for p := range m.parts {
+		if pt := &m.parts[p]; pt.held && pt.frozen != nil {
+			frozen = append(frozen, snapshot{Part: p, State: pt.frozen})
+		}
+		m.touch(p)
+	}
+	return frozen
+}
+
+// Fenced reports whether Fence retired the machine.
+func (m *custody) Fenced() bool { return m.fenced }
+
+// snapshot is a partition's frozen state.
+type snapshot struct {
+	Part  int
+	State []byte
 }
 
 // Holds reports whether this member is custodian of partition p.

@@ -41,7 +41,7 @@ import (
 //     the copy its backup acknowledged when that backup is counted and
 //     not in the fencing view; all of it otherwise), the replicas it holds
 //     for others stay, and it comes back as a new member (new boot id,
-//     fresh machine) once a majority view shows that one. A lease
+//     fresh machine) once a majority view shows that one. A mandate
 //     (heartbeats: heard from a majority lately) stops a member that lost
 //     the majority from deciding before the other side restores its
 //     partitions. A crashed process restarts under its name with a new
@@ -55,7 +55,7 @@ import (
 // the shell would hold, the set of admissions it is made of (its ghost),
 // so the checker knows what a count holds, not only how much. After every
 // step it checks: at most one member decides for a partition (custodian,
-// not fenced, leased); no member installs a view without a majority of the
+// not fenced, mandated); no member installs a view without a majority of the
 // seats (names alive or crashed, not departed; a leaving seat absent from
 // the view aside, see checkMajority), no two members install views of the
 // two sides of one split, and quorum.observe agrees with the rule its doc
@@ -121,7 +121,7 @@ const (
 	simTicks       = 300                      // ticks with faults and membership changes
 	simQuiesce     = 600                      // most ticks allowed to come to rest afterwards (a debt's answer may be lost a few times)
 	simRestoreIn   = 3                        // most ticks a restore takes
-	simLease       = 10                       // ticks a member decides without hearing from a majority (< simDetect)
+	simMandate     = 10                       // ticks a member decides without hearing from a majority (< simDetect)
 	simChargeRetry = 5                        // ticks between rounds of debt charges
 	simChargeWait  = simAwait + 2*simMaxDelay // ticks a charge waits for its answer before it counts as failed
 )
@@ -287,7 +287,7 @@ type simProc struct {
 	hidden   int64 // crashed: views show it as live until this tick (failure detection)
 	views    []simView
 	heard    map[string]int64 // name → tick of its last heartbeat
-	leased   bool             // heard from a majority of the membership counted lately
+	mandated bool             // heard from a majority of the membership counted lately
 	fencedID string           // the incarnation a fence retired, until the process starts over
 	// A stall (custody_stall_test.go): the process runs nothing from
 	// stallFrom until stallUntil.
@@ -535,7 +535,7 @@ func (s *sim) spawn(name string) *simProc {
 		s.names++
 		name = fmt.Sprintf("n%d", s.names)
 	}
-	pr := &simProc{name: name, q: newQuorum(forgetAfter), alive: true, heard: map[string]int64{}, leased: true}
+	pr := &simProc{name: name, q: newQuorum(forgetAfter), alive: true, heard: map[string]int64{}, mandated: true}
 	s.procs = append(s.procs, pr)
 	s.seat[name] = pr
 	pr.inc = s.incarnate(pr)
@@ -991,7 +991,7 @@ func (s *sim) apply(mb *simMember) {
 // cut off, on the side of a split without a majority, where it will be
 // fenced. (mb may be too: a side that had the majority and lost it to
 // crashes keeps restoring until its views show it; neither decides, for
-// want of a lease.)
+// want of a mandate.)
 func (s *sim) stranded(o, mb *simMember) bool {
 	return s.doomed(o.proc) && s.cut != nil && s.cut[o.proc.name] != s.cut[mb.proc.name] || s.stalledAway(o.proc)
 }
@@ -1108,7 +1108,7 @@ func (s *sim) call(mb *simMember, c *simCall) {
 	}
 	r := mb.m.Route(c.part)
 	switch {
-	case r.Mode == routeLocal && !mb.proc.leased:
+	case r.Mode == routeLocal && !mb.proc.mandated:
 		s.fallBack(c) // ErrMinority
 	case r.Mode == routeLocal:
 		if c.charge != nil && !c.charge.debtor.alive {
@@ -1488,7 +1488,7 @@ func (s *sim) check() {
 	for p := range simParts {
 		var writers []string
 		for _, mb := range run {
-			if mb.proc.leased && !mb.proc.stalled(s.now) && mb.m.Route(p).Mode == routeLocal {
+			if mb.proc.mandated && !mb.proc.stalled(s.now) && mb.m.Route(p).Mode == routeLocal {
 				writers = append(writers, mb.id)
 			}
 		}
@@ -1705,19 +1705,19 @@ func (s *sim) handle(msg simMsg) {
 }
 
 // heartbeats: every live process hears from those it can reach, and its
-// lease holds while that is a majority of the membership it counts.
+// mandate holds while that is a majority of the membership it counts.
 func (s *sim) heartbeats() {
 	live := s.liveProcs()
 	for _, a := range live {
 		if a.stalled(s.now) {
-			continue // hears nothing, decides nothing, its lease frozen
+			continue // hears nothing, decides nothing, its mandate frozen
 		}
 		for _, b := range live {
 			if a != b && !b.stalled(s.now) && (s.cut == nil || s.cut[a.name] == s.cut[b.name]) {
 				a.heard[b.name] = s.now
 			}
 		}
-		a.leased = a.q.leased(a.name, s.clock(s.now), simLease*time.Millisecond, func(name string) (time.Time, bool) {
+		a.mandated = a.q.mandated(a.name, s.clock(s.now), simMandate*time.Millisecond, func(name string) (time.Time, bool) {
 			at, ok := a.heard[name]
 			return s.clock(at), ok
 		})
@@ -1957,7 +1957,7 @@ func (s *sim) rested() bool {
 	}
 	v := s.view(0)
 	for _, pr := range s.liveProcs() {
-		if len(pr.views) > 0 || len(pr.debts) > 0 || !pr.inc.alive || len(pr.inc.restore) > 0 || !pr.leased {
+		if len(pr.views) > 0 || len(pr.debts) > 0 || !pr.inc.alive || len(pr.inc.restore) > 0 || !pr.mandated {
 			return false
 		}
 	}
@@ -2028,7 +2028,7 @@ func runSimWith(seed uint64, tracing bool, set func(*sim)) (s *sim) {
 			var state []string
 			for _, pr := range s.liveProcs() {
 				mb := pr.inc
-				state = append(state, fmt.Sprintf("%s running=%v debts=%d views=%d leased=%v", mb.id, mb.alive, len(pr.debts), len(pr.views), pr.leased))
+				state = append(state, fmt.Sprintf("%s running=%v debts=%d views=%d mandated=%v", mb.id, mb.alive, len(pr.debts), len(pr.views), pr.mandated))
 				if !mb.alive {
 					continue
 				}

@@ -57,6 +57,43 @@ func TestCustodyDuplicateOfferIsAckedOnly(t *testing.T) {
 	}
 }
 
+// A fenced machine routes every partition to routeFenced, hands back the
+// snapshots frozen for handovers not yet acknowledged, and ignores what it
+// is fed afterwards.
+func TestCustodyFenceRetiresTheMachine(t *testing.T) {
+	m := newCustody("n2", 4, custodyConfig{})
+	m.Step(custodyMsg{Kind: msgOffer, From: "n1", To: "n2", Part: 1, Epoch: 1, State: []byte{0}})
+	m.Step(custodyMsg{Kind: msgOffer, From: "n1", To: "n2", Part: 3, Epoch: 1, State: []byte{0}})
+	m.Ready()
+	// Partition 3 is being handed to n3, frozen and not yet acknowledged.
+	m.SetView(custodyView{Owners: []string{"n2", "n2", "n2", "n3"}, Alive: map[string]bool{"n2": true, "n3": true}})
+	for _, p := range m.Ready().Freeze {
+		m.Frozen(p, []byte{7})
+	}
+	m.Ready()
+	frozen := m.Fence()
+	if len(frozen) != 1 || frozen[0].Part != 3 || string(frozen[0].State) != "\x07" {
+		t.Fatalf("fence returned %+v, want partition 3's frozen snapshot", frozen)
+	}
+	if rd := m.Ready(); len(rd.Routes) != 4 || len(rd.Msgs)+len(rd.Freeze)+len(rd.Install)+len(rd.Restore) != 0 {
+		t.Fatalf("after the fence: %+v, want every route and nothing else", rd)
+	}
+	m.Step(custodyMsg{Kind: msgAck, From: "n3", To: "n2", Part: 3, Epoch: 2})
+	m.Tick()
+	m.SetView(custodyView{Owners: []string{"n2", "n2", "n2", "n2"}, Alive: map[string]bool{"n2": true}})
+	if rd := m.Ready(); len(rd.Routes)+len(rd.Msgs)+len(rd.Freeze)+len(rd.Install)+len(rd.Restore) != 0 {
+		t.Fatalf("a fenced machine acted on its input: %+v", rd)
+	}
+	for p := range 4 {
+		if r := m.Route(p); r.Mode != routeFenced {
+			t.Fatalf("partition %d routes %+v, want fenced", p, r)
+		}
+	}
+	if m.Fence() != nil || !m.Fenced() {
+		t.Fatal("a second fence returned snapshots, or the machine is not fenced")
+	}
+}
+
 // A member forwards to a joiner as soon as gossip shows it, which can be
 // before the joiner installed its own first membership. The joiner must not
 // decide such a call from its empty table (that counted from zero a key a
@@ -119,7 +156,7 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 
 // A forwarded call is decided on the connection's reader only when it needs
 // no waiting and no network: at this partition's custodian, and, while the
-// partition's restore hint lasts (after its custodian died, or the cluster
+// partition's fetch hint lasts (after its custodian died, or the cluster
 // started), only for a key already here. (Every call was sent to a goroutine
 // of its own for the hint's three minutes, a fresh stack each.)
 func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
@@ -132,15 +169,15 @@ func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
 	there := keysMoving(both, both, "n2", "n2", 1)[0]
 	call := func(key string) *Call { return &Call{Op: OpAcquire, Key: key, Hops: 1} }
 	g := &n1.tr.Load().gates[both.Partition(here)]
-	g.restore.Store(&restoreHint{until: n1.cfg.Now().Add(time.Hour)})
+	g.fetch.Store(&fetchHint{until: n1.cfg.Now().Add(time.Hour)})
 	if n1.inline(call(here)) {
-		t.Fatal("a key not yet here, under a restore hint, inline: its network lookup would hold the reader")
+		t.Fatal("a key not yet here, under a fetch hint, inline: its network lookup would hold the reader")
 	}
 	if a, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
 		t.Fatalf("first acquire: %+v %v", a, err)
 	}
 	if !n1.inline(call(here)) {
-		t.Fatal("a key already here, under a restore hint, not inline")
+		t.Fatal("a key already here, under a fetch hint, not inline")
 	}
 	if n1.inline(call(there)) {
 		t.Fatal("a key of another custodian inline: it is forwarded, which waits")
@@ -161,7 +198,7 @@ func TestInlineOnlyWhatIsDecidedAtOnce(t *testing.T) {
 	if a, err := s1.Do(context.Background(), Call{Op: OpAcquire, Key: here}); err != nil || !a.Decision.Allowed {
 		t.Fatalf("first acquire under sync replication: %+v %v", a, err)
 	}
-	s1.tr.Load().gates[both.Partition(here)].restore.Store(nil)
+	s1.tr.Load().gates[both.Partition(here)].fetch.Store(nil)
 	if s1.inline(call(here)) {
 		t.Fatal("a decision under sync replication inline")
 	}

@@ -16,12 +16,12 @@ import (
 // Network splits (see quorum.go for the rule). A member joined through
 // gossip keeps two watches on the membership counted:
 //
-//   - The lease, renewed by heartbeats every heartbeatInterval: a member
-//     that has not heard from a majority within quorumLease stops deciding
+//   - The mandate, extended by heartbeats every heartbeatInterval: a member
+//     that has not heard from a majority within mandateTerm stops deciding
 //     for the partitions it holds (Do fails with ErrMinority, the caller
 //     falls back to its degraded share, as a debt) until it hears from a
 //     majority again. Nothing else changes: a stall or a short cut costs
-//     fallback answers, never state. The lease is shorter than gossip's
+//     fallback answers, never state. The mandate is shorter than gossip's
 //     failure detection, so the side without a majority stops admitting
 //     exactly before the other side restores its partitions.
 //   - The view: when gossip shows a membership without a majority, the
@@ -51,7 +51,7 @@ import (
 var ErrMinority = fmt.Errorf("no majority of the cluster's members reachable: %w", ErrTransferPending)
 
 const (
-	// heartbeatInterval is how often the lease is checked, and a member
+	// heartbeatInterval is how often the mandate is checked, and a member
 	// not heard from within heartbeatQuiet is pinged.
 	heartbeatInterval = 100 * time.Millisecond
 	heartbeatQuiet    = 200 * time.Millisecond
@@ -60,10 +60,10 @@ const (
 	forgetAfter = 72 * time.Hour
 )
 
-// quorumLease is how long a member may go without hearing from a majority
+// mandateTerm is how long a member may go without hearing from a majority
 // before it stops deciding: the peer liveness interval plus slack for a
 // few heartbeats.
-func (n *Node) quorumLease() time.Duration { return n.cfg.Forward.Liveness + 4*heartbeatInterval }
+func (n *Node) mandateTerm() time.Duration { return n.cfg.Forward.Liveness + 4*heartbeatInterval }
 
 // FenceSink receives, for one key, what this member admitted (or was
 // charged) since the key's last acknowledged replication, when it fences
@@ -78,14 +78,15 @@ func (n *Node) OnFence(sink FenceSink) { n.fenceSink.Store(&sink) }
 // majority, or it has not rejoined as a new incarnation yet.
 func (n *Node) Fenced() bool { return n.fenced.Load() }
 
-// Leased reports whether this member holds a majority's lease now: it has
-// heard from a majority of the membership counted within quorumLease. The
-// lease ends at a moment fixed when it was last renewed (leaseUntil, on the
+// Mandated reports whether this member holds the majority's mandate now:
+// it has heard from a majority of the membership counted within
+// mandateTerm. The mandate ends at a moment fixed when it was last
+// extended (mandateUntil, on the
 // process's monotonic clock), so a process that stalls stops deciding the
 // moment it wakes, before its heartbeat runs again. Always true for a
 // member not joined through gossip.
-func (n *Node) Leased() bool {
-	return !n.gossiped.Load() || n.mono() < n.leaseUntil.Load()
+func (n *Node) Mandated() bool {
+	return !n.gossiped.Load() || n.mono() < n.mandateUntil.Load()
 }
 
 // mono is the process's monotonic clock, in nanoseconds since New.
@@ -106,14 +107,14 @@ func (n *Node) Sharers() int {
 	return s
 }
 
-// heartbeat pings the counted members not heard from lately and renews the
-// lease. Before letting a held lease lapse it asks the silent members once
+// heartbeat pings the counted members not heard from lately and extends
+// the mandate. Before letting a held mandate lapse it asks the silent members once
 // more and waits a moment for their answers: under load, answers already
 // received may not have been read yet.
 //
 // It also watches for stalls of this process: the time since the last
-// heartbeat ended. A stall longer than the lease has let the lease end
-// (Leased is false from the moment the process wakes); one longer than
+// heartbeat ended. A stall longer than the mandate's term has let the
+// mandate end (Mandated is false from the moment the process wakes); one longer than
 // deadAfter may have made the others declare this member dead and
 // restore what it holds, so it fences itself (stalled).
 func (n *Node) heartbeat() {
@@ -128,12 +129,12 @@ func (n *Node) heartbeat() {
 			return
 		}
 	}
-	end, silent := n.leaseNow()
+	end, silent := n.mandateNow()
 	for _, p := range silent {
 		p.heartbeat()
 	}
-	if end <= n.mono() && n.Leased() {
-		ctx, cancel := context.WithTimeout(context.Background(), leaseRecheck)
+	if end <= n.mono() && n.Mandated() {
+		ctx, cancel := context.WithTimeout(context.Background(), mandateRecheck)
 		var wg sync.WaitGroup
 		for _, p := range silent {
 			wg.Add(1)
@@ -144,15 +145,15 @@ func (n *Node) heartbeat() {
 		}
 		wg.Wait()
 		cancel()
-		end, _ = n.leaseNow()
+		end, _ = n.mandateNow()
 	}
-	n.leaseUntil.Store(end)
-	if ok := end > n.mono(); ok != n.wasLeased {
-		n.wasLeased = ok
+	n.mandateUntil.Store(end)
+	if ok := end > n.mono(); ok != n.wasMandated {
+		n.wasMandated = ok
 		if ok {
 			n.log.Info("a majority of the members is reachable again: deciding here again")
 		} else {
-			n.log.Warn("no majority of the members heard from lately: not deciding here, callers fall back", "lease", n.quorumLease())
+			n.log.Warn("no majority of the members heard from lately: not deciding here, callers fall back", "mandate_term", n.mandateTerm())
 		}
 	}
 }
@@ -214,14 +215,14 @@ func (n *Node) heardFrom(addr string) *atomic.Int64 {
 	return h
 }
 
-// leaseRecheck is how long a lapsing lease waits for the silent members'
+// mandateRecheck is how long a lapsing mandate waits for the silent members'
 // answers to one more ping.
-const leaseRecheck = 500 * time.Millisecond
+const mandateRecheck = 500 * time.Millisecond
 
-// leaseNow returns when the lease that what was heard so far gives ends,
-// on the mono clock (at or before now: no majority heard within the
-// lease), and the counted members not heard from lately.
-func (n *Node) leaseNow() (end int64, silent []*peerClient) {
+// mandateNow returns when the mandate that what was heard so far gives
+// ends, on the mono clock (at or before now: no majority heard within the
+// mandate's term), and the counted members not heard from lately.
+func (n *Node) mandateNow() (end int64, silent []*peerClient) {
 	now, mono := time.Now(), n.mono()
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
@@ -229,7 +230,7 @@ func (n *Node) leaseNow() (end int64, silent []*peerClient) {
 	for _, m := range n.members {
 		addrs[m.Name] = m.Peer
 	}
-	until := n.quorum.leaseEnd(n.cfg.Name, now, n.quorumLease(), func(name string) (time.Time, bool) {
+	until := n.quorum.mandateEnd(n.cfg.Name, now, n.mandateTerm(), func(name string) (time.Time, bool) {
 		addr := addrs[name]
 		if addr == "" {
 			return time.Time{}, false
@@ -280,14 +281,13 @@ func (n *Node) fence(members []viewMember, why string) {
 }
 
 // retire stops the custody machine for good (after a fence): every
-// partition's route becomes fenced, and the table and the snapshots frozen
-// for a handover are emptied, each key's owed admissions going to the
+// partition's route becomes routeFenced (custody.Fence), and the table and
+// the snapshots frozen for a handover are emptied, each key's owed admissions going to the
 // fence sink (see owed). It returns how many keys there were and how many
 // owed something.
 func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.retired = true
 	for p := range t.gates {
 		t.gates[p].mu.Lock()
 	}
@@ -296,12 +296,8 @@ func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) 
 			t.gates[p].mu.Unlock()
 		}
 	}()
-	for p := range t.gates {
-		g := &t.gates[p]
-		g.hop.Store(&hop{mode: routeFenced})
-		ch := make(chan struct{})
-		close(*g.changed.Swap(&ch))
-	}
+	frozen := t.m.Fence()
+	t.apply() // publishes every partition's fenced route
 	n := t.n
 	var sink FenceSink
 	if s := n.fenceSink.Load(); s != nil {
@@ -320,12 +316,10 @@ func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) 
 		}
 		return true
 	})
-	for p := range t.m.parts {
-		if pt := &t.m.parts[p]; pt.held && pt.frozen != nil {
-			err := decodeEntries(pt.frozen, func(key string, state []byte) error { owe(key, state); return nil })
-			if err != nil {
-				n.log.Error("fence: bad frozen partition", "partition", p, "err", err)
-			}
+	for _, f := range frozen {
+		err := decodeEntries(f.State, func(key string, state []byte) error { owe(key, state); return nil })
+		if err != nil {
+			n.log.Error("fence: bad frozen partition", "partition", f.Part, "err", err)
 		}
 	}
 	n.acked.clear()

@@ -154,9 +154,9 @@ func TestSplitMinorityFencesAndMergesBack(t *testing.T) {
 	}
 }
 
-// The lease: a member that hears from no majority stops deciding within
-// about a lease, before gossip says anything; its calls fall back.
-func TestLeaseLapsesWithoutAMajority(t *testing.T) {
+// The mandate: a member that hears from no majority stops deciding within
+// about a mandate's term, before gossip says anything; its calls fall back.
+func TestMandateLapsesWithoutAMajority(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 100} }
 	nodes := newNodes(t, 3, limits)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
@@ -165,19 +165,19 @@ func TestLeaseLapsesWithoutAMajority(t *testing.T) {
 	if got := admit(t, n3, key, 3); got != 3 {
 		t.Fatalf("%d of 3 admitted while whole", got)
 	}
-	// Still leased well after a lease: the heartbeats keep it.
-	time.Sleep(2 * n3.quorumLease())
-	if !n3.Leased() {
-		t.Fatal("lease lapsed while every member answers heartbeats")
+	// Still mandated well after a term: the heartbeats keep it.
+	time.Sleep(2 * n3.mandateTerm())
+	if !n3.Mandated() {
+		t.Fatal("mandate lapsed while every member answers heartbeats")
 	}
 	n1.Close()
 	n2.Close() // n3 hears from nobody now
 	deadline := time.Now().Add(10 * time.Second)
-	for n3.Leased() && time.Now().Before(deadline) {
+	for n3.Mandated() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n3.Leased() {
-		t.Fatal("still leased 10 s after both other members went silent")
+	if n3.Mandated() {
+		t.Fatal("still mandated 10 s after both other members went silent")
 	}
 	if _, err := n3.Do(context.Background(), Call{Op: OpAcquire, Key: key}); !errors.Is(err, ErrMinority) {
 		t.Fatalf("an acquire without a lease: %v, want ErrMinority", err)

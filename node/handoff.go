@@ -16,14 +16,15 @@ import (
 // Handoff around custody (custody.go, transfer.go): what happens to keys
 // when their custodian crashed, and how a node leaves gracefully.
 
-// restoreKey brings back key, of a partition whose custodian crashed, from
-// the newest copy the custodian left: the backup's replica or the
-// checkpoint. It runs once per key, on first use, while the restore hint
-// lasts; no gate is held during its network I/O, and the key is installed
+// fetchKey fetches key, of a partition restored because its custodian
+// crashed, from the newest copy the custodian left: the backup's replica or
+// the checkpoint. The restore installs nothing itself (bar the preloaded
+// checkpoint, restorePartition): each key is fetched once, on first use,
+// while the partition's fetch hint lasts; no gate is held during its network I/O, and the key is installed
 // only while this node still decides for its partition.
-func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key string) {
+func (n *Node) fetchKey(ctx context.Context, g *gate, h *fetchHint, key string) {
 	if n.cfg.Now().After(h.until) {
-		g.restore.CompareAndSwap(h, nil)
+		g.fetch.CompareAndSwap(h, nil)
 		return
 	}
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
@@ -33,7 +34,7 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 	mu.Lock()
 	defer mu.Unlock()
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
-		return // restored by a concurrent call
+		return // fetched by a concurrent call
 	}
 	state, from := n.recover(ctx, key, h.backups, !h.preloaded)
 	if len(state) == 0 {
@@ -45,7 +46,7 @@ func (n *Node) restoreKey(ctx context.Context, g *gate, h *restoreHint, key stri
 		return
 	}
 	if err := n.table.Put(key, state, n.cfg.Now()); err != nil {
-		n.log.Error("restore: bad state", "key", key, "from", from, "err", err)
+		n.log.Error("fetch: bad state", "key", key, "from", from, "err", err)
 		return
 	}
 	if from == "checkpoint" {
@@ -71,7 +72,7 @@ func (n *Node) recover(ctx context.Context, key string, backups []string, checkp
 		wg.Go(func() {
 			state, at, err := n.replica(ctx, key, addr)
 			if err != nil {
-				n.log.Warn("restore: replica unavailable", "key", key, "backup", addr, "err", err)
+				n.log.Warn("fetch: replica unavailable", "key", key, "backup", addr, "err", err)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -88,7 +89,7 @@ func (n *Node) recover(ctx context.Context, key string, backups []string, checkp
 	defer cancel()
 	cp, cpAt, ok, err := n.cfg.Checkpoint.Load(cctx, key)
 	if err != nil {
-		n.log.Warn("restore: checkpoint unavailable", "key", key, "err", err)
+		n.log.Warn("fetch: checkpoint unavailable", "key", key, "err", err)
 	}
 	if ok && (len(rep) == 0 || cpAt.After(repAt)) {
 		return cp, "checkpoint"

@@ -20,7 +20,7 @@ import (
 // Why a shared secret rather than mutual TLS: the members of a cluster are
 // interchangeable and already share one configuration, so one secret (two
 // during a rotation) is all an operator manages: no certificate authority,
-// no per-node certificates to issue, renew or see expire in the middle of
+// no per-node certificates to issue, reissue or see expire in the middle of
 // the night, no hostnames to match against pod IPs that change on every
 // restart. The handshake is one round trip of nonces and two HMACs, built
 // from the standard library (HMAC-SHA256, HKDF-SHA256, AES-256-GCM), small

@@ -25,9 +25,9 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	n.deadAfter.Store(int64(cfg.DeadAfter()))
 	members := func() int { return len(c.Members()) }
 	n.gossipMembers.Store(&members)
-	n.leaseUntil.Store(n.mono() + int64(n.quorumLease()))
+	n.mandateUntil.Store(n.mono() + int64(n.mandateTerm()))
 	n.lastBeat = n.mono()
-	n.wasLeased = true
+	n.wasMandated = true
 	n.gossiped.Store(true)
 	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
 		c.Shutdown()

@@ -40,8 +40,8 @@ func (n *Node) Collectors() []prometheus.Collector {
 		}, func() float64 { return float64(n.custodyStats().Conflicts) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_quorum_leased",
-			Help: "1 while this node has heard from a majority of the membership within its lease and decides for what it holds; 0 while its calls fall back.",
-		}, func() float64 { return b2f(n.Leased()) }),
+			Help: "1 while this node has heard from a majority of the membership within its mandate's term and decides for what it holds; 0 while its calls fall back.",
+		}, func() float64 { return b2f(n.Mandated()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_fenced",
 			Help: "1 while this node is fenced off: its membership view has no majority (the minority side of a split); it owns nothing and serves degraded shares as debts.",

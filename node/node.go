@@ -34,7 +34,7 @@ type Node struct {
 	ready     atomic.Bool               // joined and the first ring installed
 	settled   atomic.Bool               // Ready once: every owned partition arrived
 	leaving   atomic.Bool               // Drain ran: own nothing, hand everything on
-	stripes   [64]sync.Mutex            // serialise restores of the same key
+	stripes   [64]sync.Mutex            // serialise fetches of the same key (fetchKey)
 	seed      maphash.Seed
 	tmu       sync.Mutex               // guards tr's creation
 	tr        atomic.Pointer[transfer] // custody of partitions; nil until the first ring
@@ -53,9 +53,9 @@ type Node struct {
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
 	quorum        *quorum                     // guarded by tmu
 	born          time.Time                   // the node's start: mono counts from it
-	leaseUntil    atomic.Int64                // mono when the majority's lease ends (fence.go)
+	mandateUntil  atomic.Int64                // mono when the majority's mandate ends (fence.go)
 	lastBeat      int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
-	wasLeased     bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
+	wasMandated   bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
 	deadAfter     atomic.Int64                // the least silence (ns) after which gossip may declare this member dead; 0: never
 	fenced        atomic.Bool                 // gave up custody; waiting to rejoin as a new incarnation
 	abandoned     map[string]bool             // boot ids this process gave up (fenced, or stalled as): never a member again; guarded by tmu
@@ -126,7 +126,7 @@ func New(cfg Config) (*Node, error) {
 		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
 	}
 	n.born = time.Now()
-	n.leaseUntil.Store(int64(n.quorumLease())) // a node starts leased
+	n.mandateUntil.Store(int64(n.mandateTerm())) // a node starts mandated
 	n.seed = maphash.MakeSeed()
 	n.dirty.seed = maphash.MakeSeed()
 	n.replicas.check = n.checkReplica
@@ -160,7 +160,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.HotKeyRate > 0 {
 		n.allot = newAllotments(cfg.HotKeyRate)
 		n.every(allotSweepInterval, n.sweepAllotments)
-		n.wg.Go(n.renewing)
+		n.wg.Go(n.refilling)
 	}
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
@@ -298,7 +298,7 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	for {
 		h := g.hop.Load()
 		switch {
-		case h.mode == routeFenced || (h.mode == routeLocal && !n.Leased()):
+		case h.mode == routeFenced || (h.mode == routeLocal && !n.Mandated()):
 			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
 		case h.mode == routeLocal:
 			a, err := n.decideHere(ctx, t, p, c)
@@ -348,8 +348,8 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 
 // Immediate reports whether a call for key without a wait (Request.Wait
 // 0) would now be decided at this node without waiting on anything: the
-// node has no cluster, or it is the key's custodian, holds a majority's
-// lease, need not first look the key up at its backup or the checkpoint
+// node has no cluster, or it is the key's custodian, holds the majority's
+// mandate, need not first look the key up at its backup or the checkpoint
 // (a key not yet in the table, shortly after custody came here), and does
 // not replicate each admission before answering (ReplicationSync). It reads
 // the partition's route without its gate: custody that moves in between
@@ -370,12 +370,12 @@ func (n *Node) Immediate(key string) bool {
 		return true // no cluster: everything is here (Do)
 	}
 	g := &t.gates[n.ring.Load().Partition(key)]
-	if g.hop.Load().mode != routeLocal || !n.Leased() {
+	if g.hop.Load().mode != routeLocal || !n.Mandated() {
 		return false
 	}
 	// A key not in the table may first be looked up at its backup or the
-	// checkpoint (restoreKey), while the partition's restore hint lasts.
-	h := g.restore.Load()
+	// checkpoint (fetchKey), while the partition's fetch hint lasts.
+	h := g.fetch.Load()
 	return h == nil || n.cfg.Now().After(h.until) || n.table.Peek(key, func(*limiter.Budget) {})
 }
 
@@ -405,8 +405,8 @@ var errNotHere = errors.New("partition not here")
 // acquire waits after releasing it.
 func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Answer, error) {
 	g := &t.gates[p]
-	if h := g.restore.Load(); h != nil {
-		n.restoreKey(ctx, g, h, c.Key)
+	if h := g.fetch.Load(); h != nil {
+		n.fetchKey(ctx, g, h, c.Key)
 	}
 	g.mu.RLock()
 	if g.hop.Load().mode != routeLocal {
@@ -471,7 +471,7 @@ func (n *Node) every(interval time.Duration, fn func()) {
 	}()
 }
 
-// sweep reclaims expired slots and drops idle keys.
+// sweep frees expired slots and drops idle keys.
 func (n *Node) sweep() {
 	if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
 		n.log.Debug("swept idle keys", "dropped", dropped, "keys", n.table.Len())

@@ -106,7 +106,7 @@ type peerClient struct {
 	abandoned  sync.WaitGroup // goroutines cancelling abandoned admissions, and heartbeats
 
 	// heard is when a frame last arrived from the peer (unix ns); a new
-	// client starts as heard, so a member just met has a lease's grace.
+	// client starts as heard, so a member just met has a mandate's grace.
 	heard   atomic.Int64
 	beating atomic.Bool // a heartbeat is under way
 	self    string      // this node's peer address, announced on every new connection; "" for none
@@ -281,7 +281,7 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 	p.cur = l
 	if p.self != "" {
 		// Say who we are: the peer counts every frame on this connection
-		// as hearing from us (its lease, fence.go). Nobody waits for the
+		// as hearing from us (its mandate, fence.go). Nobody waits for the
 		// answer; it goes out with the first call.
 		p.nextID++
 		it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}

@@ -520,8 +520,8 @@ func (n *Node) inline(c *Call) bool {
 	if g.hop.Load().mode != routeLocal {
 		return false
 	}
-	// While the partition's restore hint lasts (minutes after its last
+	// While the partition's fetch hint lasts (minutes after its last
 	// custodian died, or after the cluster started), a key not yet here is
-	// looked up over the network (restoreKey); a key here already is not.
-	return g.restore.Load() == nil || n.table.Peek(c.Key, func(*limiter.Budget) {})
+	// looked up over the network (fetchKey); a key here already is not.
+	return g.fetch.Load() == nil || n.table.Peek(c.Key, func(*limiter.Budget) {})
 }

@@ -44,9 +44,9 @@ import (
 //
 // Two checks use the base. A view (from gossip, seconds after a cut) that
 // holds no majority of it fences the member (see Node.fence). And, faster,
-// the lease: a member that has not heard from a majority of it, itself
-// included, within a lease stops deciding until it has again; heartbeats
-// keep the lease of a healthy member fresh. quorum is pure: time comes in
+// the mandate: a member that has not heard from a majority of it, itself
+// included, within the mandate's term stops deciding until it has again;
+// heartbeats keep the mandate of a healthy member fresh. quorum is pure: time comes in
 // as arguments.
 type quorum struct {
 	horizon time.Duration        // how long an absent member stays counted
@@ -106,21 +106,21 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 	return true
 }
 
-// leased reports whether self, with heardAt telling when each other
+// mandated reports whether self, with heardAt telling when each other
 // counted member was last heard from, has heard from a majority of the
-// membership counted within lease before now.
-func (q *quorum) leased(self string, now time.Time, lease time.Duration, heardAt func(name string) (time.Time, bool)) bool {
-	end := q.leaseEnd(self, now, lease, heardAt)
+// membership counted within term before now.
+func (q *quorum) mandated(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) bool {
+	end := q.mandateEnd(self, now, term, heardAt)
 	return !end.IsZero() && !end.Before(now)
 }
 
-// leaseEnd returns when self's lease ends: lease after the moment by which
+// mandateEnd returns when self's mandate ends: term after the moment by which
 // a majority of the membership counted (self, heard at now, included) had
 // last been heard from; the zero time if a majority was never heard from.
-// An empty membership leases for lease from now.
-func (q *quorum) leaseEnd(self string, now time.Time, lease time.Duration, heardAt func(name string) (time.Time, bool)) time.Time {
+// An empty membership mandates for term from now.
+func (q *quorum) mandateEnd(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) time.Time {
 	if len(q.base) == 0 {
-		return now.Add(lease)
+		return now.Add(term)
 	}
 	heard := make([]time.Time, 0, len(q.base))
 	for name := range q.base {
@@ -135,5 +135,5 @@ func (q *quorum) leaseEnd(self string, now time.Time, lease time.Duration, heard
 		return time.Time{}
 	}
 	slices.SortFunc(heard, func(a, b time.Time) int { return b.Compare(a) }) // newest first
-	return heard[need-1].Add(lease)
+	return heard[need-1].Add(term)
 }

@@ -173,26 +173,26 @@ func TestQuorumSplitLeavesAtMostOneMajority(t *testing.T) {
 	}
 }
 
-func TestQuorumLease(t *testing.T) {
+func TestQuorumMandate(t *testing.T) {
 	q := newQuorum(time.Hour)
 	now := time.Unix(1_700_000_000, 0)
 	q.observe(view("n1 n2 n3"), now)
-	lease := time.Second
+	term := time.Second
 	heard := map[string]time.Time{}
 	at := func(name string) (time.Time, bool) { t, ok := heard[name]; return t, ok }
-	if q.leased("n1", now, lease, at) {
-		t.Fatal("leased having heard from nobody but itself (1 of 3)")
+	if q.mandated("n1", now, term, at) {
+		t.Fatal("mandated having heard from nobody but itself (1 of 3)")
 	}
-	heard["n2"] = now.Add(-lease)
-	if !q.leased("n1", now, lease, at) {
-		t.Fatal("not leased having heard from n2 exactly one lease ago (2 of 3)")
+	heard["n2"] = now.Add(-term)
+	if !q.mandated("n1", now, term, at) {
+		t.Fatal("not mandated having heard from n2 exactly one term ago (2 of 3)")
 	}
-	if q.leased("n1", now.Add(time.Nanosecond), lease, at) {
-		t.Fatal("leased a nanosecond after n2's last word went stale")
+	if q.mandated("n1", now.Add(time.Nanosecond), term, at) {
+		t.Fatal("mandated a nanosecond after n2's last word went stale")
 	}
 	heard["n3"] = now
-	if !q.leased("n1", now.Add(time.Nanosecond), lease, at) {
-		t.Fatal("not leased having heard from n3 (2 of 3)")
+	if !q.mandated("n1", now.Add(time.Nanosecond), term, at) {
+		t.Fatal("not mandated having heard from n3 (2 of 3)")
 	}
 }
 

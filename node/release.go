@@ -41,7 +41,7 @@ func (n *Node) takeOut(key string, now time.Time) ([]byte, bool) {
 
 // Held returns key's status if this member's table holds the key's state:
 // what a fallback here may start from while this member holds the key but
-// cannot decide for it (its lease lapsed), exactly as counted. It only
+// cannot decide for it (its mandate lapsed), exactly as counted. It only
 // reads; false if the key is not here.
 func (n *Node) Held(key string) (st limiter.Status, ok bool) {
 	now := n.cfg.Now()

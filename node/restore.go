@@ -22,7 +22,7 @@ import (
 // it only serves the restores of the node's start: once every partition
 // this node owns has arrived (the node is settled, as Ready reports), a
 // later restore comes from a crash after the start, whose keys have newer
-// copies (the backup's replica, the checkpoint) that restoreKey finds key
+// copies (the backup's replica, the checkpoint) that fetchKey finds key
 // by key. The preload is dropped then, when the node closes, or when its
 // newest snapshot is older than HandoffHorizon, whichever comes first; a
 // partition's entries are dropped as soon as it is restored.
@@ -107,7 +107,7 @@ func (n *Node) Preload(ctx context.Context) (int, error) {
 // keys of p that this node preloaded from the checkpoint at startup (a whole
 // cluster restarted: nobody holds the partition, and no replica survives).
 // Keys not preloaded are still looked up one by one on first use
-// (restoreKey). It runs under the custody lock; gate is p's gate, not held.
+// (fetchKey). It runs under the custody lock; gate is p's gate, not held.
 func (n *Node) restorePartition(gate *gate, p int) {
 	pl := n.preload.Load()
 	if pl == nil {
@@ -120,7 +120,7 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		return
 	}
 	keys, left := pl.take(p)
-	if h := gate.restore.Load(); h != nil && pl.whole {
+	if h := gate.fetch.Load(); h != nil && pl.whole {
 		// The partition's checkpointed keys are all here now: a key
 		// missing from the table costs no Redis read on first use. With
 		// no backup to ask either (a cluster of one), nothing is left to
@@ -128,11 +128,11 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		// event loop, inline on a peer connection), not after the
 		// HandoffHorizon.
 		if len(h.backups) == 0 {
-			gate.restore.Store(nil)
+			gate.fetch.Store(nil)
 		} else {
 			hint := *h
 			hint.preloaded = true
-			gate.restore.Store(&hint)
+			gate.fetch.Store(&hint)
 		}
 	}
 	if left == 0 {

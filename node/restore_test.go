@@ -220,7 +220,7 @@ func BenchmarkRestart100kCheckpointedKeys(b *testing.B) {
 }
 
 // TestLoneNodeKeepsNoRestoreHints: a node alone, without a checkpoint, has
-// nowhere to recover a key from, so its partitions carry no restore hint
+// nowhere to recover a key from, so its partitions carry no fetch hint
 // (each would cost every decision a lookup), and nowhere to copy a key to,
 // so its decisions mark nothing to replicate; with a checkpoint they do.
 func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
@@ -228,7 +228,7 @@ func TestLoneNodeKeepsNoRestoreHints(t *testing.T) {
 	hinted := func(nd *Node) (n int) {
 		t := nd.tr.Load()
 		for p := range t.gates {
-			if t.gates[p].restore.Load() != nil {
+			if t.gates[p].fetch.Load() != nil {
 				n++
 			}
 		}

@@ -35,8 +35,7 @@ type transfer struct {
 	// custodian was owner in can be more than one change old.
 	rings []*ring.Ring
 
-	sends   sync.WaitGroup // messages on their way
-	retired bool           // fenced for good (fence.go): feeds nothing to the machine; guarded by mu
+	sends sync.WaitGroup // messages on their way
 
 	// offering holds the offers whose call is still under way: the
 	// machine's retry resends an offer only once that call has failed
@@ -60,12 +59,8 @@ type gate struct {
 	mu      sync.RWMutex
 	hop     atomic.Pointer[hop]
 	changed atomic.Pointer[chan struct{}] // closed when hop changes
-	restore atomic.Pointer[restoreHint]   // set after the partition's custodian died
+	fetch   atomic.Pointer[fetchHint]     // set when the partition is restored (its custodian died)
 }
-
-// routeFenced: the shell's own route, for every partition of a machine
-// retired by a fence: calls fail with ErrMinority.
-const routeFenced routeMode = 255
 
 // hop is where calls for a partition go.
 type hop struct {
@@ -77,9 +72,10 @@ type hop struct {
 // ringHistory is how many rings a transfer remembers for restores.
 const ringHistory = 4
 
-// restoreHint says where the keys of a partition whose custodian died may
-// still be found, key by key, until the window and leases have expired.
-type restoreHint struct {
+// fetchHint says where the keys of a partition restored because its
+// custodian died may still be fetched from (fetchKey), key by key, until
+// the window and leases have expired.
+type fetchHint struct {
 	backups []string // peer addresses of the members that may hold the dead custodian's copies
 	until   time.Time
 	// preloaded: the checkpoint's keys of the partition were installed
@@ -130,8 +126,8 @@ type viewMember struct {
 func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.retired {
-		return
+	if t.m.Fenced() {
+		return // retired by a fence: feeds nothing to the machine
 	}
 	ids := make(map[string]string, len(members)) // name → id
 	alive := make(map[string]bool, len(members)+1)
@@ -167,8 +163,8 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 func (t *transfer) tick() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.retired {
-		return
+	if t.m.Fenced() {
+		return // retired by a fence: feeds nothing to the machine
 	}
 	t.m.Tick()
 	t.apply()
@@ -178,8 +174,8 @@ func (t *transfer) tick() {
 func (t *transfer) step(msgs []custodyMsg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.retired {
-		return
+	if t.m.Fenced() {
+		return // retired by a fence: feeds nothing to the machine
 	}
 	for _, msg := range msgs {
 		t.m.Step(msg)
@@ -218,7 +214,7 @@ func (t *transfer) apply() {
 			t.install(in)
 		}
 		for _, p := range rd.Restore {
-			t.noteRestore(p)
+			t.noteFetch(p)
 			t.n.restorePartition(&t.gates[p], p)
 			t.m.Restored(p)
 		}
@@ -318,12 +314,12 @@ func (t *transfer) install(in install) {
 	t.publish(in.Part)
 }
 
-// noteRestore remembers where partition p's keys may be recovered from,
-// one by one on first use: its custodian died. The copies are at the
-// custodian's backups in a ring where it was p's owner: every recent
-// ring's backups of p are asked, and the newest copy wins. Callers hold
-// t.mu.
-func (t *transfer) noteRestore(p int) {
+// noteFetch remembers where partition p's keys may be fetched from, one by
+// one on first use: its custodian died, and p is being restored here. The
+// copies are at the custodian's backups in a ring where it was p's owner:
+// every recent ring's backups of p are asked, and the newest copy wins.
+// Callers hold t.mu.
+func (t *transfer) noteFetch(p int) {
 	var backups []string
 	for _, r := range slices.Backward(t.rings) {
 		for _, b := range r.PartitionBackups(p, t.n.cfg.ReplicationCopies) {
@@ -335,10 +331,10 @@ func (t *transfer) noteRestore(p int) {
 	if len(backups) == 0 && t.n.cfg.Checkpoint == nil {
 		// Nowhere to recover from (a lone node without a checkpoint): a
 		// hint would only cost every decision a second table lookup.
-		t.gates[p].restore.Store(nil)
+		t.gates[p].fetch.Store(nil)
 		return
 	}
-	t.gates[p].restore.Store(&restoreHint{backups: backups, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
+	t.gates[p].fetch.Store(&fetchHint{backups: backups, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
 }
 
 // send delivers messages, one batch per peer, each on its own goroutine.

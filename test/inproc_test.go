@@ -494,10 +494,10 @@ func TestInProcCutOffOwnerFallsBackFromItsCount(t *testing.T) {
 	}
 	nd := c.Member(i).Node
 	deadline := time.Now().Add(10 * time.Second)
-	for nd.Leased() && !nd.Fenced() && time.Now().Before(deadline) {
+	for nd.Mandated() && !nd.Fenced() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if nd.Leased() && !nd.Fenced() {
+	if nd.Mandated() && !nd.Fenced() {
 		t.Fatal("the cut-off owner still decides 10 s after the others crashed")
 	}
 	admitted := 0
