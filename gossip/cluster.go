@@ -297,6 +297,13 @@ func (c *Cluster) SetDeparted(timeout time.Duration) error {
 	return c.announce("departure", timeout, func(m *Meta) { m.Leaving, m.Departed = true, true })
 }
 
+// SetLimitsHash publishes hash as the limits this node admits with (see
+// Meta.LimitsHash), after a config reload changed them, and broadcasts it,
+// waiting up to timeout for it to go out.
+func (c *Cluster) SetLimitsHash(hash string, timeout time.Duration) error {
+	return c.announce("limits", timeout, func(m *Meta) { m.LimitsHash = hash })
+}
+
 // announce changes this node's metadata with set (the change is kept by a
 // later Reincarnate) and broadcasts it, waiting up to timeout for it to go
 // out.

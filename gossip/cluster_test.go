@@ -604,6 +604,29 @@ func TestSetDeparted(t *testing.T) {
 	}
 }
 
+// A node whose limits changed (a config reload) publishes their new hash:
+// every member sees it, the rest of its metadata unchanged.
+func TestSetLimitsHash(t *testing.T) {
+	cs := startThree(t)
+	want := cs[1].Local().Meta
+	want.LimitsHash = "0123456789abcdef"
+	if err := cs[1].SetLimitsHash(want.LimitsHash, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := cs[1].Local().Meta; got != want {
+		t.Fatalf("Local().Meta = %+v, want %+v", got, want)
+	}
+	waitFor(t, 10*time.Second, "n2's new limits hash seen everywhere", func() bool {
+		for _, c := range cs {
+			ms := c.Members()
+			if len(ms) != 3 || ms[1].Meta != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // A reincarnated node (fenced off after a split) is seen by every member
 // under its new BootID, its other metadata unchanged, and a Leaving flag
 // set before survives it.
