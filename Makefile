@@ -7,6 +7,12 @@ HTTP    ?= 127.0.0.1:8080
 # agent or Serf (7946) or another `make run` (with HTTP=...); a node that
 # others -join needs a fixed one, e.g. make run GOSSIP=127.0.0.1:7946
 GOSSIP  ?= 127.0.0.1:0
+# ports of `make cluster`'s first node: node i (1-3) gets each plus i-1, on
+# 127.0.0.1 (HTTP 8081-8083, peer 7954-7956, gossip 7951-7953); another
+# cluster beside it: make cluster CLUSTER_HTTP=9081 CLUSTER_PEER=9954 CLUSTER_GOSSIP=9951
+CLUSTER_HTTP   ?= 8081
+CLUSTER_PEER   ?= 7954
+CLUSTER_GOSSIP ?= 7951
 
 .PHONY: build run check test test-short sim soak bench fuzz cluster vet clean
 
@@ -80,9 +86,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 10s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
 
-## cluster: three nodes on loopback; Ctrl-C stops them all.
+## cluster: three nodes on loopback, on the ports CLUSTER_HTTP, CLUSTER_PEER
+## and CLUSTER_GOSSIP (above); it prints the `tokenring load -targets ...`
+## line that drives them. Ctrl-C stops them all.
 cluster: build
-	./scripts/cluster.sh
+	HTTP_PORT=$(CLUSTER_HTTP) PEER_PORT=$(CLUSTER_PEER) GOSSIP_PORT=$(CLUSTER_GOSSIP) ./scripts/cluster.sh
 
 vet:
 	$(GO) vet $(PKGS)
