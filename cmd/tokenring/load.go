@@ -104,7 +104,9 @@ const loadAbout = `Drives the decision API (/v1/acquire, then /v1/complete for e
 lease) with -c workers until -n requests or -d have passed, and prints the
 throughput and latency. By default it sends to the three nodes of
 make cluster (127.0.0.1:8081-8083), round-robin; against make run's single
-node give -targets http://127.0.0.1:8080. With -client batch the workers call
+node give -targets http://127.0.0.1:8080, and against a cluster on other
+ports (make cluster CLUSTER_HTTP=9081 ...) the line it prints, -targets
+http://127.0.0.1:9081,http://127.0.0.1:9082,http://127.0.0.1:9083. With -client batch the workers call
 through one batching client per node (package client): calls made while
 others are in flight share POST /v1/batch requests; with -client raw each
 worker writes and reads HTTP/1.1 itself on its own kept-alive connection (as

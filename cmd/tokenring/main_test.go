@@ -48,7 +48,7 @@ func TestNoCommandPrintsUsageOnce(t *testing.T) {
 }
 
 // load's default targets are the nodes `make cluster` starts, and -h says
-// so and how to point it at `make run`.
+// so and how to point it at `make run` and at a cluster on other ports.
 func TestLoadDefaultsToMakeCluster(t *testing.T) {
 	c, err := parseLoad(nil, io.Discard)
 	if err != nil {
@@ -60,7 +60,7 @@ func TestLoadDefaultsToMakeCluster(t *testing.T) {
 	}
 	var help bytes.Buffer
 	parseLoad([]string{"-h"}, &help)
-	for _, s := range []string{"make cluster", "-targets http://127.0.0.1:8080"} {
+	for _, s := range []string{"make cluster", "-targets http://127.0.0.1:8080", "CLUSTER_HTTP=9081", "-targets\nhttp://127.0.0.1:9081,http://127.0.0.1:9082,http://127.0.0.1:9083"} {
 		if !strings.Contains(help.String(), s) {
 			t.Errorf("load -h does not mention %q:\n%s", s, help.String())
 		}
