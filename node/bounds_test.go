@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 )
 
 // memCheckpoint is a Checkpoint holding snapshots in memory.
@@ -223,7 +224,7 @@ func TestFutureHandoffEntryRejected(t *testing.T) {
 	blob = appendEntry(blob, good, snapshotAt(t, lim, 4, now))
 	tr := nd.tr.Load()
 	tr.mu.Lock()
-	tr.install(install{Part: r.Partition(good), State: blob})
+	tr.install(custody.Install{Part: r.Partition(good), State: blob})
 	tr.mu.Unlock()
 	if got := admit(t, nd, good, 10); got != 6 {
 		t.Fatalf("good key: %d admitted, want 6", got)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 )
 
 // Op is the operation a Call asks a key's owner to perform.
@@ -352,7 +353,7 @@ func decodeEntries(data []byte, fn func(key string, state []byte) error) error {
 // message its kind, flags (1 held, 2 claiming), from, to, partition,
 // epoch, round, state, gave-to and gave epoch.
 
-func appendCustodyMsgs(b []byte, msgs []custodyMsg) []byte {
+func appendCustodyMsgs(b []byte, msgs []custody.Msg) []byte {
 	b = binary.AppendUvarint(b, uint64(len(msgs)))
 	for i := range msgs {
 		m := &msgs[i]
@@ -380,28 +381,28 @@ func appendCustodyMsgs(b []byte, msgs []custodyMsg) []byte {
 // partition.
 const maxCustodyMsgs = 1 << 16
 
-func decodeCustodyMsgs(data []byte) ([]custodyMsg, error) {
+func decodeCustodyMsgs(data []byte) ([]custody.Msg, error) {
 	r := reader{b: data}
 	n := r.uvarint()
 	if r.err == nil && (n > maxCustodyMsgs || n > uint64(len(r.b))) {
 		return nil, fmt.Errorf("decode custody messages: count %d", n)
 	}
-	msgs := make([]custodyMsg, 0, n)
+	msgs := make([]custody.Msg, 0, n)
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		var m custodyMsg
-		m.Kind = msgKind(r.byte())
+		var m custody.Msg
+		m.Kind = custody.MsgKind(r.byte())
 		flags := r.byte()
 		m.Held, m.Claiming = flags&1 != 0, flags&2 != 0
 		m.From, m.To = r.string(), r.string()
 		part := r.uvarint()
 		m.Epoch, m.Round = r.uvarint(), r.uvarint()
-		if m.Kind == msgOffer {
+		if m.Kind == custody.MsgOffer {
 			m.State = []byte(r.string()) // non-nil: an empty partition is still a snapshot
 		} else {
 			m.State = r.bytes()
 		}
 		m.GaveTo, m.Gave = r.string(), r.uvarint()
-		if r.err == nil && (m.Kind < msgOffer || m.Kind > msgInfo || part > 1<<20) {
+		if r.err == nil && (m.Kind < custody.MsgOffer || m.Kind > custody.MsgInfo || part > 1<<20) {
 			r.err = fmt.Errorf("message %d: kind %d, partition %d", i, m.Kind, part)
 		}
 		m.Part = int(part)

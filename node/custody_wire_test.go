@@ -6,15 +6,17 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tokenring/tokenring/node/custody"
 )
 
 func TestCustodyMsgsRoundTrip(t *testing.T) {
-	msgs := []custodyMsg{
-		{Kind: msgOffer, From: "n1/a", To: "n2/b", Part: 270, Epoch: 7, State: []byte{}},
-		{Kind: msgOffer, From: "n1/a", To: "n2/b", Part: 3, Epoch: 8, State: appendEntry(appendEntry([]byte{2}, "t:x", []byte{1, 2}), "t:y", nil)},
-		{Kind: msgAck, From: "n2/b", To: "n1/a", Part: 3, Epoch: 8},
-		{Kind: msgPull, From: "n3", To: "n1/a", Part: 9, Round: 41},
-		{Kind: msgInfo, From: "n1/a", To: "n3", Part: 9, Round: 41, Epoch: 5, Held: true, Claiming: true, GaveTo: "n4/z", Gave: 4},
+	msgs := []custody.Msg{
+		{Kind: custody.MsgOffer, From: "n1/a", To: "n2/b", Part: 270, Epoch: 7, State: []byte{}},
+		{Kind: custody.MsgOffer, From: "n1/a", To: "n2/b", Part: 3, Epoch: 8, State: appendEntry(appendEntry([]byte{2}, "t:x", []byte{1, 2}), "t:y", nil)},
+		{Kind: custody.MsgAck, From: "n2/b", To: "n1/a", Part: 3, Epoch: 8},
+		{Kind: custody.MsgPull, From: "n3", To: "n1/a", Part: 9, Round: 41},
+		{Kind: custody.MsgInfo, From: "n1/a", To: "n3", Part: 9, Round: 41, Epoch: 5, Held: true, Claiming: true, GaveTo: "n4/z", Gave: 4},
 	}
 	got, err := decodeCustodyMsgs(appendCustodyMsgs(nil, msgs))
 	if err != nil {
@@ -32,8 +34,8 @@ func TestCustodyMsgsRoundTrip(t *testing.T) {
 // FuzzDecodeCustodyMsgs: no input makes the decoder panic or allocate
 // beyond its input, and whatever it accepts encodes back to the same bytes.
 func FuzzDecodeCustodyMsgs(f *testing.F) {
-	f.Add(appendCustodyMsgs(nil, []custodyMsg{{Kind: msgAck, From: "a", To: "b", Part: 1, Epoch: 2}}))
-	f.Add(appendCustodyMsgs(nil, []custodyMsg{{Kind: msgOffer, From: "a", To: "b", Part: 1, Epoch: 2, State: []byte{1, 3, 't', ':', 'k', 0}}}))
+	f.Add(appendCustodyMsgs(nil, []custody.Msg{{Kind: custody.MsgAck, From: "a", To: "b", Part: 1, Epoch: 2}}))
+	f.Add(appendCustodyMsgs(nil, []custody.Msg{{Kind: custody.MsgOffer, From: "a", To: "b", Part: 1, Epoch: 2, State: []byte{1, 3, 't', ':', 'k', 0}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		msgs, err := decodeCustodyMsgs(b)
@@ -41,7 +43,7 @@ func FuzzDecodeCustodyMsgs(f *testing.F) {
 			return
 		}
 		for _, m := range msgs {
-			if m.Kind < msgOffer || m.Kind > msgInfo || m.Part < 0 {
+			if m.Kind < custody.MsgOffer || m.Kind > custody.MsgInfo || m.Part < 0 {
 				t.Fatalf("accepted %+v", m)
 			}
 		}

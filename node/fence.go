@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
-// Network splits (see quorum.go for the rule). A member joined through
+// Network splits (see custody/quorum.go for the rule). A member joined through
 // gossip keeps two watches on the membership counted:
 //
 //   - The mandate, extended by heartbeats every heartbeatInterval: a member
@@ -55,9 +56,6 @@ const (
 	// not heard from within heartbeatQuiet is pinged.
 	heartbeatInterval = 100 * time.Millisecond
 	heartbeatQuiet    = 200 * time.Millisecond
-	// forgetAfter is how long a member that died without leaving stays
-	// counted in the membership (gossip's reconnect horizon).
-	forgetAfter = 72 * time.Hour
 )
 
 // mandateTerm is how long a member may go without hearing from a majority
@@ -100,7 +98,7 @@ func (n *Node) mono() int64 { return int64(time.Since(n.born)) }
 func (n *Node) Sharers() int {
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
-	s := len(n.quorum.base)
+	s := n.quorum.Counted()
 	if r := n.ring.Load(); r != nil {
 		s = max(s, len(r.Members()))
 	}
@@ -182,7 +180,7 @@ func (n *Node) stalled(gap time.Duration) bool {
 	n.log.Warn("this process stalled longer than the cluster takes to declare a member dead: rejoining as a new member",
 		"stall", gap.Round(time.Millisecond), "dead_after", time.Duration(n.deadAfter.Load()), "boot_id", n.announced)
 	n.abandon(n.announced)
-	n.fence([]viewMember{{Member: ring.Member{Name: n.cfg.Name}}}, "stalled")
+	n.fence([]custody.Member{{Member: ring.Member{Name: n.cfg.Name}}}, "stalled")
 	select {
 	case n.reincarnate <- struct{}{}:
 	default:
@@ -230,7 +228,7 @@ func (n *Node) mandateNow() (end int64, silent []*peerClient) {
 	for _, m := range n.members {
 		addrs[m.Name] = m.Peer
 	}
-	until := n.quorum.mandateEnd(n.cfg.Name, now, n.mandateTerm(), func(name string) (time.Time, bool) {
+	until := n.quorum.MandateEnd(n.cfg.Name, now, n.mandateTerm(), func(name string) (time.Time, bool) {
 		addr := addrs[name]
 		if addr == "" {
 			return time.Time{}, false
@@ -258,21 +256,16 @@ func (n *Node) mandateNow() (end int64, silent []*peerClient) {
 // what the majority may lack of each key goes to the fence sink. The
 // replicas held for others stay (see the top of this file). The caller
 // takes a new incarnation next. Callers hold tmu.
-func (n *Node) fence(members []viewMember, why string) {
+func (n *Node) fence(members []custody.Member, why string) {
 	if n.fenced.Swap(true) {
 		return
 	}
 	n.fences.Add(1)
-	here := make(map[string]bool, len(members))
-	for _, m := range members {
-		here[m.Name] = true
-	}
-	// A backup's copy is on the majority side only if its member is
-	// counted (not departed) and missing from this side's view.
-	elsewhere := func(name string) bool { _, counted := n.quorum.base[name]; return counted && !here[name] }
 	var keys, debts int
 	if t := n.tr.Load(); t != nil {
-		keys, debts = t.retire(elsewhere)
+		// A backup's copy is on the majority side only if its member is
+		// counted (not departed) and missing from this side's view.
+		keys, debts = t.retire(n.quorum.Elsewhere(members))
 		n.retired = append(n.retired, t)
 	}
 	n.dirty.drain()
@@ -281,7 +274,7 @@ func (n *Node) fence(members []viewMember, why string) {
 }
 
 // retire stops the custody machine for good (after a fence): every
-// partition's route becomes routeFenced (custody.Fence), and the table and
+// partition's route becomes custody.RouteFenced (custody.Fence), and the table and
 // the snapshots frozen for a handover are emptied, each key's owed admissions going to the
 // fence sink (see owed). It returns how many keys there were and how many
 // owed something.

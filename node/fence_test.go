@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
 // gossipView is the membership gossip would show: each node under boot id
 // boots[i].
-func gossipView(nodes []*Node, boots ...string) []viewMember {
-	var ms []viewMember
+func gossipView(nodes []*Node, boots ...string) []custody.Member {
+	var ms []custody.Member
 	for i, nd := range nodes {
-		ms = append(ms, viewMember{Member: member(nd), Boot: boots[i]})
+		ms = append(ms, custody.Member{Member: member(nd), Boot: boots[i]})
 	}
 	return ms
 }
@@ -193,7 +194,7 @@ func TestSharersCountTheMembershipNotTheRing(t *testing.T) {
 	n3 := nodes[2]
 	n3.gossiped.Store(true)
 	steps := []struct {
-		view    []viewMember
+		view    []custody.Member
 		ring    int
 		fenced  bool
 		sharers int
@@ -290,7 +291,7 @@ func TestFenceOwesFrozenHandovers(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	n4 := viewMember{Member: ring.Member{Name: "n4", Peer: deadAddr}, Boot: "a"}
+	n4 := custody.Member{Member: ring.Member{Name: "n4", Peer: deadAddr}, Boot: "a"}
 	joined := append(gossipView(nodes, "a", "a", "a"), n4)
 	before := ringOf(t, nodes...)
 	after, err := ring.New(n3.ringConfig(), []ring.Member{member(nodes[0]), member(nodes[1]), member(n3), n4.Member})
@@ -336,7 +337,7 @@ func TestDepartedLeaverDoesNotFenceTheSurvivor(t *testing.T) {
 	leaving[1].Leaving = true
 	departed := gossipView(nodes, "a", "a")
 	departed[1].Leaving, departed[1].Departed = true, true
-	for _, v := range [][]viewMember{leaving, departed, gossipView(nodes[:1], "a")} {
+	for _, v := range [][]custody.Member{leaving, departed, gossipView(nodes[:1], "a")} {
 		if err := n1.follow(v); err != nil {
 			t.Fatal(err)
 		}

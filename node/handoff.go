@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
-// Handoff around custody (custody.go, transfer.go): what happens to keys
+// Handoff around custody (custody/machine.go, transfer.go): what happens to keys
 // when their custodian crashed, and how a node leaves gracefully.
 
 // fetchKey fetches key, of a partition restored because its custodian
@@ -42,7 +43,7 @@ func (n *Node) fetchKey(ctx context.Context, g *gate, h *fetchHint, key string) 
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	if g.hop.Load().mode != routeLocal || n.table.Peek(key, func(*limiter.Budget) {}) {
+	if g.hop.Load().mode != custody.RouteLocal || n.table.Peek(key, func(*limiter.Budget) {}) {
 		return
 	}
 	if err := n.table.Put(key, state, n.cfg.Now()); err != nil {
@@ -162,7 +163,7 @@ func (n *Node) Drain(ctx context.Context) error {
 
 // follow installs a membership, keeping members marked leaving (and this
 // node, once draining) out of the ring.
-func (n *Node) follow(members []viewMember) error {
+func (n *Node) follow(members []custody.Member) error {
 	var inRing []ring.Member
 	self := n.cfg.Name
 	var boot string
@@ -187,7 +188,7 @@ func (n *Node) follow(members []viewMember) error {
 	for _, m := range members {
 		// The flags count: a departure announced changes the quorum's
 		// membership counted though it leaves the ring as it was.
-		ids = append(ids, fmt.Sprintf("%s@%s/%t/%t", memberID(m.Name, m.Boot), m.Peer, m.Leaving, m.Departed))
+		ids = append(ids, fmt.Sprintf("%s@%s/%t/%t", custody.MemberID(m.Name, m.Boot), m.Peer, m.Leaving, m.Departed))
 	}
 	slices.Sort(ids)
 	sig := r.Version() + " " + strings.Join(ids, ",")

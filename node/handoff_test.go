@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -296,9 +297,9 @@ func TestDrainHandsEverythingOn(t *testing.T) {
 // member, out of the ring (what gossip's Meta.Leaving carries).
 func tellLeaving(t testing.TB, nd *Node, all []*Node, leaver *Node) {
 	t.Helper()
-	var members []viewMember
+	var members []custody.Member
 	for _, m := range all {
-		members = append(members, viewMember{Member: member(m), Leaving: m == leaver})
+		members = append(members, custody.Member{Member: member(m), Leaving: m == leaver})
 	}
 	if err := nd.follow(members); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/gossip"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -68,9 +69,9 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 
 // followSnapshot installs the membership of one gossip snapshot.
 func (n *Node) followSnapshot(snap gossip.Snapshot) error {
-	members := make([]viewMember, 0, len(snap.Members))
+	members := make([]custody.Member, 0, len(snap.Members))
 	for _, m := range snap.Members {
-		members = append(members, viewMember{
+		members = append(members, custody.Member{
 			Member:   ring.Member{Name: m.Name, HTTP: m.Meta.HTTP, Peer: m.Meta.Peer, Gossip: m.Addr, LimitsHash: m.Meta.LimitsHash},
 			Boot:     m.Meta.BootID,
 			Leaving:  m.Meta.Leaving || m.Meta.Departed, // Departed comes with Leaving; be safe
@@ -101,7 +102,7 @@ func (n *Node) Ready() bool {
 	}
 	if t := n.tr.Load(); t != nil {
 		for p := range t.gates {
-			if t.gates[p].hop.Load().mode == routeAwait {
+			if t.gates[p].hop.Load().mode == custody.RouteAwait {
 				return false
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenring/tokenring/node/custody"
 )
 
 // Collectors returns the node's Prometheus collectors, for the caller to
@@ -91,14 +93,14 @@ func (n *Node) Collectors() []prometheus.Collector {
 
 // custodyStats returns the custody machine's counters (zero before the
 // first ring).
-func (n *Node) custodyStats() custodyStats {
+func (n *Node) custodyStats() custody.Stats {
 	n.tmu.Lock()
 	shells := append([]*transfer(nil), n.retired...) // counters keep counting across fences
 	n.tmu.Unlock()
 	if t := n.tr.Load(); t != nil && !slices.Contains(shells, t) {
 		shells = append(shells, t)
 	}
-	var sum custodyStats
+	var sum custody.Stats
 	for _, t := range shells {
 		st := t.stats()
 		sum.Given += st.Given

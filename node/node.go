@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -39,7 +40,7 @@ type Node struct {
 	tmu       sync.Mutex               // guards tr's creation
 	tr        atomic.Pointer[transfer] // custody of partitions; nil until the first ring
 	firstRing chan struct{}            // closed once tr is set and its first view installed
-	members   []viewMember             // the last membership, for Drain; guarded by tmu
+	members   []custody.Member         // the last membership, for Drain; guarded by tmu
 	viewSig   string                   // the last membership's ring version and members; guarded by tmu
 	dirty     dirtySet                 // keys changed since the last replication round
 	preload   atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
@@ -49,9 +50,9 @@ type Node struct {
 	acked     ackedStore               // each key's state its backup last acknowledged (fence.go)
 	server    *peerServer
 
-	// Splits (fence.go, quorum.go): only for members joined through gossip.
+	// Splits (fence.go, custody/quorum.go): only for members joined through gossip.
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
-	quorum        *quorum                     // guarded by tmu
+	quorum        *custody.Quorum             // guarded by tmu
 	born          time.Time                   // the node's start: mono counts from it
 	mandateUntil  atomic.Int64                // mono when the majority's mandate ends (fence.go)
 	lastBeat      int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
@@ -120,7 +121,7 @@ func New(cfg Config) (*Node, error) {
 		peers:       make(map[string]*peerClient),
 		stop:        make(chan struct{}),
 		firstRing:   make(chan struct{}),
-		quorum:      newQuorum(forgetAfter),
+		quorum:      custody.NewQuorum(custody.ForgetAfter),
 		reincarnate: make(chan struct{}, 1),
 		auth:        auth,
 		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
@@ -183,9 +184,9 @@ func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
 // SetRing installs r as the membership: its members are alive, with no
 // boot ids and none leaving. Join does this from gossip; tests call it.
 func (n *Node) SetRing(r *ring.Ring) {
-	members := make([]viewMember, 0, len(r.Members()))
+	members := make([]custody.Member, 0, len(r.Members()))
 	for _, m := range r.Members() {
-		members = append(members, viewMember{Member: m})
+		members = append(members, custody.Member{Member: m})
 	}
 	n.setMembers(r, members, "")
 }
@@ -194,13 +195,13 @@ func (n *Node) SetRing(r *ring.Ring) {
 // not leaving; self's boot id names this process to custody.
 //
 // A member joined through gossip installs only views that hold a majority
-// of the membership (quorum.go); a view without one fences it (fence.go).
+// of the membership (custody.Quorum); a view without one fences it (fence.go).
 // A fenced member installs nothing until a majority view shows it under a
 // new boot id, and then starts over as that new member.
-func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
+func (n *Node) setMembers(r *ring.Ring, members []custody.Member, boot string) {
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
-	if n.gossiped.Load() && !n.quorum.observe(members, n.cfg.Now()) {
+	if n.gossiped.Load() && !n.quorum.Observe(members, n.cfg.Now()) {
 		if !n.fenced.Load() {
 			n.abandon(boot)
 			n.fence(members, "no majority in view")
@@ -222,7 +223,7 @@ func (n *Node) setMembers(r *ring.Ring, members []viewMember, boot string) {
 		t = nil
 	}
 	if t == nil {
-		t = newTransfer(n, memberID(n.cfg.Name, boot), r.PartitionCount())
+		t = newTransfer(n, custody.MemberID(n.cfg.Name, boot), r.PartitionCount())
 		n.tr.Store(t)
 		if n.fenced.Swap(false) {
 			n.log.Info("rejoined as a new member after a fence", "boot_id", boot)
@@ -298,15 +299,15 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	for {
 		h := g.hop.Load()
 		switch {
-		case h.mode == routeFenced || (h.mode == routeLocal && !n.Mandated()):
+		case h.mode == custody.RouteFenced || (h.mode == custody.RouteLocal && !n.Mandated()):
 			return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
-		case h.mode == routeLocal:
+		case h.mode == custody.RouteLocal:
 			a, err := n.decideHere(ctx, t, p, c)
 			if errors.Is(err, errMoved) || errors.Is(err, errNotHere) {
 				continue // the partition left while we queued: follow it
 			}
 			return a, err
-		case h.mode == routeAwait || (c.Handed && c.Hops > 0 && !h.handed):
+		case h.mode == custody.RouteAwait || (c.Handed && c.Hops > 0 && !h.handed):
 			// Custody is on its way here (by our ring, or by the word of
 			// the member that forwarded the call, whose ring may be
 			// ahead): wait for it. A partition this node is itself
@@ -370,7 +371,7 @@ func (n *Node) Immediate(key string) bool {
 		return true // no cluster: everything is here (Do)
 	}
 	g := &t.gates[n.ring.Load().Partition(key)]
-	if g.hop.Load().mode != routeLocal || !n.Mandated() {
+	if g.hop.Load().mode != custody.RouteLocal || !n.Mandated() {
 		return false
 	}
 	// A key not in the table may first be looked up at its backup or the
@@ -409,7 +410,7 @@ func (n *Node) decideHere(ctx context.Context, t *transfer, p int, c *Call) (Ans
 		n.fetchKey(ctx, g, h, c.Key)
 	}
 	g.mu.RLock()
-	if g.hop.Load().mode != routeLocal {
+	if g.hop.Load().mode != custody.RouteLocal {
 		g.mu.RUnlock()
 		return Answer{}, errNotHere
 	}
@@ -440,7 +441,7 @@ func (n *Node) guard(key string) (func(), bool) {
 	}
 	g := &t.gates[n.ring.Load().Partition(key)]
 	g.mu.RLock()
-	if g.hop.Load().mode != routeLocal {
+	if g.hop.Load().mode != custody.RouteLocal {
 		g.mu.RUnlock()
 		return nil, false
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"golang.org/x/time/rate"
 )
 
@@ -517,7 +518,7 @@ func (n *Node) inline(c *Call) bool {
 		return c.Hops == 0
 	}
 	g := &t.gates[n.ring.Load().Partition(c.Key)]
-	if g.hop.Load().mode != routeLocal {
+	if g.hop.Load().mode != custody.RouteLocal {
 		return false
 	}
 	// While the partition's fetch hint lasts (minutes after its last

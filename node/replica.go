@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -205,7 +206,7 @@ func (n *Node) replicateOnce() {
 	}
 	batches := make(map[string]*replBatch) // by backup peer address
 	for _, key := range keys {
-		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != routeLocal {
+		if t := n.tr.Load(); t != nil && t.gates[r.Partition(key)].hop.Load().mode != custody.RouteLocal {
 			continue // handed on meanwhile: the new custodian replicates it
 		}
 		backups := n.backups(r, key)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -230,7 +231,7 @@ func (n *Node) startedUp() bool {
 		return false
 	}
 	for p := range t.gates {
-		if t.gates[p].hop.Load().mode == routeAwait {
+		if t.gates[p].hop.Load().mode == custody.RouteAwait {
 			return false
 		}
 	}

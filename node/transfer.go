@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/ring"
 )
 
-// transfer is the thin shell around the custody machine (custody.go): it
+// transfer is the thin shell around the custody machine (custody.Machine): it
 // owns the machine's lock, turns memberships into views, carries the
 // machine's messages over the peer protocol, freezes and installs
 // partitions in the limiter table, and publishes each partition's route to
@@ -26,7 +27,7 @@ type transfer struct {
 	gates []gate
 
 	mu    sync.Mutex // guards m, addrs, ring, rings
-	m     *custody
+	m     *custody.Machine
 	addrs map[string]string // member id → peer address
 	ring  *ring.Ring        // the ring of the current view (leaving members excluded)
 	// rings are the last ringHistory distinct rings, newest last (ring
@@ -64,9 +65,9 @@ type gate struct {
 
 // hop is where calls for a partition go.
 type hop struct {
-	mode   routeMode
-	addr   string // routeForward: the peer address
-	handed bool   // routeForward: custody is going (or went) there
+	mode   custody.RouteMode
+	addr   string // custody.RouteForward: the peer address
+	handed bool   // custody.RouteForward: custody is going (or went) there
 }
 
 // ringHistory is how many rings a transfer remembers for restores.
@@ -84,15 +85,6 @@ type fetchHint struct {
 	preloaded bool
 }
 
-// memberID is how custody names a member: a restarted process is a new
-// member, since it lost its RAM.
-func memberID(name, boot string) string {
-	if boot == "" {
-		return name
-	}
-	return name + "/" + boot
-}
-
 // transferTick is the custody machine's tick.
 const transferTick = 20 * time.Millisecond
 
@@ -101,29 +93,21 @@ func newTransfer(n *Node, self string, partitions int) *transfer {
 		n:        n,
 		self:     self,
 		gates:    make([]gate, partitions),
-		m:        newCustody(self, partitions, custodyConfig{Retry: 5, Round: 50}), // 100ms, 1s
+		m:        custody.New(self, partitions, custody.Config{Retry: 5, Round: 50}), // 100ms, 1s
 		addrs:    map[string]string{},
 		offering: map[offerKey]bool{},
 	}
 	for p := range t.gates {
-		t.gates[p].hop.Store(&hop{mode: routeAwait})
+		t.gates[p].hop.Store(&hop{mode: custody.RouteAwait})
 		ch := make(chan struct{})
 		t.gates[p].changed.Store(&ch)
 	}
 	return t
 }
 
-// viewMember is one live member for setView.
-type viewMember struct {
-	ring.Member
-	Boot     string
-	Leaving  bool // alive, but not in the ring: handing its partitions on
-	Departed bool // leaving, and done: handed everything on, about to go (quorum.go)
-}
-
 // setView installs a membership: the ring of its members that are not
 // leaving, and every member as alive.
-func (t *transfer) setView(r *ring.Ring, members []viewMember) {
+func (t *transfer) setView(r *ring.Ring, members []custody.Member) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m.Fenced() {
@@ -133,7 +117,7 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 	alive := make(map[string]bool, len(members)+1)
 	alive[t.self] = true
 	for _, m := range members {
-		id := memberID(m.Name, m.Boot)
+		id := custody.MemberID(m.Name, m.Boot)
 		ids[m.Name] = id
 		alive[id] = true
 		t.addrs[id] = m.Peer
@@ -143,7 +127,7 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 		if o, ok := r.PartitionOwner(p); ok {
 			owners[p] = ids[o.Name]
 			if owners[p] == "" {
-				owners[p] = memberID(o.Name, "")
+				owners[p] = custody.MemberID(o.Name, "")
 			}
 		}
 	}
@@ -152,7 +136,7 @@ func (t *transfer) setView(r *ring.Ring, members []viewMember) {
 		t.rings = t.rings[max(0, len(t.rings)-ringHistory):]
 	}
 	t.ring = r
-	t.m.SetView(custodyView{Owners: owners, Alive: alive})
+	t.m.SetView(custody.View{Owners: owners, Alive: alive})
 	t.apply()
 	for p := range t.gates {
 		t.publish(p) // forwards follow the new ring and addresses
@@ -171,7 +155,7 @@ func (t *transfer) tick() {
 }
 
 // step feeds messages from a peer to the machine.
-func (t *transfer) step(msgs []custodyMsg) {
+func (t *transfer) step(msgs []custody.Msg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m.Fenced() {
@@ -191,10 +175,10 @@ func (t *transfer) held() int {
 }
 
 // stats returns the machine's counters.
-func (t *transfer) stats() custodyStats {
+func (t *transfer) stats() custody.Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.m.stats
+	return t.m.Stats()
 }
 
 // apply carries out the machine's Ready until it has nothing more to say.
@@ -232,7 +216,7 @@ func (t *transfer) apply() {
 func (t *transfer) publish(p int) {
 	r := t.m.Route(p)
 	h := &hop{mode: r.Mode, handed: r.Handed}
-	if r.Mode == routeForward {
+	if r.Mode == custody.RouteForward {
 		h.addr = t.addrs[r.To]
 	}
 	g := &t.gates[p]
@@ -288,7 +272,7 @@ func (t *transfer) freeze(ps []int) map[int][]byte {
 
 // install puts a partition's snapshot into the table and admits for it
 // from now on. Callers hold t.mu.
-func (t *transfer) install(in install) {
+func (t *transfer) install(in custody.Install) {
 	g := &t.gates[in.Part]
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -339,7 +323,7 @@ func (t *transfer) noteFetch(p int) {
 
 // send delivers messages, one batch per peer, each on its own goroutine.
 // Callers hold t.mu.
-func (t *transfer) send(msgs []custodyMsg) {
+func (t *transfer) send(msgs []custody.Msg) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -347,7 +331,7 @@ func (t *transfer) send(msgs []custodyMsg) {
 	// keys, megabytes for a busy partition) travels in its own.
 	var batches []struct {
 		addr string
-		msgs []custodyMsg
+		msgs []custody.Msg
 	}
 	small := map[string]int{} // peer → index in batches
 	for _, msg := range msgs {
@@ -355,24 +339,24 @@ func (t *transfer) send(msgs []custodyMsg) {
 		if addr == "" {
 			continue
 		}
-		if msg.Kind == msgOffer {
+		if msg.Kind == custody.MsgOffer {
 			k := offerKey{msg.Part, msg.Epoch, msg.To}
 			if t.offering[k] {
 				continue
 			}
 			t.offering[k] = true
 		}
-		if i, ok := small[addr]; ok && msg.Kind != msgOffer {
+		if i, ok := small[addr]; ok && msg.Kind != custody.MsgOffer {
 			batches[i].msgs = append(batches[i].msgs, msg)
 			continue
 		}
-		if msg.Kind != msgOffer {
+		if msg.Kind != custody.MsgOffer {
 			small[addr] = len(batches)
 		}
 		batches = append(batches, struct {
 			addr string
-			msgs []custodyMsg
-		}{addr, []custodyMsg{msg}})
+			msgs []custody.Msg
+		}{addr, []custody.Msg{msg}})
 	}
 	for _, batch := range batches {
 		addr, body := batch.addr, appendCustodyMsgs(nil, batch.msgs)
@@ -385,7 +369,7 @@ func (t *transfer) send(msgs []custodyMsg) {
 			if err != nil {
 				t.n.log.Debug("handoff: message not delivered; the machine resends", "peer", addr, "err", err)
 			}
-			if m := batch.msgs[0]; m.Kind == msgOffer {
+			if m := batch.msgs[0]; m.Kind == custody.MsgOffer {
 				t.mu.Lock()
 				delete(t.offering, offerKey{m.Part, m.Epoch, m.To})
 				t.mu.Unlock()

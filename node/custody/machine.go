@@ -1,52 +1,9 @@
-package node
+package custody
 
 import "slices"
 
-// Custody: ownership transfer as a state machine with no I/O.
-//
-// Every partition's limiter state has one custodian: the member holding it.
-// Only the custodian admits against the partition's keys, and only while it
-// is not handing the partition on, so at any instant at most one member
-// decides for a key. The ring says who should be custodian; the protocol
-// moves custody there:
-//
-//  1. A custodian whose ring names another owner stops admitting for the
-//     partition (the shell freezes the partition's keys into one snapshot,
-//     removing them from its table) and offers the snapshot to the owner,
-//     under a new epoch. It keeps the snapshot, and resends the offer every
-//     retry interval, until the taker acknowledges that epoch: no timeout
-//     anywhere drops state. If the taker leaves the membership before
-//     acknowledging, the giver asks everyone (a pull round, see 3) whether
-//     the offer made it; only if no live member has seen it is custody the
-//     giver's again.
-//  2. A taker installs an offer whose epoch is newer than any it handled
-//     for the partition, and acknowledges every offer, new or duplicate, so
-//     retries and duplicates are harmless. It does not hand custody straight
-//     back to the member it came from until its own ring changes: the two
-//     rings disagree for a moment, and the newer one wins when it arrives.
-//     An offer that reaches a member still offering the partition itself
-//     proves that member's own offer was installed (its ack was lost).
-//  3. A member whose ring names it owner and that has no custody waits. It
-//     asks every live member, and every member it heard from or of lately
-//     that its view does not show yet (a joiner), what it knows (a pull
-//     round): a custodian whose ring agrees hands the partition over at
-//     once. When every one of them answers that it neither holds the
-//     partition nor claims it, and the newest handover anyone reports went
-//     to a member that is gone, custody died with that member: the waiter
-//     restores the partition (replica, checkpoint, or empty) under a newer
-//     epoch. Replies count only within one round begun after the last
-//     membership change, so a partition on its way between live members is
-//     never mistaken for a lost one.
-//
-// Epochs increase along the chain of custody of a partition; a member
-// remembers the newest it took part in, which is how it tells a duplicate or
-// stale offer from a new one.
-//
-// The decisions in 1 and 3 that act on a member being gone rely on failure
-// detection being slower than message delivery: a member is declared dead
-// (seconds, with memberlist) after anything it sent has arrived
-// (milliseconds, over TCP). The simulation keeps to that, and checks the
-// rest under arbitrary delay, loss, duplication, reordering and cuts.
+// Machine is one member's custody of every partition: the protocol
+// (doc.go) as a state machine with no I/O.
 //
 // The machine is driven like etcd raft's: SetView (a membership change),
 // Step (a message from a peer), Tick (time) and Frozen/Restored (the shell
@@ -59,12 +16,12 @@ import "slices"
 //
 // A member that fences itself (it lost the majority, or stalled past
 // failure detection) retires its machine for good (Fence): every route is
-// then routeFenced, and nothing fed to the machine changes anything; the
+// then RouteFenced, and nothing fed to the machine changes anything; the
 // member comes back as a new one, with a new machine.
-type custody struct {
+type Machine struct {
 	self   string // this member's id (name/boot id)
-	cfg    custodyConfig
-	view   custodyView
+	cfg    Config
+	view   View
 	ver    uint64 // counts views installed
 	now    int64  // ticks
 	parts  []part
@@ -77,20 +34,20 @@ type custody struct {
 		key [3]int64
 		ids []string
 	}
-	rd      custodyReady
+	rd      Ready
 	touched []bool // partitions whose Route may have changed since the last Ready
 
-	stats custodyStats
+	stats Stats
 }
 
-// custodyConfig holds the machine's timings, in ticks.
-type custodyConfig struct {
+// Config holds the machine's timings, in ticks.
+type Config struct {
 	Retry int64 // resend an unacknowledged offer, or a pull to a silent member, after this many ticks
 	Round int64 // a pull round that did not complete starts over after this many ticks
 }
 
-// custodyStats counts protocol events, for metrics and tests.
-type custodyStats struct {
+// Stats counts protocol events, for metrics and tests.
+type Stats struct {
 	Given, Received int64 // handovers acknowledged / installed
 	Orphans         int64 // partitions restored because their custodian died
 	// Conflicts counts offers that reached a member already holding the
@@ -100,8 +57,8 @@ type custodyStats struct {
 	Conflicts int64
 }
 
-// custodyView is the membership as this member sees it.
-type custodyView struct {
+// View is the membership as this member sees it.
+type View struct {
 	// Owners[p] is the id of partition p's owner in the ring (members that
 	// are leaving excluded); "" when the ring is empty.
 	Owners []string
@@ -130,22 +87,22 @@ type part struct {
 	round   uint64
 	roundAt int64
 	asked   map[string]int64 // member → tick it was last asked, this round
-	replies map[string]custodyMsg
+	replies map[string]Msg
 }
 
-// msgKind is the kind of a custody message.
-type msgKind uint8
+// MsgKind is the kind of a custody message.
+type MsgKind uint8
 
 const (
-	msgOffer msgKind = iota + 1 // take custody of Part at Epoch: State is its snapshot
-	msgAck                      // the offer of Epoch is installed (or was already)
-	msgPull                     // I own Part by my ring: hand it over, or tell me what you know
-	msgInfo                     // the answer to a pull that hands nothing over
+	MsgOffer MsgKind = iota + 1 // take custody of Part at Epoch: State is its snapshot
+	MsgAck                      // the offer of Epoch is installed (or was already)
+	MsgPull                     // I own Part by my ring: hand it over, or tell me what you know
+	MsgInfo                     // the answer to a pull that hands nothing over
 )
 
-// custodyMsg is one protocol message between members.
-type custodyMsg struct {
-	Kind     msgKind
+// Msg is one protocol message between members.
+type Msg struct {
+	Kind     MsgKind
 	From, To string // member ids
 	Part     int
 	Epoch    uint64 // offer, ack: the handover's epoch; info: the sender's newest
@@ -157,17 +114,17 @@ type custodyMsg struct {
 	Gave     uint64 // info: its epoch
 }
 
-// custodyReady is what the shell must do, in the order of its fields.
-type custodyReady struct {
-	Freeze  []int        // stop admitting, snapshot and remove the keys, then call Frozen
-	Install []install    // put the snapshot's keys in the table; the partition is then admitted here
-	Restore []int        // the custodian died: restore the partition, then call Restored
-	Routes  []int        // partitions whose Route changed
-	Msgs    []custodyMsg // last: an ack only once its partition is installed
+// Ready is what the shell must do, in the order of its fields.
+type Ready struct {
+	Freeze  []int     // stop admitting, snapshot and remove the keys, then call Frozen
+	Install []Install // put the snapshot's keys in the table; the partition is then admitted here
+	Restore []int     // the custodian died: restore the partition, then call Restored
+	Routes  []int     // partitions whose Route changed
+	Msgs    []Msg     // last: an ack only once its partition is installed
 }
 
-// install is a snapshot to put in the table.
-type install struct {
+// Install is a snapshot to put in the table.
+type Install struct {
 	Part  int
 	State []byte
 	// Reclaim: the state is this member's own offer, taken back because
@@ -175,55 +132,57 @@ type install struct {
 	Reclaim bool
 }
 
-// routeMode says where a call for a partition goes.
-type routeMode uint8
+// RouteMode says where a call for a partition goes.
+type RouteMode uint8
 
 const (
-	routeLocal   routeMode = iota // this member is the custodian: decide here
-	routeAwait                    // custody is on its way here: wait for it (bounded), then decide
-	routeForward                  // forward to To; Handed says custody is going or went there
-	routeFenced                   // the machine is retired (Fence): calls fail, nothing is decided here or forwarded
+	RouteLocal   RouteMode = iota // this member is the custodian: decide here
+	RouteAwait                    // custody is on its way here: wait for it (bounded), then decide
+	RouteForward                  // forward to To; Handed says custody is going or went there
+	RouteFenced                   // the machine is retired (Fence): calls fail, nothing is decided here or forwarded
 )
 
-// route is the hot path's view of one partition.
-type route struct {
-	Mode   routeMode
-	To     string // routeForward: the member id
+// Route is the hot path's view of one partition.
+type Route struct {
+	Mode   RouteMode
+	To     string // RouteForward: the member id
 	Handed bool   // To is (or is becoming) the custodian: it should wait, not forward on
 }
 
-func newCustody(self string, partitions int, cfg custodyConfig) *custody {
+// New returns the machine of member self (its MemberID) over partitions
+// partitions, holding none; zero timings take 10 and 100 ticks.
+func New(self string, partitions int, cfg Config) *Machine {
 	if cfg.Retry <= 0 {
 		cfg.Retry = 10
 	}
 	if cfg.Round <= 0 {
 		cfg.Round = 10 * cfg.Retry
 	}
-	return &custody{
+	return &Machine{
 		self:    self,
 		cfg:     cfg,
 		parts:   make([]part, partitions),
 		touched: make([]bool, partitions),
 		gone:    make(map[string]bool),
 		heard:   make(map[string]int64),
-		view:    custodyView{Owners: make([]string, partitions), Alive: map[string]bool{self: true}},
+		view:    View{Owners: make([]string, partitions), Alive: map[string]bool{self: true}},
 	}
 }
 
-func (m *custody) owner(p int) string { return m.view.Owners[p] }
+func (m *Machine) owner(p int) string { return m.view.Owners[p] }
 
-func (m *custody) alive(id string) bool { return id != "" && m.view.Alive[id] }
+func (m *Machine) alive(id string) bool { return id != "" && m.view.Alive[id] }
 
-func (m *custody) send(msg custodyMsg) {
+func (m *Machine) send(msg Msg) {
 	msg.From = m.self
 	m.rd.Msgs = append(m.rd.Msgs, msg)
 }
 
-func (m *custody) touch(p int) { m.touched[p] = true }
+func (m *Machine) touch(p int) { m.touched[p] = true }
 
 // SetView installs a new membership. Owners must have one entry per
 // partition; Alive must contain this member.
-func (m *custody) SetView(v custodyView) {
+func (m *Machine) SetView(v View) {
 	if m.fenced {
 		return
 	}
@@ -242,7 +201,7 @@ func (m *custody) SetView(v custodyView) {
 }
 
 // Tick advances time by one tick: resends offers and pulls, restarts rounds.
-func (m *custody) Tick() {
+func (m *Machine) Tick() {
 	if m.fenced {
 		return
 	}
@@ -254,7 +213,7 @@ func (m *custody) Tick() {
 
 // Step handles one message from a peer. Messages for another member (an
 // earlier life of this one) are dropped.
-func (m *custody) Step(msg custodyMsg) {
+func (m *Machine) Step(msg Msg) {
 	if m.fenced || msg.To != m.self || msg.Part < 0 || msg.Part >= len(m.parts) {
 		return
 	}
@@ -264,21 +223,21 @@ func (m *custody) Step(msg custodyMsg) {
 	p := msg.Part
 	pt := &m.parts[p]
 	switch msg.Kind {
-	case msgOffer:
+	case MsgOffer:
 		m.offered(p, msg)
-	case msgAck:
+	case MsgAck:
 		if pt.held && pt.sendTo == msg.From && pt.epoch == msg.Epoch && !pt.freezing {
 			m.acked(p, msg.From, msg.Epoch)
 		}
-	case msgPull:
+	case MsgPull:
 		if pt.held && !pt.restoring && pt.sendTo == "" && m.owner(p) == msg.From && m.alive(msg.From) {
 			m.handTo(p, msg.From) // our ring agrees: no need to wait for a tick
 			return
 		}
-		m.send(custodyMsg{Kind: msgInfo, To: msg.From, Part: p, Round: msg.Round, Epoch: pt.epoch,
+		m.send(Msg{Kind: MsgInfo, To: msg.From, Part: p, Round: msg.Round, Epoch: pt.epoch,
 			Held: pt.held, Claiming: !pt.held && m.owner(p) == m.self, GaveTo: pt.gaveTo, Gave: pt.gaveEpoch})
 		return
-	case msgInfo:
+	case MsgInfo:
 		if pt.round != 0 && msg.Round == pt.round && m.known(msg.From) {
 			pt.replies[msg.From] = msg
 			if _, ok := m.heard[msg.GaveTo]; !ok && msg.GaveTo != "" && !m.gone[msg.GaveTo] && !m.alive(msg.GaveTo) {
@@ -293,9 +252,9 @@ func (m *custody) Step(msg custodyMsg) {
 }
 
 // offered handles an offer of custody.
-func (m *custody) offered(p int, msg custodyMsg) {
+func (m *Machine) offered(p int, msg Msg) {
 	pt := &m.parts[p]
-	ack := custodyMsg{Kind: msgAck, To: msg.From, Part: p, Epoch: msg.Epoch}
+	ack := Msg{Kind: MsgAck, To: msg.From, Part: p, Epoch: msg.Epoch}
 	if msg.Epoch <= pt.epoch {
 		m.send(ack) // a duplicate, or a stale retry: already handled
 		return
@@ -333,11 +292,11 @@ func (m *custody) offered(p int, msg custodyMsg) {
 		m.handTo(p, o)
 		return
 	}
-	m.rd.Install = append(m.rd.Install, install{Part: p, State: msg.State})
+	m.rd.Install = append(m.rd.Install, Install{Part: p, State: msg.State})
 }
 
 // acked lets go of partition p, handed to member to under epoch.
-func (m *custody) acked(p int, to string, epoch uint64) {
+func (m *Machine) acked(p int, to string, epoch uint64) {
 	pt := &m.parts[p]
 	pt.held, pt.frozen, pt.sendTo = false, nil, ""
 	pt.gaveTo, pt.gaveEpoch = to, epoch
@@ -346,7 +305,7 @@ func (m *custody) acked(p int, to string, epoch uint64) {
 }
 
 // handTo starts handing custody of held partition p to member to.
-func (m *custody) handTo(p int, to string) {
+func (m *Machine) handTo(p int, to string) {
 	pt := &m.parts[p]
 	pt.sendTo = to
 	pt.epoch++
@@ -359,15 +318,15 @@ func (m *custody) handTo(p int, to string) {
 	m.offer(p)
 }
 
-func (m *custody) offer(p int) {
+func (m *Machine) offer(p int) {
 	pt := &m.parts[p]
 	pt.sentAt = m.now
-	m.send(custodyMsg{Kind: msgOffer, To: pt.sendTo, Part: p, Epoch: pt.epoch, State: pt.frozen})
+	m.send(Msg{Kind: MsgOffer, To: pt.sendTo, Part: p, Epoch: pt.epoch, State: pt.frozen})
 }
 
 // Frozen hands the machine the snapshot of partition p the shell froze
 // (nil or empty for a partition with no keys).
-func (m *custody) Frozen(p int, state []byte) {
+func (m *Machine) Frozen(p int, state []byte) {
 	pt := &m.parts[p]
 	if m.fenced || !pt.freezing {
 		return
@@ -386,7 +345,7 @@ func (m *custody) Frozen(p int, state []byte) {
 
 // Restored tells the machine the shell restored partition p: it is admitted
 // here from now on (or handed on, if the ring moved meanwhile).
-func (m *custody) Restored(p int) {
+func (m *Machine) Restored(p int) {
 	pt := &m.parts[p]
 	if !m.fenced && pt.restoring {
 		pt.restoring = false
@@ -396,7 +355,7 @@ func (m *custody) Restored(p int) {
 }
 
 // eval moves partition p forward after any input.
-func (m *custody) eval(p int) {
+func (m *Machine) eval(p int) {
 	pt := &m.parts[p]
 	owner := m.owner(p)
 	switch {
@@ -428,14 +387,14 @@ func (m *custody) eval(p int) {
 
 // inquire runs the pull rounds of a partition this member owns by its ring
 // and does not hold, and restores it once custody is known to be lost.
-func (m *custody) inquire(p int) {
+func (m *Machine) inquire(p int) {
 	pt := &m.parts[p]
 	if pt.round == 0 || m.now-pt.roundAt >= m.cfg.Round {
 		m.rounds++
 		pt.round = m.rounds
 		pt.roundAt = m.now
 		pt.asked = make(map[string]int64)
-		pt.replies = make(map[string]custodyMsg)
+		pt.replies = make(map[string]Msg)
 	}
 	complete := true
 	for _, id := range m.members() {
@@ -448,7 +407,7 @@ func (m *custody) inquire(p int) {
 		complete = false
 		if at, ok := pt.asked[id]; !ok || m.now-at >= m.cfg.Retry {
 			pt.asked[id] = m.now
-			m.send(custodyMsg{Kind: msgPull, To: id, Part: p, Round: pt.round})
+			m.send(Msg{Kind: MsgPull, To: id, Part: p, Round: pt.round})
 		}
 	}
 	if pt.held {
@@ -484,7 +443,7 @@ func (m *custody) inquire(p int) {
 // if a live member has seen custody at or past our offer's epoch, the offer
 // made it and our copy is stale; if every live member answered and none
 // has, our copy is the newest there is and custody is ours again.
-func (m *custody) doubt(p int, complete bool) {
+func (m *Machine) doubt(p int, complete bool) {
 	pt := &m.parts[p]
 	held := false
 	for _, r := range pt.replies {
@@ -501,7 +460,7 @@ func (m *custody) doubt(p int, complete bool) {
 	pt.sendTo, pt.round = "", 0
 	m.touch(p)
 	pt.epoch++
-	m.rd.Install = append(m.rd.Install, install{Part: p, State: pt.frozen, Reclaim: true})
+	m.rd.Install = append(m.rd.Install, Install{Part: p, State: pt.frozen, Reclaim: true})
 	pt.frozen = nil
 }
 
@@ -509,7 +468,7 @@ func (m *custody) doubt(p int, complete bool) {
 // the view, or it spoke to us lately without being in the view yet (a
 // joiner whose arrival our view has not caught up with: it may claim the
 // partition too).
-func (m *custody) known(id string) bool {
+func (m *Machine) known(id string) bool {
 	if m.alive(id) {
 		return true
 	}
@@ -519,7 +478,7 @@ func (m *custody) known(id string) bool {
 
 // members returns the members a pull round asks, in a fixed order so runs
 // replay. The slice is shared until the next tick, view or news.
-func (m *custody) members() []string {
+func (m *Machine) members() []string {
 	key := [3]int64{m.now, int64(m.ver), int64(len(m.heard))}
 	if m.asked.ids != nil && m.asked.key == key {
 		return m.asked.ids
@@ -541,66 +500,69 @@ func (m *custody) members() []string {
 }
 
 // Route says where calls for partition p go now.
-func (m *custody) Route(p int) route {
+func (m *Machine) Route(p int) Route {
 	pt := &m.parts[p]
 	switch {
 	case m.fenced:
-		return route{Mode: routeFenced}
+		return Route{Mode: RouteFenced}
 	case pt.held && pt.sendTo != "" && m.alive(pt.sendTo):
-		return route{Mode: routeForward, To: pt.sendTo, Handed: true}
+		return Route{Mode: RouteForward, To: pt.sendTo, Handed: true}
 	case pt.held && pt.sendTo != "":
-		return route{Mode: routeAwait} // in doubt: see doubt
+		return Route{Mode: RouteAwait} // in doubt: see doubt
 	case pt.held && pt.restoring:
-		return route{Mode: routeAwait}
+		return Route{Mode: RouteAwait}
 	case pt.held:
-		return route{Mode: routeLocal}
+		return Route{Mode: RouteLocal}
 	}
 	owner := m.owner(p)
 	switch {
 	case owner == m.self:
-		return route{Mode: routeAwait}
+		return Route{Mode: RouteAwait}
 	case owner == "":
-		return route{Mode: routeAwait} // no ring: nothing to forward to
+		return Route{Mode: RouteAwait} // no ring: nothing to forward to
 	}
-	return route{Mode: routeForward, To: owner, Handed: owner == pt.gaveTo}
+	return Route{Mode: RouteForward, To: owner, Handed: owner == pt.gaveTo}
 }
 
 // Fence retires the machine for good: this member fenced itself. Every
-// partition's route becomes routeFenced (Ready lists them all), whatever
+// partition's route becomes RouteFenced (Ready lists them all), whatever
 // was still to be done is dropped, and every input after it is ignored. It
 // returns, in partition order, the snapshots frozen for handovers not yet
 // acknowledged: their takers may never have installed them, so what they
 // count is owed like what the table holds. A second Fence returns nothing.
-func (m *custody) Fence() []snapshot {
+func (m *Machine) Fence() []Snapshot {
 	if m.fenced {
 		return nil
 	}
 	m.fenced = true
-	m.rd = custodyReady{}
-	var frozen []snapshot
+	m.rd = Ready{}
+	var frozen []Snapshot
 	for p := range m.parts {
 		if pt := &m.parts[p]; pt.held && pt.frozen != nil {
-			frozen = append(frozen, snapshot{Part: p, State: pt.frozen})
+			frozen = append(frozen, Snapshot{Part: p, State: pt.frozen})
 		}
 		m.touch(p)
 	}
 	return frozen
 }
 
-// Fenced reports whether Fence retired the machine.
-func (m *custody) Fenced() bool { return m.fenced }
+// Stats returns the machine's counters.
+func (m *Machine) Stats() Stats { return m.stats }
 
-// snapshot is a partition's frozen state.
-type snapshot struct {
+// Fenced reports whether Fence retired the machine.
+func (m *Machine) Fenced() bool { return m.fenced }
+
+// Snapshot is a partition's frozen state.
+type Snapshot struct {
 	Part  int
 	State []byte
 }
 
 // Holds reports whether this member is custodian of partition p.
-func (m *custody) Holds(p int) bool { return m.parts[p].held }
+func (m *Machine) Holds(p int) bool { return m.parts[p].held }
 
 // Held counts the partitions this member is custodian of.
-func (m *custody) Held() int {
+func (m *Machine) Held() int {
 	n := 0
 	for p := range m.parts {
 		if m.parts[p].held {
@@ -613,9 +575,9 @@ func (m *custody) Held() int {
 // Ready returns what the shell must do and forgets it: the shell applies
 // it before it calls the machine again (Frozen for each Freeze, Restored
 // for each Restore may come later).
-func (m *custody) Ready() custodyReady {
+func (m *Machine) Ready() Ready {
 	rd := m.rd
-	m.rd = custodyReady{}
+	m.rd = Ready{}
 	for p, t := range m.touched {
 		if t {
 			rd.Routes = append(rd.Routes, p)

@@ -1,5 +1,5 @@
 //go:build !race
 
-package node
+package custody
 
 const raceEnabled = false

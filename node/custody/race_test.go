@@ -1,6 +1,6 @@
 //go:build race
 
-package node
+package custody
 
 // raceEnabled: the race detector slows the simulation tenfold, so under it
 // TestCustodySim runs a tenth of its seeds; make test runs all of them

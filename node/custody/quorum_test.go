@@ -1,4 +1,4 @@
-package node
+package custody
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 
 // view parses "n1 n2 n3- n4+" into members; a trailing "-" marks one
 // leaving, a "+" one leaving and departed (done, about to go).
-func view(s string) []viewMember {
-	var ms []viewMember
+func view(s string) []Member {
+	var ms []Member
 	for _, f := range strings.Fields(s) {
 		name, leaving := strings.CutSuffix(f, "-")
 		name, departed := strings.CutSuffix(name, "+")
-		ms = append(ms, viewMember{Member: ring.Member{Name: name}, Leaving: leaving || departed, Departed: departed})
+		ms = append(ms, Member{Member: ring.Member{Name: name}, Leaving: leaving || departed, Departed: departed})
 	}
 	return ms
 }
@@ -106,11 +106,11 @@ func TestQuorumMajorityOfTheLastKnownMembership(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newQuorum(time.Hour)
+			q := NewQuorum(time.Hour)
 			now := time.Unix(1_700_000_000, 0)
 			for i, s := range tc.steps {
 				now = now.Add(s.after)
-				if got := q.observe(view(s.view), now); got != s.majority {
+				if got := q.Observe(view(s.view), now); got != s.majority {
 					t.Fatalf("step %d, view %q: majority %v, want %v (counted %v)", i, s.view, got, s.majority, q.counted())
 				}
 				if s.counted != "" && strings.Join(q.counted(), " ") != s.counted {
@@ -154,13 +154,13 @@ func TestQuorumSplitLeavesAtMostOneMajority(t *testing.T) {
 				var majority [2]bool
 				var trail [2][]bool
 				for k := range side {
-					q := newQuorum(time.Hour)
+					q := NewQuorum(time.Hour)
 					now := time.Unix(1_700_000_000, 0)
-					q.observe(view(strings.Join(active, " ")), now)
-					q.observe(view(strings.Join(whole, " ")), now)
+					q.Observe(view(strings.Join(active, " ")), now)
+					q.Observe(view(strings.Join(whole, " ")), now)
 					for _, v := range side[k] {
 						now = now.Add(time.Second)
-						got := q.observe(view(strings.Join(v, " ")), now)
+						got := q.Observe(view(strings.Join(v, " ")), now)
 						majority[k] = majority[k] || got
 						trail[k] = append(trail[k], got)
 					}
@@ -174,30 +174,30 @@ func TestQuorumSplitLeavesAtMostOneMajority(t *testing.T) {
 }
 
 func TestQuorumMandate(t *testing.T) {
-	q := newQuorum(time.Hour)
+	q := NewQuorum(time.Hour)
 	now := time.Unix(1_700_000_000, 0)
-	q.observe(view("n1 n2 n3"), now)
+	q.Observe(view("n1 n2 n3"), now)
 	term := time.Second
 	heard := map[string]time.Time{}
 	at := func(name string) (time.Time, bool) { t, ok := heard[name]; return t, ok }
-	if q.mandated("n1", now, term, at) {
+	if q.Mandated("n1", now, term, at) {
 		t.Fatal("mandated having heard from nobody but itself (1 of 3)")
 	}
 	heard["n2"] = now.Add(-term)
-	if !q.mandated("n1", now, term, at) {
+	if !q.Mandated("n1", now, term, at) {
 		t.Fatal("not mandated having heard from n2 exactly one term ago (2 of 3)")
 	}
-	if q.mandated("n1", now.Add(time.Nanosecond), term, at) {
+	if q.Mandated("n1", now.Add(time.Nanosecond), term, at) {
 		t.Fatal("mandated a nanosecond after n2's last word went stale")
 	}
 	heard["n3"] = now
-	if !q.mandated("n1", now.Add(time.Nanosecond), term, at) {
+	if !q.Mandated("n1", now.Add(time.Nanosecond), term, at) {
 		t.Fatal("not mandated having heard from n3 (2 of 3)")
 	}
 }
 
 // counted returns the names of the membership counted, for messages.
-func (q *quorum) counted() []string {
+func (q *Quorum) counted() []string {
 	names := make([]string, 0, len(q.base))
 	for name := range q.base {
 		names = append(names, name)

@@ -1,11 +1,11 @@
-package node
+package custody
 
 import (
 	"slices"
 	"time"
 )
 
-// quorum decides whether this member may own partitions: only while it
+// Quorum decides whether this member may own partitions: only while it
 // sees a majority of the last known membership. A network split leaves at
 // most one side with a majority; the other side (the minority) takes no
 // ownership: its calls fall back to degraded shares, charged later as
@@ -48,19 +48,24 @@ import (
 // included, within the mandate's term stops deciding until it has again;
 // heartbeats keep the mandate of a healthy member fresh. quorum is pure: time comes in
 // as arguments.
-type quorum struct {
+type Quorum struct {
 	horizon time.Duration        // how long an absent member stays counted
 	base    map[string]time.Time // name → when it was last present
 	leaving map[string]bool      // names the last view showing them marked leaving
 }
 
-func newQuorum(horizon time.Duration) *quorum {
-	return &quorum{horizon: horizon, base: map[string]time.Time{}, leaving: map[string]bool{}}
+// ForgetAfter is the horizon a member's quorum counts with: how long a
+// member that died without leaving stays counted in the membership
+// (gossip's reconnect horizon).
+const ForgetAfter = 72 * time.Hour
+
+func NewQuorum(horizon time.Duration) *Quorum {
+	return &Quorum{horizon: horizon, base: map[string]time.Time{}, leaving: map[string]bool{}}
 }
 
-// observe takes the membership of a new view at now and reports whether it
+// Observe takes the membership of a new view at now and reports whether it
 // holds a majority of the membership counted. The first view always does.
-func (q *quorum) observe(members []viewMember, now time.Time) bool {
+func (q *Quorum) Observe(members []Member, now time.Time) bool {
 	present := make(map[string]bool, len(members))
 	for _, m := range members {
 		present[m.Name] = true
@@ -106,19 +111,36 @@ func (q *quorum) observe(members []viewMember, now time.Time) bool {
 	return true
 }
 
-// mandated reports whether self, with heardAt telling when each other
+// Counted is how many members the membership counted holds: the seats a
+// majority is counted among.
+func (q *Quorum) Counted() int { return len(q.base) }
+
+// Elsewhere returns, for a view without a majority (members: this side of
+// a split), whether the member named is on the other, majority side: it is
+// counted (not departed) and missing from this side's view. A fence owes
+// what a key counts beyond the copy a backup acknowledged only when that
+// backup is elsewhere: the majority restores from it.
+func (q *Quorum) Elsewhere(members []Member) func(name string) bool {
+	here := make(map[string]bool, len(members))
+	for _, m := range members {
+		here[m.Name] = true
+	}
+	return func(name string) bool { _, counted := q.base[name]; return counted && !here[name] }
+}
+
+// Mandated reports whether self, with heardAt telling when each other
 // counted member was last heard from, has heard from a majority of the
 // membership counted within term before now.
-func (q *quorum) mandated(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) bool {
-	end := q.mandateEnd(self, now, term, heardAt)
+func (q *Quorum) Mandated(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) bool {
+	end := q.MandateEnd(self, now, term, heardAt)
 	return !end.IsZero() && !end.Before(now)
 }
 
-// mandateEnd returns when self's mandate ends: term after the moment by which
+// MandateEnd returns when self's mandate ends: term after the moment by which
 // a majority of the membership counted (self, heard at now, included) had
 // last been heard from; the zero time if a majority was never heard from.
 // An empty membership mandates for term from now.
-func (q *quorum) mandateEnd(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) time.Time {
+func (q *Quorum) MandateEnd(self string, now time.Time, term time.Duration, heardAt func(name string) (time.Time, bool)) time.Time {
 	if len(q.base) == 0 {
 		return now.Add(term)
 	}

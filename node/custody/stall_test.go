@@ -1,4 +1,4 @@
-package node
+package custody
 
 import (
 	"fmt"
@@ -52,7 +52,7 @@ func (s *sim) wake() {
 		case !long || !s.stallRule || len(s.liveProcs()) < 2:
 		case pr.inc.alive:
 			s.stallFence = true
-			s.fence(pr, simView{members: []viewMember{{Member: ring.Member{Name: pr.name}}}})
+			s.fence(pr, simView{members: []Member{{Member: ring.Member{Name: pr.name}}}})
 			s.stallFence = false
 		default:
 			s.abandon(pr)
@@ -95,7 +95,7 @@ func TestCustodySimStalls(t *testing.T) {
 }
 
 // TestCustodySimStallSeed replays one seed with stalls and a trace:
-// go test -run TestCustodySimStallSeed -sim.seed=N ./node/
+// go test -run TestCustodySimStallSeed -sim.seed=N ./node/custody/
 func TestCustodySimStallSeed(t *testing.T) {
 	if *simSeed < 0 {
 		t.Skip("no -sim.seed given")

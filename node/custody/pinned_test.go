@@ -1,4 +1,4 @@
-package node
+package custody
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 )
 
 // pinnedSeeds are simulation seeds that each break an invariant when one
-// fix in custody.go is reverted: the first failing seed among the first
+// fix in machine.go is reverted: the first failing seed among the first
 // 20,000 when that fix alone was taken out. They pass with every fix in.
 // TestCustodySim would catch these regressions too, but only if a later
 // change to the simulation kept steering some seed down the same path;
@@ -25,7 +25,7 @@ import (
 // and the one case where it loses state (the giver crashes first) the
 // checker accounts as a crash's legitimate loss. And hearing of a member
 // custody was given to that the round's view does not show yet (Step,
-// msgInfo, "m.heard[msg.GaveTo] = m.now"), pinned at 17757 before: none
+// MsgInfo, "m.heard[msg.GaveTo] = m.now"), pinned at 17757 before: none
 // of the first 120,000 seeds fails without it now, probably because a
 // process's machine now starts with its first view: a joiner holding a
 // partition has by then asked the members of its view, the waiter among

@@ -1,4 +1,4 @@
-package node
+package custody
 
 import (
 	"encoding/binary"
@@ -77,7 +77,7 @@ import (
 // of unless sim.strict names them (see strict): it then fails on them.
 //
 // A failing seed replays exactly, with a trace:
-// go test -run TestCustodySimSeed -sim.seed=N ./node/
+// go test -run TestCustodySimSeed -sim.seed=N ./node/custody/
 
 var (
 	simSeeds  = flag.Int("sim.seeds", 10000, "seeds TestCustodySim runs (make sim runs more)")
@@ -256,7 +256,7 @@ func decodeState(b []byte) (simState, bool) {
 type simMsg struct {
 	at   int64
 	to   string // custody message, replica acknowledgement: member id; call, replica, charge answer: process name
-	m    custodyMsg
+	m    Msg
 	call *simCall
 	rep  *simReplica // a copy for the backup
 	ack  *simReplica // the backup's acknowledgement of rep
@@ -277,7 +277,7 @@ type simCall struct {
 // member is its current incarnation.
 type simProc struct {
 	name     string
-	q        *quorum
+	q        *Quorum
 	inc      *simMember // current incarnation; its machine starts with the first view it may install
 	alive    bool
 	crashed  bool // died without leaving: the seat restarts under a new boot id
@@ -303,7 +303,7 @@ type simProc struct {
 type simMember struct {
 	id      string
 	proc    *simProc
-	m       *custody // nil until its first view
+	m       *Machine // nil until its first view
 	alive   bool     // its machine runs: started, not fenced, its process alive
 	fenced  bool     // retired by a fence
 	table   map[int]simState
@@ -364,8 +364,8 @@ type simDebt struct {
 
 type simView struct {
 	at      int64
-	v       custodyView
-	members []viewMember // what the quorum observes
+	v       View
+	members []Member // what the quorum observes
 	backups []string
 	seats   []string  // the seats (names) that existed when it was published
 	leaving []string  // those of them marked leaving then
@@ -522,7 +522,7 @@ func (s *sim) forget() bool {
 	if down, _ := s.down(); len(down) > 0 || s.split != nil || s.cut != nil || len(s.detect) > 0 {
 		return false
 	}
-	s.skew += forgetAfter
+	s.skew += ForgetAfter
 	s.logf("the forget horizon passes")
 	s.publish(false)
 	return true
@@ -535,7 +535,7 @@ func (s *sim) spawn(name string) *simProc {
 		s.names++
 		name = fmt.Sprintf("n%d", s.names)
 	}
-	pr := &simProc{name: name, q: newQuorum(forgetAfter), alive: true, heard: map[string]int64{}, mandated: true}
+	pr := &simProc{name: name, q: NewQuorum(ForgetAfter), alive: true, heard: map[string]int64{}, mandated: true}
 	s.procs = append(s.procs, pr)
 	s.seat[name] = pr
 	pr.inc = s.incarnate(pr)
@@ -602,7 +602,7 @@ func (s *sim) sideOf(name string) int {
 // view computes the membership as side sees it now: rendezvous hashing
 // over the live members that are not leaving.
 func (s *sim) view(side int) simView {
-	v := custodyView{Owners: make([]string, simParts), Alive: map[string]bool{}}
+	v := View{Owners: make([]string, simParts), Alive: map[string]bool{}}
 	sv := simView{backups: make([]string, simParts), seats: s.seats()}
 	var eligible []string
 	for _, pr := range s.procs {
@@ -615,7 +615,7 @@ func (s *sim) view(side int) simView {
 		id := pr.inc.id
 		v.Alive[id] = true
 		_, boot, _ := strings.Cut(id, "/")
-		sv.members = append(sv.members, viewMember{Member: ring.Member{Name: pr.name}, Boot: boot, Leaving: pr.leaving, Departed: pr.departed})
+		sv.members = append(sv.members, Member{Member: ring.Member{Name: pr.name}, Boot: boot, Leaving: pr.leaving, Departed: pr.departed})
 		if !pr.leaving {
 			eligible = append(eligible, id)
 		}
@@ -678,7 +678,7 @@ func (s *sim) publish(now bool) {
 // incarnation once a majority view shows that one.
 func (s *sim) installView(pr *simProc, v simView) {
 	s.logf("%s view %v counted %v", pr.inc.id, v.v, slices.Sorted(maps.Keys(pr.q.base)))
-	majority := pr.q.observe(v.members, s.clock(s.now))
+	majority := pr.q.Observe(v.members, s.clock(s.now))
 	if counted := pr.count(v.members, s.clock(s.now)); counted != majority {
 		s.fail("%s: quorum says majority=%v for a view of %v, the rule says %v (counted %v)", pr.name, majority, v.members, counted, slices.Sorted(maps.Keys(pr.counted)))
 	}
@@ -701,7 +701,7 @@ func (s *sim) installView(pr *simProc, v simView) {
 		if v.self != mb.id {
 			s.fail("%s starts from a view showing it as %s", mb.id, v.self)
 		}
-		mb.m = newCustody(mb.id, simParts, custodyConfig{Retry: 4, Round: 30})
+		mb.m = New(mb.id, simParts, Config{Retry: 4, Round: 30})
 		mb.alive = true
 		s.logf("%s starts", mb.id)
 	}
@@ -719,7 +719,7 @@ func (s *sim) installView(pr *simProc, v simView) {
 func (s *sim) checkMajority(pr *simProc, v simView) {
 	present, seats := 0, 0
 	for _, name := range v.seats {
-		in := slices.ContainsFunc(v.members, func(m viewMember) bool { return m.Name == name })
+		in := slices.ContainsFunc(v.members, func(m Member) bool { return m.Name == name })
 		if in {
 			present++
 		}
@@ -747,7 +747,7 @@ func (s *sim) checkMajority(pr *simProc, v simView) {
 // departed, or when a view holding a majority of the membership counted
 // with it lacks it and the last view that showed it marked it leaving, or
 // when no view has shown it for longer than the forget horizon.
-func (pr *simProc) count(members []viewMember, now time.Time) bool {
+func (pr *simProc) count(members []Member, now time.Time) bool {
 	if pr.counted == nil {
 		pr.counted, pr.marked, pr.lastSeen = map[string]bool{}, map[string]bool{}, map[string]time.Time{}
 	}
@@ -765,7 +765,7 @@ func (pr *simProc) count(members []viewMember, now time.Time) bool {
 		switch {
 		case present[name]:
 			seen++
-		case now.Sub(pr.lastSeen[name]) > forgetAfter:
+		case now.Sub(pr.lastSeen[name]) > ForgetAfter:
 			delete(pr.counted, name)
 		}
 	}
@@ -895,7 +895,7 @@ func (s *sim) sameSide(a string) func(b string) bool {
 	return func(b string) bool { return s.split == nil || s.split.side[a] == s.split.side[b] }
 }
 
-func (s *sim) send(msg custodyMsg) {
+func (s *sim) send(msg Msg) {
 	s.deliver(simMsg{to: msg.To, m: msg}, msg.From)
 }
 
@@ -932,7 +932,7 @@ func (s *sim) apply(mb *simMember) {
 			break
 		}
 		for _, msg := range rd.Msgs {
-			if msg.Kind == msgOffer {
+			if msg.Kind == MsgOffer {
 				mb.offered[msg.Part].to, mb.offered[msg.Part].epoch = msg.To, msg.Epoch
 			}
 			s.send(msg)
@@ -1108,9 +1108,9 @@ func (s *sim) call(mb *simMember, c *simCall) {
 	}
 	r := mb.m.Route(c.part)
 	switch {
-	case r.Mode == routeLocal && !mb.proc.mandated:
+	case r.Mode == RouteLocal && !mb.proc.mandated:
 		s.fallBack(c) // ErrMinority
-	case r.Mode == routeLocal:
+	case r.Mode == RouteLocal:
 		if c.charge != nil && !c.charge.debtor.alive {
 			return // the debtor died: its connection, and the charge, with it
 		}
@@ -1119,7 +1119,7 @@ func (s *sim) call(mb *simMember, c *simCall) {
 		} else {
 			s.admit(mb, c.part)
 		}
-	case r.Mode == routeAwait || (c.handed && c.hops > 0):
+	case r.Mode == RouteAwait || (c.handed && c.hops > 0):
 		if c.until == 0 {
 			c.until = s.now + simAwait
 		}
@@ -1158,7 +1158,7 @@ func (s *sim) retry(mb *simMember) {
 			mb.waiting = append(mb.waiting, c)
 			continue
 		}
-		if r := mb.m.Route(c.part); r.Mode == routeAwait || (r.Mode == routeForward && c.handed && r.To == "") {
+		if r := mb.m.Route(c.part); r.Mode == RouteAwait || (r.Mode == RouteForward && c.handed && r.To == "") {
 			mb.waiting = append(mb.waiting, c)
 			continue
 		}
@@ -1279,7 +1279,7 @@ func (s *sim) newest(p int) (best copyRef, ok bool) {
 	inFlight := func(msgs []simMsg) {
 		for i := range msgs {
 			msg := &msgs[i]
-			if msg.m.Kind != msgOffer || msg.m.Part != p || msg.call != nil || s.forkedOff[copyAt{p, msg.m.From}] {
+			if msg.m.Kind != MsgOffer || msg.m.Part != p || msg.call != nil || s.forkedOff[copyAt{p, msg.m.From}] {
 				continue
 			}
 			if to := s.members[msg.to]; to.current() && (to.m == nil || msg.m.Epoch > to.m.parts[p].epoch) && !s.installed[offerID{p, msg.m.Epoch, msg.m.From}] {
@@ -1401,7 +1401,7 @@ func (s *sim) containers(p int, reach func(*simProc) bool, what *[]string) simID
 	for _, msgs := range [][]simMsg{s.net, s.due} {
 		for i := range msgs {
 			msg := &msgs[i]
-			if msg.m.Kind == msgOffer && msg.m.Part == p && msg.call == nil {
+			if msg.m.Kind == MsgOffer && msg.m.Part == p && msg.call == nil {
 				// As newest: an offer its taker will not install is no copy.
 				if to := s.members[msg.to]; to.current() && reach(to.proc) && (to.m == nil || msg.m.Epoch > to.m.parts[p].epoch) && !s.installed[offerID{p, msg.m.Epoch, msg.m.From}] {
 					st, _ := decodeState(msg.m.State)
@@ -1488,7 +1488,7 @@ func (s *sim) check() {
 	for p := range simParts {
 		var writers []string
 		for _, mb := range run {
-			if mb.proc.mandated && !mb.proc.stalled(s.now) && mb.m.Route(p).Mode == routeLocal {
+			if mb.proc.mandated && !mb.proc.stalled(s.now) && mb.m.Route(p).Mode == RouteLocal {
 				writers = append(writers, mb.id)
 			}
 		}
@@ -1612,7 +1612,7 @@ func (s *sim) restored(mb *simMember, p int) {
 func (s *sim) replicate(mb *simMember) {
 	for p := range simParts {
 		st, ok := mb.table[p]
-		if !ok || mb.m.Route(p).Mode != routeLocal || (!mb.dirty[p] && mb.sent[p] == mb.ackAt[p]) {
+		if !ok || mb.m.Route(p).Mode != RouteLocal || (!mb.dirty[p] && mb.sent[p] == mb.ackAt[p]) {
 			continue
 		}
 		mb.dirty[p] = false
@@ -1694,7 +1694,7 @@ func (s *sim) handle(msg simMsg) {
 		s.logf("%s <- %v %s p%d e%d r%d held=%v claim=%v gave=%s/%d", mb.id, msg.m.Kind, msg.m.From, msg.m.Part, msg.m.Epoch, msg.m.Round, msg.m.Held, msg.m.Claiming, msg.m.GaveTo, msg.m.Gave)
 		before := mb.m.parts[msg.m.Part].epoch
 		mb.m.Step(msg.m)
-		if msg.m.Kind == msgOffer && before < msg.m.Epoch && mb.m.parts[msg.m.Part].epoch >= msg.m.Epoch {
+		if msg.m.Kind == MsgOffer && before < msg.m.Epoch && mb.m.parts[msg.m.Part].epoch >= msg.m.Epoch {
 			s.installed[offerID{msg.m.Part, msg.m.Epoch, msg.m.From}] = true // installed, or passed straight on
 			if s.forkedOff[copyAt{msg.m.Part, msg.m.From}] {
 				s.forkedOff[copyAt{msg.m.Part, mb.id}] = true
@@ -1717,7 +1717,7 @@ func (s *sim) heartbeats() {
 				a.heard[b.name] = s.now
 			}
 		}
-		a.mandated = a.q.mandated(a.name, s.clock(s.now), simMandate*time.Millisecond, func(name string) (time.Time, bool) {
+		a.mandated = a.q.Mandated(a.name, s.clock(s.now), simMandate*time.Millisecond, func(name string) (time.Time, bool) {
 			at, ok := a.heard[name]
 			return s.clock(at), ok
 		})
@@ -1963,7 +1963,7 @@ func (s *sim) rested() bool {
 	}
 	for p := range simParts {
 		owner := s.members[v.v.Owners[p]]
-		if owner == nil || !owner.alive || owner.m.Route(p).Mode != routeLocal {
+		if owner == nil || !owner.alive || owner.m.Route(p).Mode != RouteLocal {
 			return false
 		}
 		for _, mb := range s.running() {
@@ -2060,7 +2060,7 @@ func runSimWith(seed uint64, tracing bool, set func(*sim)) (s *sim) {
 }
 
 // TestCustodySimSeed replays one seed with a trace:
-// go test -run TestCustodySimSeed -sim.seed=N ./node/
+// go test -run TestCustodySimSeed -sim.seed=N ./node/custody/
 func TestCustodySimSeed(t *testing.T) {
 	if *simSeed < 0 {
 		t.Skip("no -sim.seed given")
