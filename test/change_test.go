@@ -28,6 +28,9 @@ const (
 	// previous holder was alive (exported by node).
 	resetMetric    = "tokenring_reset_while_holder_alive_total"
 	fallbackMetric = "tokenring_fallback_decisions_total"
+	// receivedMetric counts the partitions a node received from another
+	// (handoff): resetMetric's 0 means something only if these moved.
+	receivedMetric = "tokenring_handoff_received_total"
 )
 
 // changeConfig: every tenant may make 100 requests a window; tokens and
@@ -70,12 +73,14 @@ func metricValue(p *Proc, name string) (float64, bool, error) {
 	return sum, found, sc.Err()
 }
 
-// resetCounter adds up resetMetric over node processes, read at several
-// moments (a node about to be restarted or stopped is read before, since its
-// counter goes with it). A node without the metric counts 0 and is logged.
+// resetCounter adds up resetMetric, and receivedMetric, over node
+// processes, read at several moments (a node about to be restarted or
+// stopped is read before, since its counters go with it). A node without
+// the metric counts 0 and is logged.
 type resetCounter struct {
 	t        *testing.T
 	total    float64
+	received float64 // partitions handed over: the moves the reset check watched
 	readings []string
 }
 
@@ -91,13 +96,21 @@ func (r *resetCounter) read(p *Proc, when string) {
 		r.total += v
 		r.readings = append(r.readings, fmt.Sprintf("%s %s: %v", p.Name, when, v))
 	}
+	got, _, err := metricValue(p, receivedMetric)
+	if err != nil {
+		r.t.Errorf("read %s on %s (%s): %v", receivedMetric, p.Name, when, err)
+	}
+	r.received += got
 }
 
 func (r *resetCounter) check() {
 	r.t.Helper()
-	r.t.Logf("%s: %s", resetMetric, strings.Join(r.readings, "; "))
+	r.t.Logf("%s: %s; %v partitions handed over (%s)", resetMetric, strings.Join(r.readings, "; "), r.received, receivedMetric)
 	if r.total != 0 {
 		r.t.Errorf("%s = %v in all, want 0: keys started from zero while their previous holder was alive", resetMetric, r.total)
+	}
+	if r.received == 0 {
+		r.t.Errorf("%s = 0 on every node: no partition changed hands, so %s's 0 shows nothing", receivedMetric, resetMetric)
 	}
 }
 
@@ -170,9 +183,9 @@ func ownerMap(t *testing.T, procs []*Proc, tenants []string) map[string]string {
 // load starts the clients: 16 goroutines sending back to back through
 // targets (a few thousand acquires a second here, so every tenant reaches its
 // limit within about a second and is refused from then on); bounded at
-// 400,000 acquires and 3 minutes. It returns once the clients have been busy
-// on every target for changeLead, so the change starts under load with the
-// tenants partly used.
+// 400,000 acquires and 3 minutes. It returns once every target has answered
+// changeLead acquires, so the change starts under load with the tenants
+// partly used (changeUsed of changeLimit by the setup, and more since).
 func (ct *changeTest) load(targets func() []*Proc, noHealthCheck bool) *LoadDriver {
 	d := StartLoad(LoadConfig{
 		Clients:       16,
@@ -182,12 +195,14 @@ func (ct *changeTest) load(targets func() []*Proc, noHealthCheck bool) *LoadDriv
 		MaxRequests:   400_000,
 		MaxDuration:   3 * time.Minute,
 	})
-	time.Sleep(changeLead)
+	waitAnswered(ct.t, d, LoadResult{}, targets(), changeLead, 30*time.Second)
 	return d
 }
 
-// changeLead is how long the clients run before the change starts.
-const changeLead = 300 * time.Millisecond
+// changeLead is how many acquires every target answers before the change
+// starts: the clients are busy on each (about 7 more a tenant through three
+// targets, well under changeLimit-changeUsed).
+const changeLead = 100
 
 // finish keeps the clients sending until every tenant has been refused at
 // least 10 more times (at least 2 s) after the change, stops them, and checks
@@ -344,18 +359,20 @@ func TestRollingRestartThroughHAProxyIsExact(t *testing.T) {
 	// still be in it when the counts are checked.
 	const window = 120 * time.Second
 	c := NewCluster(t, daemon, 3, changeConfig(window))
-	lb := startHAProxyWith(t, c.Procs, haproxyOptions{CheckReadyz: true, CheckInterval: 100 * time.Millisecond})
+	lb, stats := startHAProxyWith(t, c.Procs, haproxyOptions{CheckReadyz: true, CheckInterval: 100 * time.Millisecond})
 	lbProc := &Proc{Name: "haproxy", HTTP: strings.TrimPrefix(lb, "http://")}
 	ct := newChangeTest(t, c, window, "roll")
 	resets := &resetCounter{t: t}
+	stats.waitAllUp(t, c.Procs, 10*time.Second) // every node in the rotation before the clients start
 
 	d := ct.load(func() []*Proc { return []*Proc{lbProc} }, true)
 	for _, p := range append([]*Proc(nil), c.Procs...) {
 		resets.read(p, "before its restart")
 		stopped, ready := c.Restart(p)
 		converged := c.WaitConverged(30 * time.Second)
-		t.Logf("restarted %s: exited %v after SIGTERM, ready %v after exec, ring converged %v later", p.Name, stopped, ready, converged)
-		time.Sleep(500 * time.Millisecond) // HAProxy's rise 2 puts it back in the rotation
+		up := stats.waitAllUp(t, c.Procs, 10*time.Second) // HAProxy's rise 2 puts it back in the rotation
+		t.Logf("restarted %s: exited %v after SIGTERM, ready %v after exec, ring converged %v later, back in HAProxy's rotation %v after that",
+			p.Name, stopped, ready, converged, up)
 	}
 
 	ct.finish(d, "a rolling restart")

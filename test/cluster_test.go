@@ -338,14 +338,30 @@ fallback: degraded
 			mu.Lock()
 			answers = append(answers, answer{at: start, code: code, fallback: out["fallback"] == true, owner: owner, took: time.Since(start)})
 			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the workers' pace, not a wait
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	// count is how many answers so far pass keep.
+	count := func(keep func(answer) bool) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range answers {
+			if keep(a) {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 10*time.Second, "20 answers before the crash", func() bool {
+		return count(func(answer) bool { return true }) >= 20
+	})
 	killedAt := time.Now()
 	c.Kill(victim)
 	converged := c.WaitConverged(30 * time.Second)
-	time.Sleep(300 * time.Millisecond)
+	convergedAt := time.Now()
+	eventually(t, 10*time.Second, "20 answers from a new owner once the ring converged", func() bool {
+		return count(func(a answer) bool { return !a.at.Before(convergedAt) && !a.fallback && a.owner != victim.Name }) >= 20
+	})
 	halt()
 
 	var before, during, after, slow int

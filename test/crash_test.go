@@ -48,6 +48,12 @@ func waitReplicated(t *testing.T, procs []*Proc) {
 // later; the holder gives the rest back at the renewal or its next sweep
 // (100 ms). Until then the owner counts those admissions as used (README
 // "Hot keys"). Call it once traffic has stopped.
+//
+// A sleep, not a poll: a slice's end is a moment of the clock (its
+// bucket's), and no node says how many slices it holds (no metric or
+// endpoint counts live slices; tokenring_allot_returned_total moves only
+// for slices with admissions left), so the clock is the event. The 500 ms
+// are the holder's sweep (100 ms) and its give-back call, with slack.
 func waitSlicesEnded() {
 	now := time.Now()
 	time.Sleep(now.Truncate(time.Second).Add(2*time.Second).Sub(now) + 500*time.Millisecond)
@@ -197,6 +203,7 @@ replication: {interval: %s}
 	}
 	var mu sync.Mutex
 	var admitted []admission
+	replicated0 := metric(t, victim, "tokenring_replicated_total")
 	halt := startWorkers(t, 4, func(w int, stop <-chan struct{}) {
 		for i := 0; i < 20000; i++ { // bounded; stopped below
 			select {
@@ -218,11 +225,27 @@ replication: {interval: %s}
 			}
 		}
 	})
-	time.Sleep(2500 * time.Millisecond) // load runs across several replication rounds
+	// The load runs across several replication rounds: the victim has sent
+	// its busy tenants' snapshots to their backups five times over.
+	eventually(t, 30*time.Second, "five replication rounds of the victim's tenants under load", func() bool {
+		return metric(t, victim, "tokenring_replicated_total")-replicated0 >= 5*float64(len(tenants))
+	})
 	killedAt := time.Now()
 	c.Kill(victim)
 	c.WaitConverged(30 * time.Second)
-	time.Sleep(500 * time.Millisecond)
+	convergedAt := time.Now()
+	// The new owners admit under load (not as a fallback).
+	eventually(t, 10*time.Second, "20 admissions by the new owners once the ring converged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, a := range admitted {
+			if !a.fallback && a.at.After(convergedAt) {
+				n++
+			}
+		}
+		return n >= 20
+	})
 	halt()
 
 	// Fallback admissions are debts, charged to the new owners: wait until
@@ -261,6 +284,9 @@ replication: {interval: %s}
 	}
 	t.Logf("%d admissions (by owners, and by fallbacks as debts) for %d tenants; after SIGKILL the new owners miss %d of them; the victim admitted %d in its last %v (bound: interval + slack)",
 		total, len(tenants), lost, recent, interval+slack)
+	if recent == 0 {
+		t.Fatalf("the victim admitted nothing in its last replication interval + slack before the kill: the bound was not put to the test")
+	}
 	if lost > recent {
 		t.Fatalf("lost %d admissions, more than the %d made in the last replication interval + slack", lost, recent)
 	}
@@ -351,7 +377,7 @@ replication: {mode: %s, copies: %d}
 	d := StartLoad(LoadConfig{Clients: 16, Tenants: tenants, Targets: c.Nodes, Pace: 10 * time.Millisecond, MaxDuration: 50 * time.Second})
 	start := time.Now()
 	defer d.Stop()
-	time.Sleep(killAfter)
+	time.Sleep(killAfter) // the kill's moment under the load is what each case varies (after replication rounds, or within the first 100 ms)
 	for _, v := range victims {
 		c.Kill(v)
 	}
@@ -369,7 +395,12 @@ replication: {mode: %s, copies: %d}
 	converged := c.WaitConverged(30 * time.Second)
 	survivors := c.Live()
 	repaidIn := waitDebtsRepaid(t, survivors, 20*time.Second)
-	time.Sleep(2 * time.Second) // the new owners decide under load
+	// The new owners decide under load: every tenant refused 10 more times
+	// (at its limit by their count).
+	d.Mark()
+	if !d.WaitEachRefused(10, 0, 20*time.Second) {
+		t.Errorf("the clients did not drive every tenant to 10 more refusals within 20 s of the debts' repayment: the new owners' counts were not put to the test")
+	}
 	res := d.Stop()
 	if res.Elapsed > 55*time.Second {
 		t.Fatalf("the run took %v, longer than one window: the counts are not comparable to the limit", res.Elapsed)
@@ -400,6 +431,11 @@ replication: {mode: %s, copies: %d}
 	for name, nt := range res.Nodes {
 		if !slices.ContainsFunc(victims, func(v *Proc) bool { return v.Name == name }) && nt.Errors > 0 {
 			t.Errorf("%d answers via survivor %s were not a 200 or a 429: %v", nt.Errors, name, res.FirstErrors)
+		}
+	}
+	for _, p := range survivors {
+		if nt := res.Nodes[p.Name]; nt == nil || nt.Allowed+nt.Refused == 0 {
+			t.Errorf("survivor %s answered no acquire: its errors were not put to the test", p.Name)
 		}
 	}
 	if maxOver > bound {

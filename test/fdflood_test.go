@@ -139,7 +139,7 @@ limits:
 	// more as many.
 	time.Sleep(2500 * time.Millisecond) // the flood's duration, not a wait for an event
 	conns = append(conns, idleFlood(p.Gossip, 1200-len(conns)+200)...)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the second flood's duration, as the first's
 	close(stop)
 	r := <-done
 	for _, c := range conns {

@@ -2,10 +2,12 @@ package test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +33,8 @@ func needCommand(t *testing.T, name string) string {
 // free loopback port and returns its base URL. It is stopped by t.Cleanup.
 func startHAProxy(t *testing.T, procs []*Proc) string {
 	t.Helper()
-	return startHAProxyWith(t, procs, haproxyOptions{})
+	url, _ := startHAProxyWith(t, procs, haproxyOptions{})
+	return url
 }
 
 // haproxyOptions are the settings of startHAProxyWith; the zero value is
@@ -48,11 +51,14 @@ type haproxyOptions struct {
 	CheckInterval time.Duration
 }
 
-// startHAProxyWith is startHAProxy with options.
-func startHAProxyWith(t *testing.T, procs []*Proc, o haproxyOptions) string {
+// startHAProxyWith is startHAProxy with options; it also returns HAProxy's
+// stats socket, which tells when a node is back in the rotation.
+func startHAProxyWith(t *testing.T, procs []*Proc, o haproxyOptions) (string, haproxyStats) {
 	t.Helper()
 	bin := needCommand(t, "haproxy")
 	port := FreePort(t)
+	dir := t.TempDir()
+	stats := haproxyStats(filepath.Join(dir, "stats.sock"))
 	var servers, backend, defaults strings.Builder
 	check := ""
 	if o.CheckReadyz {
@@ -69,6 +75,7 @@ func startHAProxyWith(t *testing.T, procs []*Proc, o haproxyOptions) string {
 	}
 	cfg := fmt.Sprintf(`global
     maxconn 4096
+    stats socket %s mode 600 level user
 defaults
     mode tcp
     timeout connect 2s
@@ -79,14 +86,70 @@ defaults
     default_backend nodes
 backend nodes
     balance roundrobin
-%s%s`, defaults.String(), port, backend.String(), servers.String())
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+%s%s`, stats, defaults.String(), port, backend.String(), servers.String())
+	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	startServer(t, addr, bin, "-db", "-f", path)
-	return "http://" + addr
+	return "http://" + addr, stats
+}
+
+// haproxyStats is the path of an HAProxy's stats socket (its global
+// "stats socket" line).
+type haproxyStats string
+
+// servers returns HAProxy's state of every server of its backend "nodes",
+// by name: the status column of "show stat" (UP, DOWN, "DOWN 1/2" while
+// rising, "UP 1/3" while falling, "no check").
+func (s haproxyStats) servers() (map[string]string, error) {
+	c, err := net.DialTimeout("unix", string(s), time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "show stat\n"); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	col := slices.Index(strings.Split(strings.TrimPrefix(lines[0], "# "), ","), "status")
+	if col < 0 {
+		return nil, fmt.Errorf("show stat: no status column in %q", lines[0])
+	}
+	out := map[string]string{}
+	for _, line := range lines[1:] {
+		f := strings.Split(line, ",")
+		if len(f) > col && f[0] == "nodes" && f[1] != "BACKEND" {
+			out[f[1]] = f[col]
+		}
+	}
+	return out, nil
+}
+
+// waitAllUp waits until HAProxy counts every one of procs UP: in its
+// rotation (with rise 2, two checks passed since a node came back).
+func (s haproxyStats) waitAllUp(t *testing.T, procs []*Proc, timeout time.Duration) time.Duration {
+	t.Helper()
+	var last map[string]string
+	var err error
+	what := func() string { return fmt.Sprintf("HAProxy counts every node UP (last: %v, %v)", last, err) }
+	return eventually(t, timeout, what, func() bool {
+		if last, err = s.servers(); err != nil {
+			return false
+		}
+		for _, p := range procs {
+			if last[p.Name] != "UP" {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // startServer runs a helper server (haproxy, redis-server) until the test

@@ -399,6 +399,26 @@ func (c *Cluster) WaitConverged(timeout time.Duration) time.Duration {
 	}
 }
 
+// eventually waits for an event: it polls cond every 20 ms until it holds
+// and returns how long that took, or fails t if it did not hold within
+// timeout, saying what it waited for: what is a string, or a func() string
+// called then (to tell the state at the deadline). Call it from the test's
+// goroutine.
+func eventually(t testing.TB, timeout time.Duration, what any, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			if f, ok := what.(func() string); ok {
+				what = f()
+			}
+			t.Fatalf("not within %v: %v", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll's interval
+	}
+	return time.Since(start)
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]

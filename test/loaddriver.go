@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -544,6 +545,33 @@ func (d *LoadDriver) WaitEachRefused(n int, min, timeout time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// waitAnswered waits until d's clients have had n more answers (allowed
+// or refused) through every one of procs than in base, a Tally taken
+// earlier (the zero LoadResult counts from the start): the load has run
+// through each of them. It returns how long that took, and fails t if it
+// did not happen within timeout.
+func waitAnswered(t testing.TB, d *LoadDriver, base LoadResult, procs []*Proc, n int, timeout time.Duration) time.Duration {
+	t.Helper()
+	answered := func(r LoadResult, name string) int {
+		if nt := r.Nodes[name]; nt != nil {
+			return nt.Allowed + nt.Refused
+		}
+		return 0
+	}
+	what := func() string {
+		return fmt.Sprintf("%d answers through each of %d nodes; the clients so far: %s", n, len(procs), d.Tally().Summary())
+	}
+	return eventually(t, timeout, what, func() bool {
+		r := d.Tally()
+		for _, p := range procs {
+			if answered(r, p.Name)-answered(base, p.Name) < n {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // Stop asks the clients to stop, waits until they have, and returns the

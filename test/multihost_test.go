@@ -30,11 +30,14 @@ func multiHostConfig() string {
 
 // startLabHAProxy runs HAProxy in TCP mode inside the namespace of host, on
 // host.IP:8080, round robin over procs (by their HTTP address) with GET
-// /readyz health checks, and returns a Proc the test reaches it by. It is
-// stopped by t.Cleanup.
-func startLabHAProxy(t *testing.T, host *labNode, procs []*Proc) *Proc {
+// /readyz health checks, and returns a Proc the test reaches it by and its
+// stats socket (a file: reached from any namespace). It is stopped by
+// t.Cleanup.
+func startLabHAProxy(t *testing.T, host *labNode, procs []*Proc) (*Proc, haproxyStats) {
 	t.Helper()
 	bin := needCommand(t, "haproxy")
+	dir := t.TempDir()
+	stats := haproxyStats(filepath.Join(dir, "stats.sock"))
 	var servers strings.Builder
 	for _, p := range procs {
 		fmt.Fprintf(&servers, "    server %s %s check\n", p.Name, p.HTTP)
@@ -42,6 +45,7 @@ func startLabHAProxy(t *testing.T, host *labNode, procs []*Proc) *Proc {
 	addr := host.IP + ":8080"
 	cfg := fmt.Sprintf(`global
     maxconn 4096
+    stats socket %s mode 600 level user
 defaults
     mode tcp
     timeout connect 2s
@@ -58,8 +62,8 @@ backend nodes
     option httpchk GET /readyz
     http-check expect status 200
     default-server inter 100 fall 1 rise 2
-%s`, addr, servers.String())
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+%s`, stats, addr, servers.String())
+	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +103,7 @@ backend nodes
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &Proc{Name: "haproxy", HTTP: addr, Client: nsClient(host.NS)}
+	return &Proc{Name: "haproxy", HTTP: addr, Client: nsClient(host.NS)}, stats
 }
 
 // labMetric sums the samples of a Prometheus metric on p's /metrics,
@@ -191,9 +195,9 @@ func TestMultiHostBehindHAProxy(t *testing.T) {
 	t.Log(lab.Describe())
 	c := NewClusterWith(t, daemon, 3, multiHostConfig(), ClusterOptions{Place: lab.PlaceAllInterfaces}, steady...)
 	checkAdvertised(t, c, lab)
-	lb := startLabHAProxy(t, lbHost, c.Procs)
+	lb, stats := startLabHAProxy(t, lbHost, c.Procs)
 	// HAProxy's rise 2: every node is in the rotation after two checks.
-	time.Sleep(500 * time.Millisecond)
+	stats.waitAllUp(t, c.Procs, 10*time.Second)
 	// Warm-up, not counted: every node opens its peer connections (a node
 	// starved of CPU by the race detector right after its start would
 	// otherwise be probed as down by a peer's first forward).
@@ -289,12 +293,13 @@ func TestMultiHostBehindHAProxy(t *testing.T) {
 			ok.Add(1)
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 10*time.Second, "the clients' first 100 answers through HAProxy", func() bool { return ok.Load() >= 100 })
 	for _, p := range append([]*Proc(nil), c.Procs...) {
 		stopped, ready := c.Restart(p)
 		converged := c.WaitConverged(30 * time.Second)
-		t.Logf("restarted %s: exited %v after SIGTERM, ready %v after exec, ring converged %v later", p.Name, stopped, ready, converged)
-		time.Sleep(500 * time.Millisecond) // rise 2: back in HAProxy's rotation
+		up := stats.waitAllUp(t, c.Procs, 10*time.Second) // rise 2: back in HAProxy's rotation
+		t.Logf("restarted %s: exited %v after SIGTERM, ready %v after exec, ring converged %v later, back in HAProxy's rotation %v after that",
+			p.Name, stopped, ready, converged, up)
 	}
 	stopLoad()
 	t.Logf("rolling restart: %d acquires answered, %d client errors", ok.Load(), clientErrs.Load())

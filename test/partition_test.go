@@ -273,7 +273,9 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 		Pace:        partPace,
 	})
 	defer d.Stop() // a Fatal below must not leave the clients running
-	time.Sleep(500 * time.Millisecond)
+	// The cut comes under load: the clients have been answered through
+	// every node.
+	waitAnswered(t, d, LoadResult{}, c.Procs, 20, 20*time.Second)
 
 	// The cut.
 	cutAt := time.Now()
@@ -316,7 +318,7 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // the ring watch's interval, while the cut lasts
 	}
 	<-probed
 	<-silent("at the end of the cut")
@@ -332,7 +334,7 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 	side3, side3Errs := partStatuses(n3, tenants)
 	watch.poll()
 	if wait := partCut - time.Since(cutAt); wait > 0 {
-		time.Sleep(wait)
+		time.Sleep(wait) // the cut lasts partCut: its length is part of what is under test
 	}
 	duringCut := d.Tally()
 
@@ -349,7 +351,7 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 			if got = lab.Probe("n1", "n3", time.Second); got == "refused" {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the probe's retry interval
 		}
 		reach <- got
 	}()
@@ -359,7 +361,7 @@ func TestPartitionHealsWithoutOvershoot(t *testing.T) {
 			converged, convergedAfter = true, time.Since(healAt)
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the ring watch's interval, bounded by partConverge
 	}
 	if !converged {
 		convergedAfter = time.Since(healAt)

@@ -36,15 +36,33 @@ replication: {mode: sync}
 		Usage:       `{"prompt_tokens":10,"completion_tokens":5}`,
 		MaxRequests: 2_000_000, MaxDuration: 3 * time.Minute})
 	defer d.Stop()
+	// underLoad waits until the load has run through the ring as it is:
+	// every live node has answered 10 more acquires, and every tenant
+	// completed 10 more leases, than when it was called.
+	underLoad := func() time.Duration {
+		t.Helper()
+		base, t0 := d.Tally(), time.Now()
+		waitAnswered(t, d, base, c.Live(), 10, 30*time.Second)
+		eventually(t, 30*time.Second, func() string { return "10 more leases completed by every tenant: " + d.Tally().TenantReport() }, func() bool {
+			r := d.Tally()
+			for _, tn := range tenants {
+				if r.Tenants[tn].Completed-base.Tenants[tn].Completed < 10 {
+					return false
+				}
+			}
+			return true
+		})
+		return time.Since(t0)
+	}
 	step := func(what string, change func()) {
 		t0 := time.Now()
 		change()
 		took := c.WaitConverged(45 * time.Second)
-		d.Mark()
-		time.Sleep(time.Second) // under load after the change
-		t.Logf("%s: %v, ring converged %v later", what, time.Since(t0).Round(time.Millisecond), took.Round(time.Millisecond))
+		after := underLoad()
+		t.Logf("%s: %v, ring converged %v later, under load through every node %v after that",
+			what, time.Since(t0).Round(time.Millisecond), took.Round(time.Millisecond), after.Round(time.Millisecond))
 	}
-	time.Sleep(time.Second) // under load before the first change
+	underLoad() // before the first change
 	step("a sixth node joins", func() { c.Start() })
 	step("n2 leaves (SIGTERM)", func() { c.Stop(c.Procs[1]) })
 	victim = c.Procs[2]
@@ -52,9 +70,9 @@ replication: {mode: sync}
 	step("n3 SIGKILLed and started again", func() {
 		c.Kill(victim)
 		killedAt = time.Since(d.start)
-		for slices.Contains(d.Live(), victim.Name) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually(t, 10*time.Second, "the clients stop sending to "+victim.Name+" (its health checks fail)", func() bool {
+			return !slices.Contains(d.Live(), victim.Name)
+		})
 		c.launch(victim)
 		c.waitReady(victim, 30*time.Second)
 	})
@@ -66,6 +84,11 @@ replication: {mode: sync}
 	for name, nt := range res.Nodes {
 		if name != victim.Name && nt.Errors > 0 {
 			t.Errorf("%d client errors via %s: %v", nt.Errors, name, res.FirstErrors)
+		}
+	}
+	for _, p := range c.Live() {
+		if nt := res.Nodes[p.Name]; nt == nil || nt.Allowed+nt.Refused == 0 {
+			t.Errorf("%s answered no acquire: its errors were not put to the test", p.Name)
 		}
 	}
 	unknown := res.Nodes[victim.Name].Errors // acquires whose answer died with the process (at most)
