@@ -106,6 +106,11 @@ type HTTP struct {
 	// for every two CPUs it may run on, at least one. -1: none, every
 	// connection served by a goroutine of its own.
 	EventLoops int `yaml:"event_loops"`
+	// FastPath serves the decision API's plain HTTP/1.1 requests from the
+	// connection's bytes (internal/http1), handing every other request to
+	// net/http (default true). false: net/http alone serves every
+	// connection, as over TLS, and event_loops is ignored.
+	FastPath bool `yaml:"fast_path"`
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// ReadTimeout bounds reading a whole request, body included (default 30s).
@@ -372,6 +377,7 @@ func Default() Config {
 		MaxKeys:           DefaultMaxKeys,
 		HotKeyRate:        DefaultHotKeyRate,
 		HTTP: HTTP{
+			FastPath:          true,
 			ReadHeaderTimeout: DefaultReadHeaderTimeout,
 			ReadTimeout:       DefaultReadTimeout,
 			IdleTimeout:       DefaultIdleTimeout,

@@ -92,7 +92,7 @@ func TestDefault(t *testing.T) {
 		Queue:            Queue{MaxWaiters: 1024, Aging: 5 * time.Second},
 		MaxKeys:          1_000_000,
 		HotKeyRate:       5,
-		HTTP: HTTP{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		HTTP: HTTP{FastPath: true, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 			IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second},
 		Peer: Peer{MaxFrameBytes: 1 << 20, MaxConns: 256},
 	}

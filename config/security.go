@@ -173,7 +173,7 @@ func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 	if d.int(f["hot_key_rate"], "hot_key_rate", &n) {
 		c.HotKeyRate = clampInt(n)
 	}
-	if h := d.fields(f["http"], "http", "max_conns", "event_loops", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout", "tls"); h != nil {
+	if h := d.fields(f["http"], "http", "max_conns", "event_loops", "fast_path", "read_header_timeout", "read_timeout", "idle_timeout", "write_timeout", "tls"); h != nil {
 		if t := d.fields(h["tls"], "http.tls", "cert_file", "key_file", "client_ca_file"); t != nil {
 			d.string(t["cert_file"], "http.tls.cert_file", &c.HTTP.TLS.CertFile)
 			d.string(t["key_file"], "http.tls.key_file", &c.HTTP.TLS.KeyFile)
@@ -185,6 +185,7 @@ func (d *decoder) security(f map[string]*yaml.Node, c *Config) {
 		if d.int(h["event_loops"], "http.event_loops", &n) {
 			c.HTTP.EventLoops = clampInt(n)
 		}
+		d.bool(h["fast_path"], "http.fast_path", &c.HTTP.FastPath)
 		d.duration(h["read_header_timeout"], "http.read_header_timeout", &c.HTTP.ReadHeaderTimeout)
 		d.duration(h["read_timeout"], "http.read_timeout", &c.HTTP.ReadTimeout)
 		d.duration(h["idle_timeout"], "http.idle_timeout", &c.HTTP.IdleTimeout)

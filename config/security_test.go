@@ -19,7 +19,7 @@ clients:
     tenants: ["*"]
 max_keys: 2e3
 hot_key_rate: 0
-http: {max_conns: 50, event_loops: 3, read_header_timeout: 1s, read_timeout: 2s, idle_timeout: 3s, write_timeout: 4s}
+http: {max_conns: 50, event_loops: 3, fast_path: false, read_header_timeout: 1s, read_timeout: 2s, idle_timeout: 3s, write_timeout: 4s}
 peer: {max_frame_bytes: 65536, max_conns: 7}
 upstream: {dial_timeout: 1s, tls_timeout: 2s, response_header_timeout: 3s, stream_idle_timeout: 4s}
 anthropic_upstream: {stream_idle_timeout: 9s}

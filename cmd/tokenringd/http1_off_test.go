@@ -1,9 +1,8 @@
 package main
 
 // A node with internal/http1's event loops off (http.event_loops: -1), and
-// one with internal/http1 off altogether (http.tls: net/http serves every
-// connection; tokenringd has no other switch for the fast path), is still
-// a whole node: ARCHITECTURE.md, "internal/http1: what it relies on and
+// one with internal/http1 off altogether (http.fast_path: false, or
+// http.tls: net/http serves every connection), is still a whole node: ARCHITECTURE.md, "internal/http1: what it relies on and
 // what it gives up".
 
 import (
@@ -18,6 +17,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/internal/http1"
 )
 
 // offRPM, offTPM and offSlots are every tenant's limits in the tests
@@ -43,11 +45,13 @@ const upstreamPrompt, upstreamCompletion = 7, 2
 // event loop answered anything.
 func TestNodeWorksWithoutEventLoops(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		tls  bool
+		name     string
+		tls      bool
+		fastPath bool // http.fast_path
 	}{
-		{"event_loops=-1", false},
-		{"event_loops=-1,tls", true},
+		{"event_loops=-1", false, true},
+		{"event_loops=-1,tls", true, true},
+		{"event_loops=-1,fast_path=false", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var upstreamCalls atomic.Int64
@@ -68,6 +72,9 @@ func TestNodeWorksWithoutEventLoops(t *testing.T) {
 			yaml := fmt.Sprintf("limits:\n  default: {rpm: %d, tpm: %d, concurrency: %d}\n"+
 				"keys:\n  sk-test: proxied\nupstream:\n  base_url: %s/v1\nhttp:\n  event_loops: -1\n",
 				offRPM, offTPM, offSlots, upstream.URL)
+			if !tc.fastPath {
+				yaml += "  fast_path: false\n"
+			}
 			// Two clients, two kept-alive connections: api's first request
 			// is an acquire, which an event loop would answer and keep.
 			newClient := func() *http.Client {
@@ -88,6 +95,9 @@ func TestNodeWorksWithoutEventLoops(t *testing.T) {
 			}
 			base, _, _ := startDaemon(t, "-name", "off", "-config", cfg, "-http", "127.0.0.1:0",
 				"-gossip", "127.0.0.1:0", "-gossip-profile", "local")
+			if got := newServer(nil, decisions{}, mustHTTP(t, yaml), nil, nil); fastPathServed(got) != (tc.fastPath && !tc.tls) {
+				t.Fatalf("newServer for %s gave %T", tc.name, got)
+			}
 			n := &offNode{t: t, api: newClient(), other: newClient(), base: scheme + strings.TrimPrefix(base, "http"), tls: tc.tls}
 			n.decisions() // first: on a connection no other request used
 			n.probes()
@@ -273,4 +283,21 @@ func (n *offNode) metrics() {
 			n.t.Errorf("/metrics has no %s", want)
 		}
 	}
+}
+
+// mustHTTP is the http section of the config text yaml.
+func mustHTTP(t *testing.T, yaml string) config.HTTP {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.HTTP
+}
+
+// fastPathServed reports whether srv serves the fast path (internal/http1
+// in front of net/http) rather than net/http alone.
+func fastPathServed(srv httpServer) bool {
+	_, ok := srv.(*http1.Server)
+	return ok
 }

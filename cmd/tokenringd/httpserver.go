@@ -71,7 +71,10 @@ func newServer(h http.Handler, d decisions, hc config.HTTP, closing func() bool,
 		if err != nil {
 			tc = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, err }}
 		}
-		return newTLSServer(closeOnDrain(h, closing), hc, tc, log)
+		return newStdServer(closeOnDrain(h, closing), hc, tc, log)
+	}
+	if !hc.FastPath {
+		return newStdServer(closeOnDrain(h, closing), hc, nil, log)
 	}
 	return http1.NewServer(http1.Config{
 		Handler:           d.plain,

@@ -25,7 +25,8 @@ import (
 )
 
 // httpServer is what serves -http: the fast path with net/http behind it
-// (*http1.Server), or, with TLS, net/http alone (tlsServer).
+// (*http1.Server), or net/http alone (stdServer): over TLS, or with
+// http.fast_path false.
 type httpServer interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -131,10 +132,10 @@ func tlsConfig(t config.TLS, now func() time.Time) (*tls.Config, error) {
 	return c, nil
 }
 
-// tlsServer serves -http over TLS through net/http alone, keeping the
-// descriptor reserve as http1.Server does: a connection accepted within it
-// is closed before its handshake.
-type tlsServer struct {
+// stdServer serves -http through net/http alone, over TLS when its
+// TLSConfig is set, keeping the descriptor reserve as http1.Server does: a
+// connection accepted within it is closed before its handshake.
+type stdServer struct {
 	srv      *http.Server
 	reserve  *fdreserve.Reserve // nil: none (the limit is unknown)
 	reserved atomic.Uint64
@@ -142,25 +143,29 @@ type tlsServer struct {
 	warn     rate.Sometimes // a reserve warning a second at most
 }
 
-// newTLSServer returns the TLS server of h bounded by hc, warning on log.
-func newTLSServer(h http.Handler, hc config.HTTP, tc *tls.Config, log *slog.Logger) *tlsServer {
+// newStdServer returns the net/http server of h bounded by hc, over TLS
+// with tc unless it is nil, warning on log.
+func newStdServer(h http.Handler, hc config.HTTP, tc *tls.Config, log *slog.Logger) *stdServer {
 	srv := newHTTPServer(h, hc)
 	srv.TLSConfig = tc
-	return &tlsServer{srv: srv, reserve: fdreserve.New(fdreserve.DefaultReserve), log: log, warn: rate.Sometimes{Interval: time.Second}}
+	return &stdServer{srv: srv, reserve: fdreserve.New(fdreserve.DefaultReserve), log: log, warn: rate.Sometimes{Interval: time.Second}}
 }
 
-func (s *tlsServer) Serve(ln net.Listener) error {
+func (s *stdServer) Serve(ln net.Listener) error {
+	if s.srv.TLSConfig == nil {
+		return s.srv.Serve(reserveListener{ln, s})
+	}
 	return s.srv.Serve(tls.NewListener(reserveListener{ln, s}, s.srv.TLSConfig))
 }
 
 // ReserveRefused is the connections closed within the descriptor reserve.
-func (s *tlsServer) ReserveRefused() uint64 { return s.reserved.Load() }
+func (s *stdServer) ReserveRefused() uint64 { return s.reserved.Load() }
 
 // reserveListener closes, as soon as accepted, every connection of its
 // Listener within s's descriptor reserve, counting it.
 type reserveListener struct {
 	net.Listener
-	s *tlsServer
+	s *stdServer
 }
 
 func (l reserveListener) Accept() (net.Conn, error) {
@@ -178,7 +183,7 @@ func (l reserveListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (s *tlsServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+func (s *stdServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
 
-// LoopStats is zero: TLS connections are never on an event loop.
-func (s *tlsServer) LoopStats() http1.LoopStats { return http1.LoopStats{} }
+// LoopStats is zero: net/http serves no connection on an event loop.
+func (s *stdServer) LoopStats() http1.LoopStats { return http1.LoopStats{} }
