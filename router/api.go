@@ -380,7 +380,7 @@ func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limit
 		case s.fallback:
 			// Only the node that admitted it holds a fallback slot; elsewhere
 			// it expires there by its TTL.
-			found = l.Node == r.cluster.Name() && r.degraded.release(s.key, s.id)
+			found = l.Node == r.cluster.Name() && r.degraded.Release(s.key, s.id)
 		default:
 			c := node.Call{Op: op, Key: s.key, Lease: s.id, Usage: usage}
 			o, err := r.decide(ctx, &c, 0)

@@ -322,7 +322,7 @@ func (r *Router) admitted(ss *sideSet, held *[maxSides]outcome, reserved int64) 
 // undo rolls back (or releases) one side of an admission.
 func (r *Router) undo(key string, o outcome, op node.Op) {
 	if o.fallback {
-		r.degraded.release(key, o.answer.Decision.Lease)
+		r.degraded.Release(key, o.answer.Decision.Lease)
 		return
 	}
 	c := node.Call{Op: op, Key: key, Lease: o.answer.Decision.Lease}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -106,20 +105,27 @@ func (f *fakeOwner) charged() []node.Charge {
 	return append([]node.Charge(nil), f.charges...)
 }
 
-// startFake starts a router on f whose debt loop never ticks by itself: the
-// test runs rounds with r.debts.round().
+// startFake starts a router on f whose debt loop does not tick within a
+// test: the test runs rounds with round(r).
 func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Time) (*Router, *server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Gatherer: reg, Now: now})
+	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Gatherer: reg, Now: now, DebtInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.debts.ticker = func(time.Duration) (<-chan time.Time, func()) { return nil, func() {} }
 	t.Cleanup(func() { r.Close() })
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	return r, &server{Server: hs}, reg
+}
+
+// round runs one round of r's debts (PayDebts with a context already
+// ended) and returns how many keys still owe.
+func round(r *Router) (owing int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return r.PayDebts(ctx)
 }
 
 // gauge returns the value of the gauge name.
@@ -204,15 +210,18 @@ func TestDegradedStartsFromTheStatusReleased(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.local = true
-	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
+	// Its answers say no request is left: reported, the fallback would
+	// take the key as exhausted.
+	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 0, Reset: 30 * time.Second}}
 	r, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
 	const body = `{"tenant":"acme","prompt_tokens":1}`
 	if got := admitted(t, s, 3, body, false); got != 3 {
 		t.Fatal("this node, the owner, did not admit")
 	}
-	if n := fallbackEntries(r); n != 0 {
-		t.Fatalf("%d fallback entries after local answers only, want 0", n)
+	if r.degraded.Exhausted(TenantKey("acme"), clock.Now()) {
+		t.Fatal("this node's own answers were reported to the fallback")
 	}
+	f.set(func(f *fakeOwner) { f.status.Requests.Remaining = 10 })
 	if f.release == nil {
 		t.Fatal("New did not subscribe to the keys leaving the node's table")
 	}
@@ -239,17 +248,6 @@ func TestDegradedStartsFromItsOwnCountWhileHeld(t *testing.T) {
 	if got := admitted(t, s, 100, body, true); got != 5 {
 		t.Fatalf("fallback admitted %d with 10 left in this node's table and 2 members, want 5", got)
 	}
-}
-
-// fallbackEntries counts the keys r's fallback holds.
-func fallbackEntries(r *Router) (n int) {
-	for i := range r.degraded.shards {
-		s := &r.degraded.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
 }
 
 // A key its owner never reported gets the full limit ÷ live members.
@@ -280,7 +278,7 @@ func TestDebtsRepaidOnceWhenOwnerReturns(t *testing.T) {
 		t.Fatalf("admitted %d", got)
 	}
 	for range 3 {
-		r.debts.round()
+		round(r)
 	}
 	if got := f.charged(); len(got) != 0 {
 		t.Fatalf("charged %v to a down owner", got)
@@ -293,7 +291,7 @@ func TestDebtsRepaidOnceWhenOwnerReturns(t *testing.T) {
 	}
 	f.set(func(f *fakeOwner) { f.down = false })
 	for range 3 {
-		r.debts.round()
+		round(r)
 	}
 	want := []node.Charge{{Requests: 5, Tokens: 3*40 + 2*50, At: last}}
 	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -305,7 +303,7 @@ func TestDebtsRepaidOnceWhenOwnerReturns(t *testing.T) {
 	if got := gauge(t, reg, "tokenring_fallback_debts_outstanding"); got != 0 {
 		t.Fatalf("outstanding %v, want 0", got)
 	}
-	if n := r.debts.owing(); n != 0 {
+	if n := round(r); n != 0 {
 		t.Fatalf("%d keys still owing", n)
 	}
 }
@@ -320,7 +318,7 @@ func TestDebtRetriedAfterFailedCharge(t *testing.T) {
 	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
 	admitted(t, s, 2, `{"tenant":"acme","prompt_tokens":7}`, true)
 	f.set(func(f *fakeOwner) { f.down, f.failCharges = false, 1 })
-	r.debts.round()
+	round(r)
 	if got := f.charged(); len(got) != 0 {
 		t.Fatalf("a failed charge was recorded: %v", got)
 	}
@@ -331,13 +329,13 @@ func TestDebtRetriedAfterFailedCharge(t *testing.T) {
 	f.set(func(f *fakeOwner) {
 		f.onCharge = func() {
 			f.onCharge = nil
-			r.degraded.owe("t:acme", 9)
-			r.debts.recorded("t:acme", 1)
+			r.degraded.Owe("t:acme", 9)
+			r.debts.Recorded("t:acme", 1)
 		}
 	})
-	r.debts.round()
-	r.debts.round()
-	r.debts.round()
+	round(r)
+	round(r)
+	round(r)
 	t0 := clock.Now()
 	want := []node.Charge{{Requests: 2, Tokens: 14, At: t0}, {Requests: 1, Tokens: 9, At: t0}}
 	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -361,7 +359,7 @@ func TestDebtExpiresAfterWindow(t *testing.T) {
 	admitted(t, s, 4, `{"tenant":"acme","prompt_tokens":1}`, true)
 	clock.Advance(time.Minute)
 	f.set(func(f *fakeOwner) { f.down = false })
-	r.debts.round()
+	round(r)
 	if got := f.charged(); len(got) != 0 {
 		t.Fatalf("charged expired debts: %v", got)
 	}
@@ -373,40 +371,6 @@ func TestDebtExpiresAfterWindow(t *testing.T) {
 	}
 }
 
-// The loop runs on its own ticker only while debts are owed: it repays
-// them once the owner is back, then ends; Close ends it at any time. No
-// goroutine outlives either.
-func TestDebtLoopRunsWhileOwedAndCloses(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	f := newFakeOwner(t, "n1", "n2")
-	f.down = true
-	reg := prometheus.NewRegistry()
-	r, err := New(f, Config{Limits: func(string) limiter.Limits { return limiter.Limits{Requests: 100} }, Registry: reg, DebtInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{Server: httptest.NewServer(r)}
-	admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1}`, true)
-	waitFor(t, "failed charges", func() bool {
-		return counter(t, reg, "tokenring_fallback_debt_charge_failures_total") >= 3
-	})
-	f.set(func(f *fakeOwner) { f.down = false })
-	waitFor(t, "the debts repaid and the loop ended", func() bool {
-		r.debts.mu.Lock()
-		defer r.debts.mu.Unlock()
-		return !r.debts.running
-	})
-	if got := f.charged(); len(got) != 1 || got[0].Requests != 3 {
-		t.Fatalf("charged %v, want one charge of 3", got)
-	}
-	// Owed again while down: Close stops the loop mid-way.
-	f.set(func(f *fakeOwner) { f.down = true })
-	admitted(t, s, 1, `{"tenant":"acme","prompt_tokens":1}`, true)
-	r.Close()
-	r.Close()
-	s.Close()
-}
-
 // A charge reaches a real node's window: the owner counts it like an
 // admission and says so in its status.
 func TestChargeCountsAtNode(t *testing.T) {
@@ -416,17 +380,16 @@ func TestChargeCountsAtNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	r, err := New(n, Config{Limits: limits})
+	r, err := New(n, Config{Limits: limits, DebtInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.debts.ticker = func(time.Duration) (<-chan time.Time, func()) { return nil, func() {} }
 	defer r.Close()
 	for range 3 {
-		r.degraded.owe("t:acme", 100)
-		r.debts.recorded("t:acme", 1)
+		r.degraded.Owe("t:acme", 100)
+		r.debts.Recorded("t:acme", 1)
 	}
-	r.debts.round()
+	round(r)
 	a, err := n.Do(context.Background(), node.Call{Op: node.OpStatus, Key: "t:acme"})
 	if err != nil {
 		t.Fatal(err)
@@ -434,7 +397,7 @@ func TestChargeCountsAtNode(t *testing.T) {
 	if st := a.Decision.Status; st.Requests.Remaining != 7 || st.Tokens.Remaining != 700 {
 		t.Fatalf("owner status after a charge of 3 requests and 300 tokens: %+v", st)
 	}
-	if r.debts.owing() != 0 {
+	if round(r) != 0 {
 		t.Fatal("debts still owed after the owner acknowledged")
 	}
 }
@@ -462,13 +425,13 @@ func TestOweFromAFenceIsChargedOnce(t *testing.T) {
 	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 1 {
 		t.Fatalf("admitted %d on the degraded share after owing 3 of its 4, want 1", got)
 	}
-	r.debts.round()
+	round(r)
 	if got := f.charged(); len(got) != 0 {
 		t.Fatalf("charged %v to a down owner", got)
 	}
 	f.set(func(f *fakeOwner) { f.down = false })
-	r.debts.round()
-	r.debts.round()
+	round(r)
+	round(r)
 	want := []node.Charge{{Requests: 4, Tokens: 702, At: clock.Now()}}
 	if got := f.charged(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("charged %v, want exactly %v (the 3 owed and the 1 fallback admission, once)", got, want)
@@ -485,8 +448,14 @@ func TestPayDebtsBeforeLeaving(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.down = true
-	r, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	r.debts.interval = time.Millisecond
+	r, err := New(f, Config{Limits: func(string) limiter.Limits { return limiter.Limits{Requests: 100, Window: time.Minute} }, Now: clock.Now, DebtInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	hs := httptest.NewServer(r)
+	t.Cleanup(hs.Close)
+	s := &server{Server: hs}
 	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 3 {
 		t.Fatalf("admitted %d", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
@@ -32,7 +33,7 @@ func (d downCluster) Do(context.Context, node.Call) (node.Answer, error) {
 func (d downCluster) Ring() *ring.Ring { return d.ring }
 func (d downCluster) Name() string     { return "n1" }
 
-func startDown(t *testing.T, policy FallbackPolicy, l limiter.Limits, now func() time.Time) (*server, *prometheus.Registry) {
+func startDown(t *testing.T, policy fallback.Policy, l limiter.Limits, now func() time.Time) (*server, *prometheus.Registry) {
 	t.Helper()
 	rg, err := ring.New(ring.Config{}, []ring.Member{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}})
 	if err != nil {
@@ -61,7 +62,7 @@ func startDown(t *testing.T, policy FallbackPolicy, l limiter.Limits, now func()
 // admission as a debt (never repaid here: the owner stays down).
 func TestFallbackDegradedAdmitsStrictShare(t *testing.T) {
 	clock := newFakeClock()
-	s, reg := startDown(t, Degraded, limiter.Limits{Requests: 30, Tokens: 1 << 40, Window: time.Minute}, clock.Now)
+	s, reg := startDown(t, fallback.Degraded, limiter.Limits{Requests: 30, Tokens: 1 << 40, Window: time.Minute}, clock.Now)
 	count := func(n int) (allowed int) {
 		for range n {
 			r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)
@@ -107,9 +108,9 @@ func TestFallbackDegradedAdmitsStrictShare(t *testing.T) {
 
 func TestFallbackOpenAndClosed(t *testing.T) {
 	for _, tc := range []struct {
-		policy  FallbackPolicy
+		policy  fallback.Policy
 		allowed bool
-	}{{Open, true}, {Closed, false}} {
+	}{{fallback.Open, true}, {fallback.Closed, false}} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			s, _ := startDown(t, tc.policy, limiter.Limits{Requests: 3}, nil)
 			for range 10 {
@@ -150,7 +151,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...stri
 // Degraded slots are this node's share of the concurrency limit and come
 // back when the fallback lease completes.
 func TestFallbackDegradedSlots(t *testing.T) {
-	s, _ := startDown(t, Degraded, limiter.Limits{Concurrency: 30}, nil)
+	s, _ := startDown(t, fallback.Degraded, limiter.Limits{Concurrency: 30}, nil)
 	var leases []string
 	for range 10 {
 		r := s.acquire(t, `{"tenant":"acme","prompt_tokens":1}`)

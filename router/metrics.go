@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/node"
 )
 
@@ -27,13 +28,6 @@ type metrics struct {
 	// the fallback decided, and acquire calls decided here (no lookup).
 	allowed      [2]prometheus.Counter
 	localAcquire prometheus.Observer
-
-	// Fallback debts (debts.go): each is one fallback admission.
-	debtsRecorded     prometheus.Counter
-	debtsRepaidTotal  prometheus.Counter
-	debtsExpiredTotal prometheus.Counter
-	debtsOutstanding  prometheus.Gauge
-	chargeFailures    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,26 +45,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Latency of calls to key owners, by op and by where they were decided (local, forwarded, or failed: the owner was unreachable).",
 			Buckets: []float64{1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1.5e-2, 5e-2, 0.25, 1, 5},
 		}, []string{"op", "where"}),
-		debtsRecorded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tokenring_fallback_debts_recorded_total",
-			Help: "Fallback admissions (degraded or open policy) recorded as debts owed to their key's owner.",
-		}),
-		debtsRepaidTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tokenring_fallback_debts_repaid_total",
-			Help: "Fallback debts charged to their key's window at its owner and acknowledged.",
-		}),
-		debtsExpiredTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tokenring_fallback_debts_expired_total",
-			Help: "Fallback debts dropped unpaid because they were older than their key's window (the owner would not count them any more).",
-		}),
-		debtsOutstanding: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tokenring_fallback_debts_outstanding",
-			Help: "Fallback debts recorded on this node and not yet repaid or expired.",
-		}),
-		chargeFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tokenring_fallback_debt_charge_failures_total",
-			Help: "Charges of fallback debts that the key's owner did not acknowledge (unreachable, in transfer); retried.",
-		}),
 	}
 	m.allowed = [2]prometheus.Counter{m.decisions.WithLabelValues("allowed", "none", "none", "false"),
 		m.decisions.WithLabelValues("allowed", "none", "none", "true")}
@@ -78,8 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.fallbacks, m.calls,
-		m.debtsRecorded, m.debtsRepaidTotal, m.debtsExpiredTotal, m.debtsOutstanding, m.chargeFailures} {
+	for _, c := range []prometheus.Collector{m.decisions, m.fallbacks, m.calls} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("router metrics: %w", err)
 		}
@@ -123,7 +96,7 @@ type callLabels struct {
 	where string
 }
 
-func (m *metrics) fallback(p FallbackPolicy, allowed bool) {
+func (m *metrics) fallback(p fallback.Policy, allowed bool) {
 	result := "refused"
 	if allowed {
 		result = "allowed"
@@ -143,23 +116,6 @@ func (m *metrics) observe(op node.Op, where string, d time.Duration) {
 	}
 	o.(prometheus.Observer).Observe(d.Seconds())
 }
-
-func (m *metrics) debtRecorded(n int64) {
-	m.debtsRecorded.Add(float64(n))
-	m.debtsOutstanding.Add(float64(n))
-}
-
-func (m *metrics) debtsRepaid(n int64) {
-	m.debtsRepaidTotal.Add(float64(n))
-	m.debtsOutstanding.Sub(float64(n))
-}
-
-func (m *metrics) debtsExpired(n int64) {
-	m.debtsExpiredTotal.Add(float64(n))
-	m.debtsOutstanding.Sub(float64(n))
-}
-
-func (m *metrics) debtChargeFailed() { m.chargeFailures.Inc() }
 
 // LimitsMismatchCollector is the gauge tokenring_limits_mismatch_members:
 // the members of c's ring that publish a limits hash other than c's own

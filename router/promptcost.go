@@ -105,7 +105,7 @@ func (r *Router) refuseExhausted(ctx context.Context, adm admission) (res acquir
 		return res, false
 	}
 	if a.Owner != r.cluster.Name() {
-		r.degraded.report(key, d.Status, r.cfg.Now())
+		r.degraded.Report(key, d.Status, r.cfg.Now())
 	}
 	by := side{key: key, kind: KeyTenant, name: adm.tenant}
 	res = acquireResponse{Limits: limitsOf(d.Status), Owner: a.Owner, Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter)),
@@ -124,18 +124,8 @@ func (r *Router) looksExhausted(key string) bool {
 			return full(st.Requests) || full(st.Concurrency)
 		}
 	}
-	return r.degraded.exhausted(key, r.cfg.Now())
+	return r.degraded.Exhausted(key, r.cfg.Now())
 }
 
 // full reports whether a limited dimension has nothing left.
 func full(d limiter.DimStatus) bool { return d.Limit > 0 && d.Remaining <= 0 }
-
-// exhausted reports whether key's owner last reported no request left,
-// and that report is still fresh at now.
-func (d *degraded) exhausted(key string, now time.Time) bool {
-	s := d.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.m[key]
-	return e != nil && e.req.fresh(now) && e.req.remaining <= 0
-}

@@ -134,27 +134,3 @@ func TestPromptOverCap(t *testing.T) {
 		t.Fatalf("over the default cap: %d %.300s", a.status, a.body)
 	}
 }
-
-// TestDegradedExhaustedHint: the owner's last report says a key has no
-// request left only while what it counted is in its window.
-func TestDegradedExhaustedHint(t *testing.T) {
-	clock := newFakeClock()
-	d := newDegraded(clock.Now, 0)
-	if d.exhausted("t:a", clock.Now()) {
-		t.Fatal("a key never reported looks exhausted")
-	}
-	st := limiter.Status{Requests: limiter.DimStatus{Limit: 2, Remaining: 0, Reset: 30 * time.Second}}
-	d.report("t:a", st, clock.Now())
-	if !d.exhausted("t:a", clock.Now()) {
-		t.Fatal("a fresh report of 0 requests left does not look exhausted")
-	}
-	clock.Advance(30 * time.Second)
-	if d.exhausted("t:a", clock.Now()) {
-		t.Fatal("a report whose window has passed still looks exhausted")
-	}
-	st.Requests.Remaining = 1
-	d.report("t:a", st, clock.Now())
-	if d.exhausted("t:a", clock.Now()) {
-		t.Fatal("a report of 1 request left looks exhausted")
-	}
-}

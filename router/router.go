@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
@@ -45,16 +46,6 @@ type Counter interface {
 	Messages(model string, msgs []prompt.Message) int
 }
 
-// FallbackPolicy says what to do when a key's owner does not answer.
-type FallbackPolicy string
-
-// The fallback policies, applied only when a key's owner is unreachable (README.md, "A cluster").
-const (
-	Degraded FallbackPolicy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ members, as debts
-	Open     FallbackPolicy = "open"     // admit, as debts
-	Closed   FallbackPolicy = "closed"   // refuse
-)
-
 // Config configures a Router. Zero fields take the documented defaults.
 type Config struct {
 	// Limits gives the limits of a limiter key (TenantKey, PoolKey,
@@ -70,8 +61,9 @@ type Config struct {
 	Chain func(tenant, model string) Chain
 	// Counter counts prompts sent as text or messages. Nil refuses them (400).
 	Counter Counter
-	// Fallback is the policy when an owner is unreachable. Empty means Degraded.
-	Fallback FallbackPolicy
+	// Fallback is the policy when an owner is unreachable. Empty means
+	// fallback.Degraded.
+	Fallback fallback.Policy
 	// ForwardTimeout is the config's forward_timeout: how long a forward
 	// waits before the node probes the owner (node.ForwardConfig.ProbeAfter,
 	// wired there). It no longer bounds a decision: the router uses it only
@@ -114,7 +106,8 @@ type Config struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// DebtInterval is how often fallback debts are charged to their keys'
-	// owners (debts.go). Zero means DefaultDebtInterval (100ms).
+	// owners (fallback.Debts). Zero means fallback.DefaultDebtInterval
+	// (100ms).
 	DebtInterval time.Duration
 	// Logger receives the router's logs. Nil discards them.
 	Logger *slog.Logger
@@ -133,7 +126,7 @@ type Config struct {
 	// reports, local windows, debts). A new key past it takes the place of
 	// one that holds nothing, or its fallback acquire is refused with a
 	// 503 (max_keys); debts recorded for admissions made elsewhere always
-	// enter. Zero means DefaultMaxFallbackKeys (1,000,000).
+	// enter. Zero means fallback.DefaultMaxKeys (1,000,000).
 	MaxFallbackKeys int
 }
 
@@ -147,9 +140,9 @@ func PoolKey(pool string) string { return "p:" + pool }
 type Router struct {
 	cfg      Config
 	cluster  Cluster
-	quick    immediate // cluster, when it tells which keys it decides at once (ServeQuick)
-	degraded *degraded // per key: the owner's last report, the local fallback window, the debts
-	debts    *debts    // charges the debts to the keys' owners
+	quick    immediate       // cluster, when it tells which keys it decides at once (ServeQuick)
+	degraded *fallback.State // per key: the owner's last report, the local fallback window, the debts
+	debts    *fallback.Debts // charges the debts to the keys' owners
 	metrics  *metrics
 	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
@@ -177,7 +170,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		cfg.PoolFor = func(string) (string, bool) { return "", false }
 	}
 	if cfg.Fallback == "" {
-		cfg.Fallback = Degraded
+		cfg.Fallback = fallback.Degraded
 	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = 15 * time.Millisecond
@@ -198,7 +191,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		cfg.MaxPromptBytes = DefaultMaxPromptBytes
 	}
 	if cfg.DebtInterval <= 0 {
-		cfg.DebtInterval = DefaultDebtInterval
+		cfg.DebtInterval = fallback.DefaultDebtInterval
 	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
@@ -216,7 +209,7 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	r := &Router{
 		cfg:       cfg,
 		cluster:   cluster,
-		degraded:  newDegraded(cfg.Now, cfg.MaxFallbackKeys),
+		degraded:  fallback.NewState(cfg.Now, cfg.MaxFallbackKeys),
 		metrics:   m,
 		timeouts:  timeouts,
 		log:       cfg.Logger,
@@ -233,12 +226,17 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 			r.upstreams[u] = NewUpstreamClient(u.Timeouts)
 		}
 	}
-	r.debts = newDebts(r, cfg.DebtInterval)
+	if r.debts, err = fallback.NewDebts(r.degraded, fallback.DebtsConfig{
+		Charge: r.charge, Limits: cfg.Limits, Now: cfg.Now, MaxWait: cfg.ForwardMaxWait,
+		Interval: cfg.DebtInterval, Registry: cfg.Registry, Log: r.log,
+	}); err != nil {
+		return nil, err
+	}
 	if rs, ok := cluster.(releaser); ok {
 		// Cut off from a key's new owner, this node falls back from
 		// what it had counted itself: it must not hand out what is
 		// already spent.
-		rs.OnRelease(r.degraded.report)
+		rs.OnRelease(r.degraded.Report)
 	}
 	r.quick, _ = cluster.(immediate)
 	r.routes()
@@ -264,7 +262,7 @@ type holder interface {
 func (r *Router) reportHeld(key string) {
 	if h, ok := r.cluster.(holder); ok {
 		if st, held := h.Held(key); held {
-			r.degraded.report(key, st, r.cfg.Now())
+			r.degraded.Report(key, st, r.cfg.Now())
 		}
 	}
 }
@@ -374,7 +372,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		// key's status is handed to the fallback as its state leaves the
 		// table (node.OnRelease), before any call for it goes elsewhere.
 		if where == "forwarded" {
-			r.degraded.report(c.Key, a.Decision.Status, end)
+			r.degraded.Report(c.Key, a.Decision.Status, end)
 		}
 		return outcome{answer: a}, nil
 	}
@@ -402,23 +400,23 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 	switch c.Op {
 	case node.OpAcquire:
 		// Every fallback admission is a debt, charged to the key's window
-		// at its owner once one is reachable (debts.go). One that could not
+		// at its owner once one is reachable (fallback.Debts). One that could not
 		// be accounted for (too many keys owing) is refused.
 		d := &o.answer.Decision
 		switch {
-		case r.cfg.Fallback == Closed:
+		case r.cfg.Fallback == fallback.Closed:
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.ForwardTimeout
-		case !r.debts.room(c.Key):
+		case !r.debts.Room(c.Key):
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.DebtInterval
-		case r.cfg.Fallback == Open:
-			if d.Allowed = r.degraded.owe(c.Key, tokens); !d.Allowed {
-				d.Reason, d.RetryAfter = limiter.TableFull, fallbackFullRetry
+		case r.cfg.Fallback == fallback.Open:
+			if d.Allowed = r.degraded.Owe(c.Key, tokens); !d.Allowed {
+				d.Reason, d.RetryAfter = limiter.TableFull, fallback.FullRetry
 			}
 		default:
 			r.reportHeld(c.Key)
-			id, reason, retry := r.degraded.acquire(c.Key, r.cfg.Limits(c.Key), r.members(), tokens)
+			id, reason, retry := r.degraded.Acquire(c.Key, r.cfg.Limits(c.Key), r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}
 		if d.Reason == limiter.TableFull && !d.Allowed {
@@ -427,7 +425,7 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 		}
 		if d.Allowed {
 			d.Reserved = tokens
-			r.debts.recorded(c.Key, 1)
+			r.debts.Recorded(c.Key, 1)
 		}
 		r.metrics.fallback(r.cfg.Fallback, d.Allowed)
 	case node.OpSettle, node.OpRelease, node.OpCancel, node.OpRenew:
@@ -435,3 +433,45 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 	}
 	return o, nil
 }
+
+// charge sends the debts c of key to its owner (fallback.DebtsConfig.Charge).
+func (r *Router) charge(ctx context.Context, key string, c fallback.Charge) (limiter.Status, bool, error) {
+	call := node.Call{Op: node.OpCharge, Key: key, Charge: node.Charge{Requests: c.Requests, Tokens: c.Tokens, At: c.At}}
+	a, err := r.cluster.Do(ctx, call)
+	return a.Decision.Status, a.OK, err
+}
+
+// Close stops the router's background work: the loop charging fallback
+// debts (which runs only while some are owed) and the proxy's timeouts and
+// lease renewals (an upstream call still waiting then is no longer cut nor
+// its lease renewed), and closes the
+// LLM proxy's idle upstream connections. Debts still owed then are never charged.
+// Close does not stop serving HTTP. It is safe to call more
+// than once.
+func (r *Router) Close() error {
+	r.debts.Close()
+	r.alarms.Close()
+	for _, c := range r.upstreams {
+		c.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Owe records requests and tokens admitted for key at at that its owner has
+// not counted: what a member fenced off on the minority side of a network
+// split admitted after its last replication (node.FenceSink). They are
+// debts like fallback admissions, charged to the key's owner once one is
+// reachable, so that the merged window holds both sides' admissions.
+func (r *Router) Owe(key string, requests, tokens int64, at time.Time) {
+	if requests <= 0 && tokens <= 0 {
+		return
+	}
+	r.degraded.OweUnits(key, requests, tokens, at)
+	r.debts.Recorded(key, requests)
+}
+
+// PayDebts charges every debt still owed, a round every debt interval,
+// until none is left or ctx ends, and returns how many keys still owe. A
+// draining node calls it once its partitions are handed on and before it
+// leaves, so that its fallback admissions are not lost with it.
+func (r *Router) PayDebts(ctx context.Context) (owing int) { return r.debts.Pay(ctx) }

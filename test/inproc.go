@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -81,7 +82,7 @@ func (m *InProcMember) URL() string { return "http://" + m.HTTP }
 type inProcConfig struct {
 	forwardTimeout time.Duration
 	forwardMaxWait time.Duration
-	fallback       router.FallbackPolicy
+	fallback       fallback.Policy
 	poolFor        func(model string) (string, bool)
 	policy         limiter.Policy
 	batch          node.BatchConfig
@@ -112,7 +113,7 @@ func WithForwardMaxWait(d time.Duration) InProcOption {
 }
 
 // WithFallback sets the routers' fallback policy (default degraded).
-func WithFallback(p router.FallbackPolicy) InProcOption {
+func WithFallback(p fallback.Policy) InProcOption {
 	return func(c *inProcConfig) { c.fallback = p }
 }
 

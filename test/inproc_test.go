@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/router"
@@ -278,7 +279,7 @@ func TestInProcJoinLeave(t *testing.T) {
 func TestInProcOwnerCrashFallsBack(t *testing.T) {
 	noLeaks(t)
 	const forwardTimeout = 100 * time.Millisecond
-	c := NewInProc(t, 3, inProcLimits, WithForwardTimeout(forwardTimeout), WithFallback(router.Degraded))
+	c := NewInProc(t, 3, inProcLimits, WithForwardTimeout(forwardTimeout), WithFallback(fallback.Degraded))
 	client := inProcClient(t)
 	victim := c.Member(1).Name
 	var tenant string
@@ -467,7 +468,7 @@ func TestInProcCutOffOwnerFallsBackFromItsCount(t *testing.T) {
 		}
 		return l
 	}
-	c := NewInProc(t, 3, limits, WithFallback(router.Degraded), WithGossip(steadyGossip)) // the shipped LAN timings
+	c := NewInProc(t, 3, limits, WithFallback(fallback.Degraded), WithGossip(steadyGossip)) // the shipped LAN timings
 	client := inProcClient(t)
 	owner := mustOwner(t, client, c, 0, "rpm30")
 	i := 0

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -366,7 +367,7 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 		Chain:           chainOf(cfg),
 		Counter:         counter,
 		MaxPromptBytes:  cfg.Limits.MaxPromptBytes,
-		Fallback:        router.FallbackPolicy(cfg.Fallback),
+		Fallback:        fallback.Policy(cfg.Fallback),
 		ForwardTimeout:  cfg.ForwardTimeout,
 		ForwardMaxWait:  cfg.ForwardMaxWait,
 		AdminToken:      cfg.AdminToken,

@@ -1,4 +1,4 @@
-package router
+package fallback
 
 import (
 	"fmt"
@@ -16,19 +16,19 @@ func BenchmarkDegradedAcquire(b *testing.B) {
 	for _, keys := range []int{1_000, 200_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			clock := newFakeClock()
-			d := newDegraded(clock.Now, 0)
+			d := NewState(clock.Now, 0)
 			l := limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Hour}
 			names := make([]string, keys)
 			for i := range names {
 				names[i] = fmt.Sprintf("t:tenant-%07d", i)
-				if _, reason, _ := d.acquire(names[i], l, 3, 10); reason != limiter.None {
+				if _, reason, _ := d.Acquire(names[i], l, 3, 10); reason != limiter.None {
 					b.Fatalf("refused: %v", reason)
 				}
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, reason, _ := d.acquire(names[i], l, 3, 10); reason != limiter.None {
+				if _, reason, _ := d.Acquire(names[i], l, 3, 10); reason != limiter.None {
 					b.Fatalf("refused: %v", reason)
 				}
 				if i++; i == keys {

@@ -1,4 +1,4 @@
-package router
+package fallback
 
 import (
 	"crypto/rand"
@@ -9,14 +9,15 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 )
 
-// degraded is this node's fallback state, one entry per key:
+// State is this node's fallback state, one entry per key:
 //
 //   - the owner's last report: the remaining requests and tokens its
 //     answers carried (Decision.Status), when, and until when what it
 //     counted then stays in its window (the report's Reset);
-//   - this node's own fallback window for the key (limit ÷ members: Router.members, the membership counted);
+//   - this node's own fallback window for the key (limit ÷ members: the
+//     members the caller counts, router.Router.members);
 //   - the debts: fallback admissions made here and not yet acknowledged by
-//     an owner (debts.go charges them).
+//     an owner (Debts charges them).
 //
 // While a report is fresh (what the owner counted has not left its window
 // yet), this node's degraded share is the reported remaining ÷ members,
@@ -36,7 +37,7 @@ import (
 // computes honest retry-afters, all with the limiter's own arithmetic.
 //
 // Memory is bounded (fallbackstore.go): entries live in shards, each a map
-// and a recency list; a new key at a full shard (MaxFallbackKeys in all)
+// and a recency list; a new key at a full shard (NewState's maxKeys in all)
 // takes the place of an entry that owes nothing and holds no local units,
 // found among the least recently used few, or is not tracked (its acquire
 // is refused). Each call also looks at the two least recently used entries
@@ -47,7 +48,7 @@ import (
 // every key per call.
 //
 // Safe for concurrent use.
-type degraded struct {
+type State struct {
 	now      func() time.Time
 	seed     maphash.Seed
 	perShard int // entries a shard holds before a new key must evict one
@@ -55,10 +56,10 @@ type degraded struct {
 }
 
 const (
-	// stateShards is the number of independently locked parts of degraded.
+	// stateShards is the number of independently locked parts of a State.
 	stateShards = 64
-	// DefaultMaxFallbackKeys is Config.MaxFallbackKeys's default.
-	DefaultMaxFallbackKeys = 1_000_000
+	// DefaultMaxKeys is NewState's maxKeys default (router.Config.MaxFallbackKeys's).
+	DefaultMaxKeys = 1_000_000
 )
 
 // localPolicy is the local windows' policy: 10 buckets (a 6 s bucket for a
@@ -108,27 +109,27 @@ type keyState struct {
 	used bool
 }
 
-// newDegraded returns an empty degraded holding at most about maxKeys
-// entries (DefaultMaxFallbackKeys if maxKeys ≤ 0).
-func newDegraded(now func() time.Time, maxKeys int) *degraded {
+// NewState returns an empty degraded holding at most about maxKeys
+// entries (DefaultMaxKeys if maxKeys ≤ 0).
+func NewState(now func() time.Time, maxKeys int) *State {
 	if maxKeys <= 0 {
-		maxKeys = DefaultMaxFallbackKeys
+		maxKeys = DefaultMaxKeys
 	}
-	d := &degraded{now: now, seed: maphash.MakeSeed(), perShard: max(1, (maxKeys+stateShards-1)/stateShards)}
+	d := &State{now: now, seed: maphash.MakeSeed(), perShard: max(1, (maxKeys+stateShards-1)/stateShards)}
 	for i := range d.shards {
 		d.shards[i].init()
 	}
 	return d
 }
 
-func (d *degraded) shard(key string) *stateShard {
+func (d *State) shard(key string) *stateShard {
 	return &d.shards[maphash.String(d.seed, key)%stateShards]
 }
 
-// report records what key's owner answered at now: its remaining requests
+// Report records what key's owner answered at now: its remaining requests
 // and tokens. A status without limits (unlimited key, or a call that found
 // no state) teaches nothing.
-func (d *degraded) report(key string, st limiter.Status, now time.Time) {
+func (d *State) Report(key string, st limiter.Status, now time.Time) {
 	if st.Requests.Limit <= 0 && st.Tokens.Limit <= 0 {
 		return
 	}
@@ -158,10 +159,10 @@ func share(limit, members int64) (s int64, ok bool) {
 	return s, s > 0
 }
 
-// acquire admits one request of n tokens on key's degraded share, returning
+// Acquire admits one request of n tokens on key's degraded share, returning
 // a local slot id, or the refusing dimension and when to retry. An
 // admission is a debt of key (owed): the caller has it charged.
-func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
+func (d *State) Acquire(key string, l limiter.Limits, members int, n int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
 	m := int64(max(members, 1))
 	n = max(n, 0)
 	now := d.now()
@@ -185,7 +186,7 @@ func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (
 	defer s.mu.Unlock()
 	e := s.get(key, now, d.perShard)
 	if e == nil {
-		return 0, limiter.TableFull, fallbackFullRetry
+		return 0, limiter.TableFull, FullRetry
 	}
 	// The owner's last report, while what it counted is in its window.
 	if e.req.fresh(now) && e.req.remaining/m-e.spentReq < 1 {
@@ -212,11 +213,11 @@ func (d *degraded) acquire(key string, l limiter.Limits, members int, n int64) (
 	return dec.Lease, limiter.None, 0
 }
 
-// owe records an admission of n tokens for key made without a share (the
+// Owe records an admission of n tokens for key made without a share (the
 // open policy): a debt like any other. It returns false, recording
 // nothing, if key is new and its shard is full: the admission could not be
 // accounted for and must not be made.
-func (d *degraded) owe(key string, n int64) bool {
+func (d *State) Owe(key string, n int64) bool {
 	now := d.now()
 	s := d.shard(key)
 	s.mu.Lock()
@@ -229,11 +230,11 @@ func (d *degraded) owe(key string, n int64) bool {
 	return true
 }
 
-// oweUnits records requests and tokens admitted for key at at by a member
+// OweUnits records requests and tokens admitted for key at at by a member
 // that could not have them counted at the key's owner: debts like fallback
 // admissions, spending the share too. Admitted already, they are never
-// refused by the bound (debts.go bounds the keys owing instead).
-func (d *degraded) oweUnits(key string, requests, tokens int64, at time.Time) {
+// refused by the bound (Debts bounds the keys owing instead).
+func (d *State) OweUnits(key string, requests, tokens int64, at time.Time) {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,8 +261,8 @@ func (e *keyState) spend(n int64, now time.Time) {
 	}
 }
 
-// release frees a local slot; unknown ids change nothing.
-func (d *degraded) release(key string, id uint64) bool {
+// Release frees a local slot; unknown ids change nothing.
+func (d *State) Release(key string, id uint64) bool {
 	now := d.now()
 	s := d.shard(key)
 	s.mu.Lock()
@@ -277,27 +278,27 @@ func (d *degraded) release(key string, id uint64) bool {
 // so no unit leaves the owner's window earlier than it would have), after
 // dropping them if even the latest is older than window: the owner would
 // count none of them any more. ok is false when key owes nothing.
-func (d *degraded) owed(key string, now time.Time, window time.Duration) (c charge, expired int64, ok bool) {
+func (d *State) owed(key string, now time.Time, window time.Duration) (c Charge, expired int64, ok bool) {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.get(key, now, lookup)
 	if e == nil || (e.owedReq == 0 && e.owedTok == 0) {
-		return charge{}, 0, false
+		return Charge{}, 0, false
 	}
 	if !now.Before(e.owedAt.Add(window)) {
 		expired = e.owedReq
 		e.owedReq, e.owedTok = 0, 0
 		e.spentReq, e.spentTok = 0, 0 // the report's own usage has left the window too
-		return charge{}, expired, false
+		return Charge{}, expired, false
 	}
-	return charge{requests: e.owedReq, tokens: e.owedTok, at: e.owedAt}, 0, true
+	return Charge{Requests: e.owedReq, Tokens: e.owedTok, At: e.owedAt}, 0, true
 }
 
 // repaid removes the debts an owner acknowledged (c, as owed returned it;
 // debts recorded since stay owed) and records the owner's status in its
 // acknowledgement as a report.
-func (d *degraded) repaid(key string, c charge, st limiter.Status, now time.Time) {
+func (d *State) repaid(key string, c Charge, st limiter.Status, now time.Time) {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -305,15 +306,15 @@ func (d *degraded) repaid(key string, c charge, st limiter.Status, now time.Time
 	if e == nil {
 		return // dropped since: it owed nothing any more
 	}
-	e.owedReq = max(0, e.owedReq-c.requests)
-	e.owedTok = max(0, e.owedTok-c.tokens)
+	e.owedReq = max(0, e.owedReq-c.Requests)
+	e.owedTok = max(0, e.owedTok-c.Tokens)
 	if st.Requests.Limit > 0 || st.Tokens.Limit > 0 {
 		e.setReport(st, now)
 	}
 }
 
 // owes reports whether key has unpaid debts.
-func (d *degraded) owes(key string) bool {
+func (d *State) owes(key string) bool {
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -321,8 +322,19 @@ func (d *degraded) owes(key string) bool {
 	return e != nil && (e.owedReq > 0 || e.owedTok > 0)
 }
 
-// charge is the debt of one key sent in one OpCharge.
-type charge struct {
-	requests, tokens int64
-	at               time.Time
+// Charge is the debt of one key sent to its owner in one charge (a
+// node.OpCharge): requests and tokens admitted, the latest at At.
+type Charge struct {
+	Requests, Tokens int64
+	At               time.Time
+}
+
+// Exhausted reports whether key's owner last reported no request left,
+// and that report is still fresh at now.
+func (d *State) Exhausted(key string, now time.Time) bool {
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	return e != nil && e.req.fresh(now) && e.req.remaining <= 0
 }

@@ -1,4 +1,4 @@
-package router
+package fallback
 
 import (
 	"math"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// stateShard is one part of degraded's entries: a map and a list, under
+// stateShard is one part of a State's entries: a map and a list, under
 // one mutex. The list approximates recency as CLOCK does: a hit only marks
 // its entry used (no list work: hits are every decision's), and an entry
 // reaching the tail marked used moves to the front unmarked, a second
@@ -34,9 +34,9 @@ const (
 	// shrinkMinHWM is the high-water mark from which a shard's map is
 	// rebuilt once below a quarter of it (Go maps never shrink).
 	shrinkMinHWM = 64
-	// fallbackFullRetry is the retry-after of an acquire refused because
+	// FullRetry is the retry-after of an acquire refused because
 	// its key is new and the fallback holds MaxFallbackKeys entries.
-	fallbackFullRetry = time.Second
+	FullRetry = time.Second
 )
 
 func (s *stateShard) init() {
@@ -158,7 +158,7 @@ func (s *stateShard) shrink() {
 func (s *stateShard) len() int { return len(s.m) }
 
 // entries counts the entries across shards.
-func (d *degraded) entries() int {
+func (d *State) entries() int {
 	n := 0
 	for i := range d.shards {
 		s := &d.shards[i]
