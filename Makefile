@@ -40,11 +40,11 @@ test: check build
 	$(GO) vet $(PKGS)
 	$(GO) build -o $(BIN)/testreport ./scripts/testreport
 	$(BIN)/testreport -go $(GO) -- -race -count=1 -timeout 15m $(PKGS)
-	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/   # 10,000 seeds (a tenth of them under -race above)
+	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/custody/   # 10,000 seeds (a tenth of them under -race above)
 
 ## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
 sim:
-	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/ -sim.seeds=200000 -v
+	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/custody/ -sim.seeds=200000 -v
 
 ## soak: one node for a minute under 10,000 idle connections, slowloris, a
 ## million distinct tenants and gossip and peer floods (2,000 and 300 idle
