@@ -61,6 +61,7 @@ type Table struct {
 	fullErr   atomic.Pointer[error] // Do's error at the cap, made by SetMaxKeys
 	skew      atomic.Int64          // max clock skew for Put, ns
 	keys      atomic.Int64          // keys held, across shards
+	limitsGen atomic.Uint32         // bumped by LimitsChanged
 	shards    [numShards]shard
 }
 
@@ -180,11 +181,40 @@ func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) error {
 		if !t.reserveKey() && !s.evictIdle(now) {
 			return *t.fullErr.Load() // set: only a cap refuses
 		} // an evicted key's count passes to the new one
-		b = NewBudget(t.limitsFor(key), &t.pol, now)
+		b = t.newBudget(key, now)
 		s.insert(key, b)
 	}
+	t.refresh(key, b)
 	fn(b)
 	return nil
+}
+
+// LimitsChanged tells the table that limitsFor may now give other limits
+// (a config reload): every Budget takes limitsFor(key) again the next time
+// Do, DoUncapped or Peek reaches it, keeping what its window counted. A
+// lowered limit then refuses until the window drains below it; a raised one
+// admits at once. It costs nothing until then: one atomic load a call.
+func (t *Table) LimitsChanged() { t.limitsGen.Add(1) }
+
+// newBudget is key's Budget for a key first seen at now.
+func (t *Table) newBudget(key string, now time.Time) *Budget {
+	g := t.limitsGen.Load() // before limitsFor: a change after it is seen next time
+	b := NewBudget(t.limitsFor(key), &t.pol, now)
+	b.limitsGen = g
+	return b
+}
+
+// refresh gives b, key's Budget, limitsFor(key) if the limits changed since
+// b last took them. Called under key's shard lock.
+func (t *Table) refresh(key string, b *Budget) {
+	g := t.limitsGen.Load()
+	if b.limitsGen == g {
+		return
+	}
+	if l := t.limitsFor(key).normalize(); l != b.lim {
+		b.SetLimits(l)
+	}
+	b.limitsGen = g
 }
 
 // DoUncapped is Do without the MaxKeys cap: a new key always enters (and
@@ -198,9 +228,10 @@ func (t *Table) DoUncapped(key string, now time.Time, fn func(b *Budget)) {
 	b := s.m[key]
 	if b == nil {
 		t.keys.Add(1)
-		b = NewBudget(t.limitsFor(key), &t.pol, now)
+		b = t.newBudget(key, now)
 		s.insert(key, b)
 	}
+	t.refresh(key, b)
 	fn(b)
 }
 
@@ -214,6 +245,7 @@ func (t *Table) Peek(key string, fn func(b *Budget)) bool {
 	if b == nil {
 		return false
 	}
+	t.refresh(key, b)
 	fn(b)
 	return true
 }
@@ -277,10 +309,12 @@ func (t *Table) Take(key string) ([]byte, bool) {
 // holds counted units, so it enters (and counts toward the cap) even when
 // the table is full.
 func (t *Table) Put(key string, data []byte, now time.Time) error {
+	g := t.limitsGen.Load()
 	b, err := RestoreBudget(data, t.limitsFor(key), &t.pol)
 	if err != nil {
 		return err
 	}
+	b.limitsGen = g
 	if err := b.CheckClock(now, time.Duration(t.skew.Load())); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -172,5 +173,72 @@ func TestTableConcurrent(t *testing.T) {
 	}
 	if len(allowed) != keys {
 		t.Errorf("%d keys", len(allowed))
+	}
+}
+
+// A reload lowers and raises a key's limit: its window keeps what it
+// counted (a lowered limit refuses until the window drains below it, a
+// raised one admits at once), a key restored by Put and a key first seen
+// take the limits in force, and Peek shows them.
+func TestTableLimitsChanged(t *testing.T) {
+	var rpm atomic.Int64
+	rpm.Store(10)
+	tb := NewTable(Policy{}, func(string) Limits {
+		return Limits{Requests: rpm.Load(), Window: time.Minute}
+	})
+	now := time.Unix(1000, 0)
+	admit := func(key string, n int) (allowed int) {
+		for range n {
+			if err := tb.Do(key, now, func(b *Budget) {
+				if b.Acquire(now, Request{Reserve: 1}).Allowed {
+					allowed++
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return allowed
+	}
+	if got := admit("a", 6); got != 6 {
+		t.Fatalf("under rpm 10: %d of 6 admitted", got)
+	}
+	rpm.Store(5)
+	if got := admit("a", 2); got != 2 {
+		t.Fatalf("limits changed but not announced: %d of 2 admitted, want 2 (the old rpm 10 holds)", got)
+	}
+	tb.LimitsChanged()
+	if got := admit("a", 3); got != 0 {
+		t.Fatalf("rpm lowered to 5 with 8 counted: %d admitted, want 0 (nothing until the window drains)", got)
+	}
+	var limit int64
+	tb.Peek("a", func(b *Budget) { limit = b.Limits().Requests })
+	if limit != 5 {
+		t.Fatalf("Peek after the change shows rpm %d, want 5", limit)
+	}
+	rpm.Store(10)
+	tb.LimitsChanged()
+	if got := admit("a", 5); got != 2 {
+		t.Fatalf("rpm raised to 10 with 8 counted: %d of 5 admitted, want exactly 2", got)
+	}
+	now = now.Add(61 * time.Second) // the window drains
+	if got := admit("a", 12); got != 10 {
+		t.Fatalf("a drained window under rpm 10: %d of 12 admitted, want 10", got)
+	}
+	// A key restored from a snapshot taken under the old limits, and a key
+	// first seen, both take the limits in force.
+	snap, ok := tb.Take("a")
+	if !ok {
+		t.Fatal("Take: a not held")
+	}
+	rpm.Store(11)
+	tb.LimitsChanged()
+	if err := tb.Put("a", snap, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := admit("a", 5); got != 1 {
+		t.Fatalf("restored with 10 counted under rpm 11: %d of 5 admitted, want 1", got)
+	}
+	if got := admit("b", 12); got != 11 {
+		t.Fatalf("a new key under rpm 11: %d of 12 admitted, want 11", got)
 	}
 }
