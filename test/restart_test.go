@@ -101,14 +101,16 @@ replication: {mode: sync}
 		// Every allowed acquire was completed. One whose answer was lost
 		// with the killed process is counted (sync replication), with its
 		// reservation and its slot until the lease's TTL; so is a lease
-		// whose complete failed, or was answered {"settled":false} (its
-		// owner out of reach at that moment: the settle is not carried
-		// over, the slot comes back at the lease's TTL).
+		// whose complete was answered {"settled":false} (its owner out of
+		// reach at that moment: the settle is not carried over, the slot
+		// comes back at the lease's TTL). A complete that failed (only on
+		// the killed process's connections) may or may not have settled
+		// before the answer was lost: its slot is held or free, its tokens
+		// the reservation or the usage.
 		lost := counted - tl.Allowed
-		held := lost + tl.CompleteErrors
 		if tl.MaxHeld > slots || tl.Completed+tl.CompleteErrors != tl.Allowed || lost < 0 || lost > unknown ||
-			inUse < held || inUse > held+tl.Unsettled ||
-			tokens < used*tl.Completed || tokens > used*tl.Completed+reserve*inUse {
+			inUse < lost || inUse > lost+tl.CompleteErrors+tl.Unsettled ||
+			tokens < used*tl.Completed || tokens > used*(tl.Completed+tl.CompleteErrors)+reserve*inUse {
 			wrong = append(wrong, fmt.Sprintf("%s: clients %v; node: %d requests counted, %d tokens, %d slots in use (lost answers %d)",
 				tn, *tl, counted, tokens, inUse, lost))
 		}
