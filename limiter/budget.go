@@ -173,8 +173,7 @@ func (b *Budget) SetLimits(l Limits) {
 	b.lim = l
 }
 
-// tick brings the Budget to time t: the window slides, expired slots are
-// freed.
+// tick brings the Budget to time t: it slides the window, frees expired slots.
 func (b *Budget) tick(t int64) {
 	b.advance(t)
 	b.expire(t)
