@@ -5,7 +5,7 @@ package node
 // A key's owner alone admits against it, so one busy tenant or pool is
 // capped by what its owner can decide, and every other node pays a forward
 // per request. When a node forwards more than HotKeyRate acquires a second
-// for one key, it asks the owner for a slice: OpAllot admits, at the owner,
+// for one key, it asks the owner for a slice: peer.OpAllot admits, at the owner,
 // as many ordinary requests as this node is expected to need before the
 // owner's current bucket ends (each reserving the largest token bound seen
 // here, each holding a concurrency slot), at most a hundredth of what the
@@ -43,10 +43,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 )
-
-// maxAllot bounds the admissions of one OpAllot.
-const maxAllot = 1000
 
 // A slice holds at most 1/allotShare of what its key's window has left, in
 // each limited dimension, and a key with less than minSlice such shares
@@ -101,7 +99,7 @@ func (s *slice) decision(id uint64) limiter.Decision {
 // hotKey is what this node knows of one key it forwards for.
 type hotKey struct {
 	slices     []*slice  // in the order granted: usually the current bucket's and the next's
-	asking     bool      // an OpAllot is under way
+	asking     bool      // an peer.OpAllot is under way
 	maxTokens  int64     // the largest token bound of a request since the last ask
 	uses       int       // acquires for the key since the last ask
 	since      time.Time // the last ask (or the first forward)
@@ -301,7 +299,7 @@ func (k *hotKey) dropExpired(now time.Time, addr string) (ids []uint64) {
 	return ids
 }
 
-// ask returns the OpAllot to send for key at now: the key's rate of
+// ask returns the peer.OpAllot to send for key at now: the key's rate of
 // acquires a second, and the largest token bound seen since the last ask
 // (that ask's when none was); it resets those counts.
 func (al *allotments) ask(key string, now time.Time) Call {
@@ -312,7 +310,7 @@ func (al *allotments) ask(key string, now time.Time) Call {
 		k.askedBound = k.maxTokens
 	}
 	k.askedRate = k.rate(now)
-	c := Call{Op: OpAllot, Key: key, Count: uint32(min(maxAllot, max(1, k.askedRate))), Req: limiter.Request{Reserve: max(1, k.askedBound)}}
+	c := Call{Op: peer.OpAllot, Key: key, Count: uint32(min(peer.MaxAllot, max(1, k.askedRate))), Req: limiter.Request{Reserve: max(1, k.askedBound)}}
 	k.uses, k.since, k.maxTokens = 0, now, 0
 	return c
 }
@@ -382,7 +380,7 @@ func (al *allotments) sweep(now time.Time, idle time.Duration) map[string][]uint
 	return out
 }
 
-// appendGrant encodes an OpAllot's answer State: how long the owner's
+// appendGrant encodes an peer.OpAllot's answer State: how long the owner's
 // bucket had left (ns), then the admissions' lease ids.
 func appendGrant(b []byte, validFor time.Duration, ids []uint64) []byte {
 	b = binary.AppendUvarint(b, uint64(max(0, validFor)))
@@ -395,25 +393,25 @@ func appendGrant(b []byte, validFor time.Duration, ids []uint64) []byte {
 
 // decodeGrant decodes appendGrant's encoding.
 func decodeGrant(b []byte) (time.Duration, []uint64, error) {
-	r := reader{b: b}
-	validFor := time.Duration(min(r.uvarint(), uint64(time.Hour)))
-	n := r.uvarint()
-	if r.err == nil && n > maxAllot {
-		return 0, nil, errShort
+	r := peer.NewReader(b)
+	validFor := time.Duration(min(r.Uvarint(), uint64(time.Hour)))
+	n := r.Uvarint()
+	if r.Err() == nil && n > peer.MaxAllot {
+		return 0, nil, peer.ErrShort
 	}
 	ids := make([]uint64, 0, n)
 	for range n {
-		ids = append(ids, r.uvarint())
+		ids = append(ids, r.Uvarint())
 	}
-	if r.err == nil && len(r.b) != 0 {
-		return 0, nil, errShort
+	if r.Err() == nil && r.Len() != 0 {
+		return 0, nil, peer.ErrShort
 	}
-	return validFor, ids, r.err
+	return validFor, ids, r.Err()
 }
 
-// allot is the owner's side of OpAllot: c.Count is the asker's acquires a
+// allot is the owner's side of peer.OpAllot: c.Count is the asker's acquires a
 // second; it admits what the asker needs until the bucket ends (a quarter
-// more), at most maxAllot and a hundredth of what the window has left in
+// more), at most peer.MaxAllot and a hundredth of what the window has left in
 // each limited dimension (allotShare), each reserving c.Req.Reserve tokens;
 // none when that hundredth is under minSlice. Any refusal stops it.
 // Callers hold the key's budget (Table.Do).
@@ -422,7 +420,7 @@ func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 	validFor := max(0, b.BucketEnd().Sub(now))
 	want := int(float64(c.Count)*validFor.Seconds()*1.25) + 1
 	reserve := max(1, c.Req.Reserve)
-	share := int64(maxAllot)
+	share := int64(peer.MaxAllot)
 	if st.Requests.Limit > 0 {
 		share = min(share, st.Requests.Remaining/allotShare)
 	}
@@ -460,7 +458,7 @@ func allot(b *limiter.Budget, now time.Time, c *Call) Answer {
 // (and falls back) like any other.
 func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (Answer, error) {
 	al := n.allot
-	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || n.leaving.Load() || !n.peer(addr).up() {
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || n.leaving.Load() || !n.peers.Up(addr) {
 		return forward()
 	}
 	now := n.cfg.Now()
@@ -478,7 +476,7 @@ func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (A
 			ask = true
 		}
 	} else {
-		n.stats.allotted.Add(1)
+		n.counts.allotted.Add(1)
 	}
 	if ask {
 		n.background(func() { n.askSlice(key, addr) })
@@ -555,9 +553,9 @@ func (n *Node) allotCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_allotted_total", Help: "Acquires of hot keys this node admitted from slices their owners allotted it, without a forward.",
-		}, func() float64 { return float64(n.stats.allotted.Load()) }),
+		}, func() float64 { return float64(n.counts.allotted.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_allot_returned_total", Help: "Allotted admissions this node did not hand out before their bucket ended, cancelled at their owner.",
-		}, func() float64 { return float64(n.stats.allotReturned.Load()) }),
+		}, func() float64 { return float64(n.counts.allotReturned.Load()) }),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 	"pgregory.net/rapid"
 )
 
@@ -86,7 +87,7 @@ func drain(t *testing.T, c *cluster, key string) (allowed int64) {
 // allotted counts the acquires the nodes of c served from slices.
 func (c *cluster) allotted() (n int64) {
 	for _, nd := range c.nodes {
-		n += nd.stats.allotted.Load()
+		n += nd.counts.allotted.Load()
 	}
 	return n
 }
@@ -136,7 +137,7 @@ func TestHotKeyThroughEveryNodeIsExact(t *testing.T) {
 			}
 			if got := left(); got != tc.want-during {
 				t.Fatalf("the owner has %d left after %d admitted of %d, want exactly %d: allotted admissions not handed out were not given back (%d returned)",
-					got, during, tc.want, tc.want-during, c.nodes[1].stats.allotReturned.Load()+c.nodes[2].stats.allotReturned.Load())
+					got, during, tc.want, tc.want-during, c.nodes[1].counts.allotReturned.Load()+c.nodes[2].counts.allotReturned.Load())
 			}
 			if tc.want-during > 10_000 {
 				return
@@ -169,7 +170,7 @@ func TestWarmKeyIsServedFromSlicesByDefault(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	served := holder.stats.allotted.Load()
+	served := holder.counts.allotted.Load()
 	if served < n/2 || served > n {
 		t.Fatalf("%d of %d acquires served from slices, want at least half", served, n)
 	}
@@ -351,7 +352,7 @@ func TestReturnsAreMadeAgainWhenTheRingMoves(t *testing.T) {
 func TestSliceIsAHundredthOfWhatIsLeft(t *testing.T) {
 	now := time.Unix(5000, 0)
 	b := limiter.NewBudget(limiter.Limits{Requests: 1000, Window: time.Minute, Concurrency: 1 << 20, Tokens: 1 << 40}, nil, now)
-	ask := Call{Op: OpAllot, Key: "k", Count: maxAllot, Req: limiter.Request{Reserve: 1}}
+	ask := Call{Op: peer.OpAllot, Key: "k", Count: peer.MaxAllot, Req: limiter.Request{Reserve: 1}}
 	grant := func() []uint64 {
 		_, ids, err := decodeGrant(allot(b, now, &ask).State)
 		if err != nil {
@@ -389,8 +390,8 @@ func TestSliceIsAHundredthOfWhatIsLeft(t *testing.T) {
 	}
 }
 
-// FuzzDecodeGrant: an OpAllot answer from a peer decodes or is refused,
-// never panics, holds at most maxAllot admissions, and what decodes
+// FuzzDecodeGrant: an peer.OpAllot answer from a peer decodes or is refused,
+// never panics, holds at most peer.MaxAllot admissions, and what decodes
 // encodes back to the same bytes.
 func FuzzDecodeGrant(f *testing.F) {
 	f.Add(appendGrant(nil, 750*time.Millisecond, []uint64{1, 1 << 63, 42}))
@@ -401,7 +402,7 @@ func FuzzDecodeGrant(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(ids) > maxAllot || validFor < 0 || validFor > time.Hour {
+		if len(ids) > peer.MaxAllot || validFor < 0 || validFor > time.Hour {
 			t.Fatalf("decoded %d admissions valid for %v", len(ids), validFor)
 		}
 		again, ids2, err := decodeGrant(appendGrant(nil, validFor, ids))
@@ -516,23 +517,23 @@ func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
 		return holder.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for holder.stats.allotted.Load() == 0 && time.Now().Before(deadline) {
+	for holder.counts.allotted.Load() == 0 && time.Now().Before(deadline) {
 		if _, err := acquire(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if holder.stats.allotted.Load() == 0 {
+	if holder.counts.allotted.Load() == 0 {
 		t.Fatal("the holder never served from a slice")
 	}
 	owner.Close()
-	eventually(t, "the holder's connection to the owner down", func() bool { return !holder.peer(owner.PeerAddr()).up() })
-	served := holder.stats.allotted.Load()
+	eventually(t, "the holder's connection to the owner down", func() bool { return !holder.peers.Up(owner.PeerAddr()) })
+	served := holder.counts.allotted.Load()
 	a, err := acquire()
 	if !errors.Is(err, ErrPeerDown) {
 		t.Fatalf("acquire after the owner crashed: %+v, %v; want ErrPeerDown (the caller falls back)", a.Decision, err)
 	}
-	if got := holder.stats.allotted.Load(); got != served {
+	if got := holder.counts.allotted.Load(); got != served {
 		t.Fatalf("%d acquires served from the crashed owner's slice", got-served)
 	}
 }
@@ -549,7 +550,7 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 	owner, holder := c.nodes[0], c.nodes[1]
 	key := c.keyOwnedBy(t, 0)
 	admitted := 0
-	for holder.stats.allotted.Load() == 0 && admitted < 5000 {
+	for holder.counts.allotted.Load() == 0 && admitted < 5000 {
 		a, err := holder.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 10, MaxTokens: 10}})
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("acquire: %+v %v", a.Decision, err)
@@ -557,7 +558,7 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 		admitted++
 		time.Sleep(time.Millisecond)
 	}
-	if holder.stats.allotted.Load() == 0 {
+	if holder.counts.allotted.Load() == 0 {
 		t.Fatal("the holder never served from a slice")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -585,14 +586,14 @@ func TestAllotAfterAQuietBucket(t *testing.T) {
 	l := limiter.Limits{Requests: 100_000, Window: time.Minute, Concurrency: 1 << 20, Tokens: 1 << 40}
 	b := limiter.NewBudget(l, nil, t0)
 	now := t0.Add(5 * time.Second) // four buckets of a second later
-	ask := Call{Op: OpAllot, Key: "k", Count: maxAllot, Req: limiter.Request{Reserve: 1}}
+	ask := Call{Op: peer.OpAllot, Key: "k", Count: peer.MaxAllot, Req: limiter.Request{Reserve: 1}}
 	validFor, ids, err := decodeGrant(allot(b, now, &ask).State)
 	if err != nil {
 		t.Fatal(err)
 	}
 	width := l.Window / time.Duration(limiter.DefaultBuckets)
-	if validFor <= 0 || validFor > width || len(ids) == 0 || len(ids) > maxAllot {
-		t.Fatalf("grant after a quiet bucket: valid for %v (want (0, %v]), %d admissions (want 1..%d)", validFor, width, len(ids), maxAllot)
+	if validFor <= 0 || validFor > width || len(ids) == 0 || len(ids) > peer.MaxAllot {
+		t.Fatalf("grant after a quiet bucket: valid for %v (want (0, %v]), %d admissions (want 1..%d)", validFor, width, len(ids), peer.MaxAllot)
 	}
 	if st := b.Status(now); st.Requests.Remaining != int64(l.Requests)-int64(len(ids)) {
 		t.Fatalf("remaining %d after granting %d of %d", st.Requests.Remaining, len(ids), l.Requests)
@@ -601,7 +602,7 @@ func TestAllotAfterAQuietBucket(t *testing.T) {
 
 // Whatever the ask (any count and reservation, any priority) and whenever
 // it comes (before or long after the key's last call), allot answers
-// without panicking, grants at most maxAllot admissions valid until the
+// without panicking, grants at most peer.MaxAllot admissions valid until the
 // end of the bucket they are charged to, and takes exactly them from the
 // window.
 func TestAllotAnyAskAnyTime(t *testing.T) {
@@ -612,7 +613,7 @@ func TestAllotAnyAskAnyTime(t *testing.T) {
 		b := limiter.NewBudget(l, nil, t0)
 		now := t0.Add(time.Duration(rapid.IntRange(-2, 120).Draw(rt, "seconds later"))*time.Second +
 			time.Duration(rapid.Int64Range(0, int64(time.Second)-1).Draw(rt, "and ns")))
-		ask := Call{Op: OpAllot, Key: "k", Count: rapid.SampledFrom([]uint32{0, 1, 7, maxAllot, 1 << 20, 1<<32 - 1}).Draw(rt, "count"),
+		ask := Call{Op: peer.OpAllot, Key: "k", Count: rapid.SampledFrom([]uint32{0, 1, 7, peer.MaxAllot, 1 << 20, 1<<32 - 1}).Draw(rt, "count"),
 			Req: limiter.Request{Reserve: rapid.Int64Range(-10, 1<<50).Draw(rt, "reserve"), Priority: limiter.Priority(rapid.IntRange(0, 3).Draw(rt, "priority"))}}
 		before := l.Requests // the key is new (and asking its Status first would move it to now)
 		validFor, ids, err := decodeGrant(allot(b, now, &ask).State)
@@ -622,7 +623,7 @@ func TestAllotAnyAskAnyTime(t *testing.T) {
 		// A bucket at most, from the key's latest time: an ask dated
 		// before it (the owner's clock behind a time the key saw) waits
 		// for that bucket's end.
-		if len(ids) > maxAllot || validFor < 0 || validFor > l.Window/limiter.DefaultBuckets+max(0, t0.Sub(now)) {
+		if len(ids) > peer.MaxAllot || validFor < 0 || validFor > l.Window/limiter.DefaultBuckets+max(0, t0.Sub(now)) {
 			rt.Fatalf("granted %d, valid for %v", len(ids), validFor)
 		}
 		if after := b.Status(now).Requests.Remaining; after != before-int64(len(ids)) {
@@ -721,13 +722,13 @@ func TestHotKeyIsNotForwardedAtItsBucketEnds(t *testing.T) {
 		}
 	}
 	send(25) // half a second: hot, and served from slices
-	if nd.stats.allotted.Load() == 0 {
+	if nd.counts.allotted.Load() == 0 {
 		t.Fatal("no acquire was served from a slice: the key never became hot")
 	}
 	const calls = 100
-	before := nd.stats.allotted.Load()
+	before := nd.counts.allotted.Load()
 	send(calls)
-	forwarded := calls - (nd.stats.allotted.Load() - before)
+	forwarded := calls - (nd.counts.allotted.Load() - before)
 	t.Logf("%d of %d acquires forwarded across about 20 bucket ends", forwarded, calls)
 	if forwarded > 12 {
 		t.Fatalf("%d of %d acquires of a hot key forwarded across about 20 bucket ends, want at most 12: its next slices were not asked for as its buckets ended", forwarded, calls)

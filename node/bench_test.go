@@ -190,7 +190,7 @@ func BenchmarkHotKey(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric(float64(nd.stats.allotted.Load())/float64(b.N), "from-slices/op")
+			b.ReportMetric(float64(nd.counts.allotted.Load())/float64(b.N), "from-slices/op")
 		})
 	}
 }

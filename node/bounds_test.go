@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 )
 
 // memCheckpoint is a Checkpoint holding snapshots in memory.
@@ -220,8 +221,8 @@ func TestFutureHandoffEntryRejected(t *testing.T) {
 	}
 	now := time.Now()
 	blob := binary.AppendUvarint(nil, 2)
-	blob = appendEntry(blob, bad, snapshotAt(t, lim, 10, now.Add(time.Hour)))
-	blob = appendEntry(blob, good, snapshotAt(t, lim, 4, now))
+	blob = peer.AppendEntry(blob, bad, snapshotAt(t, lim, 10, now.Add(time.Hour)))
+	blob = peer.AppendEntry(blob, good, snapshotAt(t, lim, 4, now))
 	tr := nd.tr.Load()
 	tr.mu.Lock()
 	tr.install(custody.Install{Part: r.Partition(good), State: blob})

@@ -1,12 +1,15 @@
 package node
 
 import (
+	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -94,8 +97,8 @@ type Config struct {
 	// Table.SetMaxKeys): a new key at a full table takes an idle key's
 	// place or is refused with limiter.TableFull. State arriving by
 	// handoff, transfer, or a fetch from a replica or the checkpoint (it
-	// holds counted units) and debts are never refused. Zero means DefaultMaxKeys;
-	// negative means unlimited.
+	// holds counted units) and debts are never refused. Zero means
+	// DefaultMaxKeys; negative means unlimited.
 	MaxKeys int
 	// MaxClockSkew is how far ahead of this node's clock the times in a
 	// state arriving from elsewhere (handoff, transfer, replica,
@@ -103,10 +106,10 @@ type Config struct {
 	// (limiter.ErrFutureState). Zero means DefaultMaxClockSkew.
 	MaxClockSkew time.Duration
 
-	// Secrets are the cluster secrets, each at least MinSecretLen (32)
-	// random bytes. Empty means the plaintext, unauthenticated peer
+	// Secrets are the cluster secrets, each at least peer.MinSecretLen
+	// (32) random bytes. Empty means the plaintext, unauthenticated peer
 	// protocol: for loopback development clusters only. Otherwise every
-	// peer connection is authenticated and encrypted (handshake.go):
+	// peer connection is authenticated and encrypted (peer/handshake.go):
 	// Secrets[0] is used to dial, and the server accepts any of them, so
 	// a rotation runs with {new, old} until every member has new.
 	Secrets [][]byte
@@ -120,7 +123,8 @@ type Config struct {
 	// MaxFrame is the largest peer frame read or written, in bytes: a
 	// longer one is rejected before anything is allocated for it and its
 	// connection closed. Larger items travel in fragments. Zero means
-	// DefaultMaxFrame (1 MiB); otherwise MinMaxFrame to MaxMaxFrame.
+	// peer.DefaultMaxFrame (1 MiB); otherwise peer.MinMaxFrame to
+	// peer.MaxMaxFrame.
 	MaxFrame int
 	// PeerReadTimeout is how long a peer frame, once started, may take to
 	// arrive whole; a connection stalled mid-frame is closed then. Idle
@@ -128,7 +132,7 @@ type Config struct {
 	PeerReadTimeout time.Duration
 	// MaxPeerConns is the most peer connections served at once; a
 	// connection beyond it is closed as soon as it is accepted. Zero
-	// means DefaultMaxPeerConns (256).
+	// means peer.DefaultMaxConns (256).
 	MaxPeerConns int
 	// Listen opens the peer listener. Nil means net.Listen.
 	Listen func(network, addr string) (net.Listener, error)
@@ -200,4 +204,36 @@ func (c Config) withDefaults() Config {
 		c.Policy.IDs = randomID
 	}
 	return c.withPeerDefaults()
+}
+
+// withPeerDefaults fills the zero peer protocol fields of c.
+func (c Config) withPeerDefaults() Config {
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = peer.DefaultHandshakeTimeout
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = peer.DefaultMaxFrame
+	}
+	if c.PeerReadTimeout <= 0 {
+		c.PeerReadTimeout = peer.DefaultReadTimeout
+	}
+	if c.MaxPeerConns <= 0 {
+		c.MaxPeerConns = peer.DefaultMaxConns
+	}
+	if c.Listen == nil {
+		c.Listen = net.Listen
+	}
+	return c
+}
+
+// peerAuth checks c's peer protocol fields and returns the handshake its
+// secrets make (nil for none).
+func (c Config) peerAuth() (*peer.Auth, error) {
+	if c.MaxFrame < peer.MinMaxFrame || c.MaxFrame > peer.MaxMaxFrame {
+		return nil, fmt.Errorf("MaxFrame %d, want %d to %d", c.MaxFrame, peer.MinMaxFrame, peer.MaxMaxFrame)
+	}
+	return peer.NewAuth(c.Secrets, c.Rand, c.HandshakeTimeout)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 )
 
 // A member forwards to a joiner as soon as gossip shows it, which can be
@@ -47,11 +48,11 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 		_, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: key})
 		decided <- err
 	}()
-	p := n1.peer(n2.PeerAddr())
-	eventually(t, "the forwarded acquire reaches n2", func() bool { return p.stats.calls.Load() > 0 })
+	p := n1.peers.Get(n2.PeerAddr())
+	eventually(t, "the forwarded acquire reaches n2", func() bool { return n1.peerStats.Calls.Load() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.call(ctx, &Call{Op: OpPing}); err != nil {
+	if _, err := p.Call(ctx, &Call{Op: peer.OpPing}); err != nil {
 		t.Fatalf("a ping behind the call awaiting n2's first ring: %v; want its answer at once", err)
 	}
 	select {

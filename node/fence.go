@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -129,7 +130,7 @@ func (n *Node) heartbeat() {
 	}
 	end, silent := n.mandateNow()
 	for _, p := range silent {
-		p.heartbeat()
+		p.Heartbeat()
 	}
 	if end <= n.mono() && n.Mandated() {
 		ctx, cancel := context.WithTimeout(context.Background(), mandateRecheck)
@@ -138,7 +139,7 @@ func (n *Node) heartbeat() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = p.call(ctx, &Call{Op: OpPing})
+				_, _ = p.Call(ctx, &Call{Op: peer.OpPing})
 			}()
 		}
 		wg.Wait()
@@ -220,7 +221,7 @@ const mandateRecheck = 500 * time.Millisecond
 // mandateNow returns when the mandate that what was heard so far gives
 // ends, on the mono clock (at or before now: no majority heard within the
 // mandate's term), and the counted members not heard from lately.
-func (n *Node) mandateNow() (end int64, silent []*peerClient) {
+func (n *Node) mandateNow() (end int64, silent []*peer.Client) {
 	now, mono := time.Now(), n.mono()
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
@@ -233,8 +234,8 @@ func (n *Node) mandateNow() (end int64, silent []*peerClient) {
 		if addr == "" {
 			return time.Time{}, false
 		}
-		p := n.peer(addr)
-		at := p.heardAt()
+		p := n.peers.Get(addr)
+		at := p.HeardAt()
 		if now.Sub(at) > heartbeatQuiet {
 			silent = append(silent, p)
 		}
@@ -310,7 +311,7 @@ func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) 
 		return true
 	})
 	for _, f := range frozen {
-		err := decodeEntries(f.State, func(key string, state []byte) error { owe(key, state); return nil })
+		err := peer.DecodeEntries(f.State, func(key string, state []byte) error { owe(key, state); return nil })
 		if err != nil {
 			n.log.Error("fence: bad frozen partition", "partition", f.Part, "err", err)
 		}

@@ -1,7 +1,7 @@
 package node
 
 // Giving allotted admissions back: what a holder did not hand out before
-// its slice ended goes back to the key's owner (OpReturn), and what could
+// its slice ended goes back to the key's owner (peer.OpReturn), and what could
 // not go back yet is owed until it can (allot.go).
 
 import (
@@ -10,19 +10,21 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tokenring/tokenring/node/peer"
 )
 
 // cancelAdmissions gives admissions of key that were allotted but not
-// handed out back to its owner, in OpReturns of at most maxAllot. Those
+// handed out back to its owner, in OpReturns of at most peer.MaxAllot. Those
 // that cannot be given back now (the owner crashed, and the ring still
 // names it) are owed (since: when they first could not be; zero: now):
 // the sweep gives them back later to whoever owns the key then (their
 // leases moved there with its state, if replication had copied them), until
 // allotReturnHorizon has passed.
 func (n *Node) cancelAdmissions(key string, ids []uint64, since time.Time) {
-	for chunk := range slices.Chunk(ids, maxAllot) {
+	for chunk := range slices.Chunk(ids, peer.MaxAllot) {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.TransferWait)
-		a, err := n.Do(ctx, Call{Op: OpReturn, Key: key, State: appendGrant(nil, 0, chunk)})
+		a, err := n.Do(ctx, Call{Op: peer.OpReturn, Key: key, State: appendGrant(nil, 0, chunk)})
 		cancel()
 		if err != nil {
 			now := n.cfg.Now()
@@ -37,7 +39,7 @@ func (n *Node) cancelAdmissions(key string, ids []uint64, since time.Time) {
 			continue
 		}
 		if _, cancelled, err := decodeGrant(a.State); err == nil && len(cancelled) > 0 {
-			n.stats.allotReturned.Add(int64(len(cancelled)))
+			n.counts.allotReturned.Add(int64(len(cancelled)))
 			n.allot.gaveBack(key, cancelled, n.cfg.Now())
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -51,9 +52,9 @@ func (n *Node) fetchKey(ctx context.Context, g *gate, h *fetchHint, key string) 
 		return
 	}
 	if from == "checkpoint" {
-		n.stats.fromCheckpoint.Add(1)
+		n.counts.fromCheckpoint.Add(1)
 	} else {
-		n.stats.restored.Add(1)
+		n.counts.fromReplica.Add(1)
 	}
 	n.dirty.mark(key) // replicate to this key's new backup
 }
@@ -110,7 +111,7 @@ func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, time.Time
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
 	defer cancel()
-	a, err := n.peer(addr).call(ctx, &Call{Op: OpReplica, Key: key, From: n.PeerAddr()})
+	a, err := n.peers.Get(addr).Call(ctx, &Call{Op: peer.OpReplica, Key: key, From: n.PeerAddr()})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
 	}

@@ -362,7 +362,7 @@ func TestCrashRecoversFromReplica(t *testing.T) {
 			t.Fatalf("%s after the owner crashed: %d admitted, want exactly 3 (7 of 10 used before)", k, got)
 		}
 	}
-	if got := n2.stats.restored.Load() + n3.stats.restored.Load(); got != int64(len(keys)) {
+	if got := n2.counts.fromReplica.Load() + n3.counts.fromReplica.Load(); got != int64(len(keys)) {
 		t.Fatalf("restored %d keys from replicas, want %d", got, len(keys))
 	}
 }

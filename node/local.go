@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 )
 
 // local executes Calls against the keys this node holds. It owns the limiter
@@ -133,7 +134,7 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 			a.Decision.Status = b.Status(now)
 		})
 		return a, nil, nil
-	case OpAllot, OpReturn:
+	case peer.OpAllot, peer.OpReturn:
 		a, err := l.slices(c, now)
 		return a, nil, err
 	case OpStatus:
@@ -319,11 +320,11 @@ func (l *local) close() {
 	}
 }
 
-// slices runs OpAllot (admissions made in advance for a forwarder to hand
-// out, allot.go) and OpReturn (those it did not hand out, cancelled).
+// slices runs peer.OpAllot (admissions made in advance for a forwarder to hand
+// out, allot.go) and peer.OpReturn (those it did not hand out, cancelled).
 func (l *local) slices(c *Call, now time.Time) (Answer, error) {
 	a := Answer{Owner: l.name}
-	if c.Op == OpAllot {
+	if c.Op == peer.OpAllot {
 		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
 			a.Decision = l.tableFull()
 		}

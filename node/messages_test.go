@@ -2,18 +2,18 @@ package node
 
 import (
 	"bytes"
-	"encoding/binary"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 )
 
 func TestCustodyMsgsRoundTrip(t *testing.T) {
 	msgs := []custody.Msg{
 		{Kind: custody.MsgOffer, From: "n1/a", To: "n2/b", Part: 270, Epoch: 7, State: []byte{}},
-		{Kind: custody.MsgOffer, From: "n1/a", To: "n2/b", Part: 3, Epoch: 8, State: appendEntry(appendEntry([]byte{2}, "t:x", []byte{1, 2}), "t:y", nil)},
+		{Kind: custody.MsgOffer, From: "n1/a", To: "n2/b", Part: 3, Epoch: 8, State: peer.AppendEntry(peer.AppendEntry([]byte{2}, "t:x", []byte{1, 2}), "t:y", nil)},
 		{Kind: custody.MsgAck, From: "n2/b", To: "n1/a", Part: 3, Epoch: 8},
 		{Kind: custody.MsgPull, From: "n3", To: "n1/a", Part: 9, Round: 41},
 		{Kind: custody.MsgInfo, From: "n1/a", To: "n3", Part: 9, Round: 41, Epoch: 5, Held: true, Claiming: true, GaveTo: "n4/z", Gave: 4},
@@ -26,7 +26,7 @@ func TestCustodyMsgsRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, msgs)
 	}
 	var keys []string
-	if err := decodeEntries(msgs[1].State, func(k string, s []byte) error { keys = append(keys, k); return nil }); err != nil || len(keys) != 2 {
+	if err := peer.DecodeEntries(msgs[1].State, func(k string, s []byte) error { keys = append(keys, k); return nil }); err != nil || len(keys) != 2 {
 		t.Fatalf("entries: %v %v", keys, err)
 	}
 }
@@ -58,30 +58,7 @@ func FuzzDecodeCustodyMsgs(f *testing.F) {
 	})
 }
 
-// FuzzDecodeEntries: a partition's state never panics the decoder, and the
-// keys it yields re-encode to the same state.
-func FuzzDecodeEntries(f *testing.F) {
-	f.Add(append([]byte{2}, appendEntry(appendEntry(nil, "t:a", []byte{1}), "t:b", []byte{2, 3})...))
-	f.Add([]byte{0x80, 0x80, 0x80, 0x80, 0x10})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var again []byte
-		n := 0
-		err := decodeEntries(b, func(k string, s []byte) error {
-			again = appendEntry(again, k, s)
-			n++
-			return nil
-		})
-		if err != nil || len(b) == 0 {
-			return
-		}
-		back := 0
-		if decodeEntries(append(binary.AppendUvarint(nil, uint64(n)), again...), func(string, []byte) error { back++; return nil }) != nil || back != n {
-			t.Fatalf("%d entries of %x do not survive re-encoding", n, b)
-		}
-	})
-}
-
-// A backup's copy round-trips through OpReplica's answer, and garbage is
+// A backup's copy round-trips through peer.OpReplica's answer, and garbage is
 // an error or a copy, never a panic.
 func FuzzDecodeReplica(f *testing.F) {
 	f.Add(int64(1_700_000_000_123_456_789), []byte("snapshot"))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,13 +21,13 @@ func (n *Node) Collectors() []prometheus.Collector {
 		}, func() float64 { return float64(n.local.waiting()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_forwarded_calls_total", Help: "Calls forwarded to their owner on another node.",
-		}, func() float64 { return float64(n.stats.calls.Load()) }),
+		}, func() float64 { return float64(n.peerStats.Calls.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_forward_frames_total", Help: "Frames written to peers; forwarded calls ÷ frames is the batching factor.",
-		}, func() float64 { return float64(n.stats.frames.Load()) }),
+		}, func() float64 { return float64(n.peerStats.Frames.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_peer_unreachable_total", Help: "Connections to peers that failed (refused, timed out).",
-		}, func() float64 { return float64(n.stats.downs.Load()) }),
+		}, func() float64 { return float64(n.peerStats.Downs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_handoff_received_total", Help: "Partitions whose custody this node received from another node.",
 		}, func() float64 { return float64(n.custodyStats().Received) }),
@@ -61,19 +62,19 @@ func (n *Node) Collectors() []prometheus.Collector {
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
-		}, func() float64 { return float64(n.stats.replicated.Load()) }),
+		}, func() float64 { return float64(n.counts.replicated.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
-		}, func() float64 { return float64(n.stats.restored.Load()) }),
+		}, func() float64 { return float64(n.counts.fromReplica.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_sync_replication_missed_total", Help: "Changes answered without their backup holding them (sync mode, backup unreachable): copied by the next round instead.",
-		}, func() float64 { return float64(n.stats.syncMissed.Load()) }),
+		}, func() float64 { return float64(n.counts.syncMissed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_checkpointed_total", Help: "Key snapshots written to the checkpoint store (Redis).",
-		}, func() float64 { return float64(n.stats.checkpointed.Load()) }),
+		}, func() float64 { return float64(n.counts.checkpointed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_checkpoint_total", Help: "Keys this node recovered from the checkpoint store after their owner crashed (no newer replica).",
-		}, func() float64 { return float64(n.stats.fromCheckpoint.Load()) }),
+		}, func() float64 { return float64(n.counts.fromCheckpoint.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_unreplicated", Help: "Changed keys not yet copied to their backup (0: every change so far is replicated).",
 		}, func() float64 { return float64(n.Unreplicated()) }),
@@ -89,6 +90,20 @@ func (n *Node) Collectors() []prometheus.Collector {
 			return 0
 		}),
 	}...)
+}
+
+// counters count what the node's own machinery did, for metrics and tests
+// (the peer protocol's traffic is peer.Stats).
+type counters struct {
+	syncMissed atomic.Int64 // sync replications that could not reach the backup
+	// replicated counts key snapshots sent to backups; fromReplica counts
+	// keys fetched from a backup's replica after their owner crashed.
+	replicated, fromReplica atomic.Int64
+	checkpointed            atomic.Int64 // key snapshots written to the checkpoint store
+	fromCheckpoint          atomic.Int64 // keys fetched or preloaded from the checkpoint store
+	// allotted counts acquires served from a slice of a hot key;
+	// allotReturned, admissions of expired slices given back.
+	allotted, allotReturned atomic.Int64
 }
 
 // custodyStats returns the custody machine's counters (zero before the
@@ -116,4 +131,26 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// peerCollectors returns the peer protocol's Prometheus collectors.
+func (n *Node) peerCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_peer_auth_failures_total",
+			Help: "Connections to the peer port closed because they failed the handshake (no cluster secret, a wrong one, or silence past the handshake timeout).",
+		}, func() float64 { return float64(n.peerStats.AuthFailures.Load()) }),
+		rejectedCounter("stranger_budget", func() uint64 { b, _, _ := n.server.Rejected(); return b }),
+		rejectedCounter("source_limit", func() uint64 { _, s, _ := n.server.Rejected(); return s }),
+		rejectedCounter("member_cap", func() uint64 { _, _, c := n.server.Rejected(); return c }),
+	}
+}
+
+// rejectedCounter is tokenring_peer_conns_rejected_total{reason}.
+func rejectedCounter(reason string, v func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "tokenring_peer_conns_rejected_total",
+		Help:        "Connections to the peer port closed unserved: in their handshake, to make room in the strangers' budget (reason stranger_budget) or their source address's share of it (source_limit); past it, at peer.max_conns (member_cap).",
+		ConstLabels: prometheus.Labels{"reason": reason},
+	}, func() float64 { return float64(v()) })
 }

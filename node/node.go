@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -48,7 +48,10 @@ type Node struct {
 	cpWarn    checkpointWarn           // rate-limits checkpoint failure warnings
 	replicas  replicaStore             // copies held for other owners
 	acked     ackedStore               // each key's state its backup last acknowledged (fence.go)
-	server    *peerServer
+	server    *peer.Server             // the peer protocol's listener: calls forwarded here (serve.go)
+	peers     *peer.Pool               // the connections to peers this node forwards to
+	peerStats peer.Stats               // both's traffic
+	counts    counters                 // what the node's own machinery did, for metrics (metrics.go)
 
 	// Splits (fence.go, custody/quorum.go): only for members joined through gossip.
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
@@ -69,13 +72,6 @@ type Node struct {
 	fences        atomic.Int64                // fences so far
 	heardMu       sync.Mutex                  // guards heard
 	heard         map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
-
-	auth *peerAuth  // nil: the plaintext peer protocol
-	wire wireLimits // bounds of every peer connection
-
-	mu    sync.Mutex // guards peers
-	peers map[string]*peerClient
-	stats peerStats
 
 	stop      chan struct{}
 	bgMu      sync.Mutex  // orders background's start against Close
@@ -118,13 +114,10 @@ func New(cfg Config) (*Node, error) {
 		table:       table,
 		local:       newLocal(cfg.Name, table, cfg.Now),
 		log:         cfg.Logger.With("node", cfg.Name),
-		peers:       make(map[string]*peerClient),
 		stop:        make(chan struct{}),
 		firstRing:   make(chan struct{}),
 		quorum:      custody.NewQuorum(custody.ForgetAfter),
 		reincarnate: make(chan struct{}, 1),
-		auth:        auth,
-		wire:        wireLimits{maxFrame: cfg.MaxFrame, readTimeout: cfg.PeerReadTimeout},
 	}
 	n.born = time.Now()
 	n.mandateUntil.Store(int64(n.mandateTerm())) // a node starts mandated
@@ -135,22 +128,28 @@ func New(cfg Config) (*Node, error) {
 	n.local.sweepEvery = cfg.SweepInterval
 	n.local.changed = n.changed
 	n.local.guard = n.guard
-	n.server = &peerServer{
-		ln:       ln,
-		handle:   n.serve,
-		inline:   n.inline,
-		heard:    n.heardFrom,
-		batch:    cfg.Batch,
-		log:      n.log,
-		conns:    make(map[net.Conn]struct{}),
-		auth:     auth,
-		wire:     n.wire,
-		maxConns: cfg.MaxPeerConns,
-		stats:    &n.stats,
-		done:     make(chan struct{}),
-	}
-	n.server.wg.Add(1)
-	go n.server.serve()
+	limits := peer.Limits{MaxFrame: cfg.MaxFrame, ReadTimeout: cfg.PeerReadTimeout}
+	n.server = peer.NewServer(ln, peer.ServerConfig{
+		Handle:   n.serve,
+		Inline:   n.inline,
+		Heard:    n.heardFrom,
+		Batch:    cfg.Batch,
+		Log:      n.log,
+		Auth:     auth,
+		Limits:   limits,
+		MaxConns: cfg.MaxPeerConns,
+		Stats:    &n.peerStats,
+	})
+	n.peers = peer.NewPool(peer.PoolConfig{
+		Self:    n.PeerAddr(),
+		Dial:    cfg.Dial,
+		Batch:   cfg.Batch,
+		Forward: cfg.Forward,
+		Log:     n.log,
+		Stats:   &n.peerStats,
+		Auth:    auth,
+		Limits:  limits,
+	})
 	n.every(cfg.SweepInterval, n.sweep)
 	n.every(transferTick, func() {
 		if t := n.tr.Load(); t != nil {
@@ -176,7 +175,7 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) Name() string { return n.cfg.Name }
 
 // PeerAddr is the address the peer protocol listens on.
-func (n *Node) PeerAddr() string { return n.server.ln.Addr().String() }
+func (n *Node) PeerAddr() string { return n.server.Addr().String() }
 
 // Ring is the current ring, nil before the first membership snapshot.
 func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
@@ -234,7 +233,11 @@ func (n *Node) setMembers(r *ring.Ring, members []custody.Member, boot string) {
 	n.members = members
 	n.ring.Store(r)
 	t.setView(r, members)
-	n.prunePeers(r)
+	live := make(map[string]bool, len(members))
+	for _, m := range members {
+		live[m.Peer] = true
+	}
+	n.peers.Keep(live) // close the connections to peers not in the membership
 	if n.allot != nil {
 		n.allot.recall(n.cfg.Now()) // an owner may have crashed: give back again (allotRecall)
 	}
@@ -342,7 +345,7 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 			fwd := *c
 			fwd.Hops++
 			fwd.Handed = h.handed
-			return n.allotted(c, h.addr, func() (Answer, error) { return n.peer(h.addr).call(ctx, &fwd) })
+			return n.allotted(c, h.addr, func() (Answer, error) { return n.peers.Get(h.addr).Call(ctx, &fwd) })
 		}
 	}
 }
@@ -490,14 +493,8 @@ func (n *Node) Close() error {
 	}
 	n.bgMu.Lock() // no background goroutine starts after this (background)
 	n.bgMu.Unlock()
-	n.server.close()
-	n.mu.Lock()
-	peers := n.peers
-	n.peers = map[string]*peerClient{}
-	n.mu.Unlock()
-	for _, p := range peers {
-		p.close()
-	}
+	n.server.Close()
+	n.peers.Close()
 	n.local.close()
 	n.wg.Wait()
 	if t := n.tr.Load(); t != nil {
@@ -515,5 +512,5 @@ func (n *Node) Close() error {
 // Forwarded reports how many calls this node forwarded to peers and in how
 // many frames: their ratio is the batching factor.
 func (n *Node) Forwarded() (calls, frames int64) {
-	return n.stats.calls.Load(), n.stats.frames.Load()
+	return n.peerStats.Calls.Load(), n.peerStats.Frames.Load()
 }

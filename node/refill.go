@@ -90,20 +90,11 @@ func (n *Node) refillSlices() time.Time {
 		}
 		switch {
 		case !r.ask:
-		case n.leaving.Load() || !n.peerUp(r.addr):
+		case n.leaving.Load() || !n.peers.Up(r.addr):
 			n.allot.granted(r.key, r.addr, now, now, 0, Answer{}, ErrClosed) // ends the ask
 		default:
 			n.background(func() { n.askSlice(r.key, r.addr) })
 		}
 	}
 	return next
-}
-
-// peerUp reports whether this node has a connection to the peer at addr
-// up; unlike peer, it makes no client for an address it has none for.
-func (n *Node) peerUp(addr string) bool {
-	n.mu.Lock()
-	p := n.peers[addr]
-	n.mu.Unlock()
-	return p != nil && p.up()
 }

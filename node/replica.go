@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -241,13 +243,13 @@ func (n *Node) replicateOnce() {
 			}
 		} else {
 			n.cpWarn.saved(n.log)
-			n.stats.checkpointed.Add(int64(len(states)))
+			n.counts.checkpointed.Add(int64(len(states)))
 		}
 	}
 	wg.Wait()
 }
 
-// replBatchBytes bounds the snapshots one OpReplicateMany carries, in
+// replBatchBytes bounds the snapshots one peer.OpReplicateMany carries, in
 // bytes (a single larger snapshot travels alone): a round's copies to one
 // backup go in a few calls instead of one call per key.
 const replBatchBytes = 256 << 10
@@ -274,17 +276,17 @@ func (n *Node) replicateTo(ctx context.Context, b *replBatch) {
 	}
 }
 
-// replicateChunk copies keys' snapshots to backup in one OpReplicateMany.
+// replicateChunk copies keys' snapshots to backup in one peer.OpReplicateMany.
 // Once the backup acknowledged them they count as its copies (fence.go);
 // keys it did not acknowledge stay marked for the next round. A backup
-// that answers with an error (a version without OpReplicateMany, in a
+// that answers with an error (a version without peer.OpReplicateMany, in a
 // rolling upgrade) gets them one by one.
 func (n *Node) replicateChunk(ctx context.Context, backup ring.Member, keys []string, states [][]byte) {
 	body := binary.AppendUvarint(nil, uint64(len(keys)))
 	for i, key := range keys {
-		body = appendEntry(body, key, states[i])
+		body = peer.AppendEntry(body, key, states[i])
 	}
-	_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicateMany, From: n.PeerAddr(), State: body})
+	_, err := n.peers.Get(backup.Peer).Call(ctx, &Call{Op: peer.OpReplicateMany, From: n.PeerAddr(), State: body})
 	if err != nil && !errors.Is(err, ErrPeerDown) && ctx.Err() == nil {
 		n.replicateEach(ctx, backup, keys, states)
 		return
@@ -298,10 +300,10 @@ func (n *Node) replicateChunk(ctx context.Context, backup ring.Member, keys []st
 	for i, key := range keys {
 		n.acked.put(key, backup.Name, states[i])
 	}
-	n.stats.replicated.Add(int64(len(keys)))
+	n.counts.replicated.Add(int64(len(keys)))
 }
 
-// replicateEach copies keys' snapshots to backup in one OpReplicate each,
+// replicateEach copies keys' snapshots to backup in one peer.OpReplicate each,
 // at most 64 at a time.
 func (n *Node) replicateEach(ctx context.Context, backup ring.Member, keys []string, states [][]byte) {
 	var wg sync.WaitGroup
@@ -311,13 +313,13 @@ func (n *Node) replicateEach(ctx context.Context, backup ring.Member, keys []str
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: states[i]})
+			_, err := n.peers.Get(backup.Peer).Call(ctx, &Call{Op: peer.OpReplicate, Key: key, From: n.PeerAddr(), State: states[i]})
 			if err != nil {
 				n.dirty.mark(key) // try again next round
 				return
 			}
 			n.acked.put(key, backup.Name, states[i])
-			n.stats.replicated.Add(1)
+			n.counts.replicated.Add(1)
 		}()
 	}
 	wg.Wait()
@@ -350,13 +352,13 @@ func (n *Node) replicateNow(ctx context.Context, key string) {
 	var wg sync.WaitGroup
 	for _, backup := range backups {
 		wg.Go(func() {
-			if _, err := n.peer(backup.Peer).call(ctx, &Call{Op: OpReplicate, Key: key, From: n.PeerAddr(), State: state}); err != nil {
-				n.stats.syncMissed.Add(1)
+			if _, err := n.peers.Get(backup.Peer).Call(ctx, &Call{Op: peer.OpReplicate, Key: key, From: n.PeerAddr(), State: state}); err != nil {
+				n.counts.syncMissed.Add(1)
 				n.dirty.mark(key)
 				return
 			}
 			n.acked.put(key, backup.Name, state)
-			n.stats.replicated.Add(1)
+			n.counts.replicated.Add(1)
 		})
 	}
 	wg.Wait()
@@ -395,4 +397,20 @@ func (w *checkpointWarn) saved(log *slog.Logger) {
 		log.Info("checkpoint saved again", "failed_rounds_since_last_warning", w.missed)
 	}
 	w.last, w.missed = time.Time{}, 0
+}
+
+// appendReplica encodes a backup's copy of a key for peer.OpReplica's answer:
+// when it arrived (unix ns), then the key's snapshot.
+func appendReplica(b []byte, r replica) []byte {
+	b = binary.AppendVarint(b, r.at.UnixNano())
+	return append(b, r.state...)
+}
+
+// decodeReplica decodes what appendReplica encoded.
+func decodeReplica(b []byte) (replica, error) {
+	at, n := binary.Varint(b)
+	if n <= 0 {
+		return replica{}, fmt.Errorf("replica: %w", peer.ErrShort)
+	}
+	return replica{state: b[n:], at: time.Unix(0, at)}, nil
 }

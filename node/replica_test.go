@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
 // A replication round copies all the keys bound for one backup in one
-// call (OpReplicateMany), not one call per key, and every key arrives and
+// call (peer.OpReplicateMany), not one call per key, and every key arrives and
 // counts as acknowledged.
 func TestReplicationRoundIsOneCallPerBackup(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
@@ -44,7 +45,7 @@ func TestReplicationRoundIsOneCallPerBackup(t *testing.T) {
 	if got := n2.Replicas() + n3.Replicas(); got != count {
 		t.Errorf("%d replicas held, want %d", got, count)
 	}
-	if got := n1.stats.replicated.Load(); got != count {
+	if got := n1.counts.replicated.Load(); got != count {
 		t.Errorf("%d keys counted replicated, want %d", got, count)
 	}
 	for _, k := range keys {
@@ -58,13 +59,13 @@ func TestReplicationRoundIsOneCallPerBackup(t *testing.T) {
 	}
 }
 
-// oldBackup is a peer server of a version without OpReplicateMany: it
-// refuses it, and keeps each OpReplicate's key.
+// oldBackup is a peer server of a version without peer.OpReplicateMany: it
+// refuses it, and keeps each peer.OpReplicate's key.
 type oldBackup struct {
-	srv  *peerServer
+	srv  *peer.Server
 	mu   sync.Mutex
 	keys map[string][]byte
-	many int // OpReplicateMany calls refused
+	many int // peer.OpReplicateMany calls refused
 }
 
 func startOldBackup(t *testing.T, like *Node) *oldBackup {
@@ -74,34 +75,34 @@ func startOldBackup(t *testing.T, like *Node) *oldBackup {
 		t.Fatal(err)
 	}
 	o := &oldBackup{keys: map[string][]byte{}}
-	o.srv = &peerServer{
-		ln: ln,
-		handle: func(_ context.Context, c *Call) (Answer, error) {
+	auth, err := like.cfg.peerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.srv = peer.NewServer(ln, peer.ServerConfig{
+		Handle: func(_ context.Context, c *Call) (Answer, error) {
 			o.mu.Lock()
 			defer o.mu.Unlock()
 			switch c.Op {
-			case OpReplicateMany:
+			case peer.OpReplicateMany:
 				o.many++
 				return Answer{}, errors.New("decode call: unknown op 16")
-			case OpReplicate:
+			case peer.OpReplicate:
 				o.keys[c.Key] = c.State
 				return Answer{Owner: "old", OK: true}, nil
 			}
 			return Answer{}, errors.New("unexpected op " + c.Op.String())
 		},
-		inline: func(*Call) bool { return true },
-		log:    slog.New(slog.DiscardHandler),
-		conns:  map[net.Conn]struct{}{},
-		auth:   like.auth,
-		wire:   like.wire,
-	}
-	o.srv.wg.Add(1)
-	go o.srv.serve()
-	t.Cleanup(o.srv.close)
+		Inline: func(*Call) bool { return true },
+		Log:    slog.New(slog.DiscardHandler),
+		Auth:   auth,
+		Limits: peer.Limits{MaxFrame: like.cfg.MaxFrame, ReadTimeout: like.cfg.PeerReadTimeout},
+	})
+	t.Cleanup(o.srv.Close)
 	return o
 }
 
-// A backup that refuses OpReplicateMany (an older version, during a
+// A backup that refuses peer.OpReplicateMany (an older version, during a
 // rolling upgrade) still gets every key, one call each, and the keys count
 // as acknowledged.
 func TestReplicationFallsBackPerKeyForAnOlderBackup(t *testing.T) {
@@ -114,12 +115,12 @@ func TestReplicationFallsBackPerKeyForAnOlderBackup(t *testing.T) {
 		admit(t, n1, k, 2)
 		n1.table.Peek(k, func(b *limiter.Budget) { states[i], _ = b.AppendBinary(nil) })
 	}
-	backup := ring.Member{Name: "old", Peer: old.srv.ln.Addr().String()}
+	backup := ring.Member{Name: "old", Peer: old.srv.Addr().String()}
 	n1.replicateChunk(context.Background(), backup, keys, states)
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	if old.many != 1 {
-		t.Errorf("%d OpReplicateMany calls, want 1 (then one call per key)", old.many)
+		t.Errorf("%d peer.OpReplicateMany calls, want 1 (then one call per key)", old.many)
 	}
 	if len(old.keys) != len(keys) {
 		t.Fatalf("the old backup holds %d keys, want %d", len(old.keys), len(keys))
@@ -132,7 +133,7 @@ func TestReplicationFallsBackPerKeyForAnOlderBackup(t *testing.T) {
 			t.Fatalf("%s: not acknowledged by the old backup: %+v %v", k, c, ok)
 		}
 	}
-	if got := n1.stats.replicated.Load(); got != int64(len(keys)) {
+	if got := n1.counts.replicated.Load(); got != int64(len(keys)) {
 		t.Errorf("%d keys counted replicated, want %d", got, len(keys))
 	}
 }

@@ -161,7 +161,7 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		installed++
 		n.dirty.mark(key) // replicate to its backup, checkpoint again
 	}
-	n.stats.fromCheckpoint.Add(int64(installed))
+	n.counts.fromCheckpoint.Add(int64(installed))
 	n.log.Debug("restore: partition from the preloaded checkpoint", "partition", p, "keys", installed, "expired", stale)
 }
 

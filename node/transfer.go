@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -260,7 +261,7 @@ func (t *transfer) freeze(ps []int) map[int][]byte {
 			continue // swept meanwhile: idle, nothing to hand on
 		}
 		p := t.ring.Partition(key)
-		entries[p] = appendEntry(entries[p], key, state)
+		entries[p] = peer.AppendEntry(entries[p], key, state)
 		counts[p]++
 	}
 	blobs := make(map[int][]byte, len(ps))
@@ -277,7 +278,7 @@ func (t *transfer) install(in custody.Install) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := t.n.cfg.Now()
-	err := decodeEntries(in.State, func(key string, state []byte) error {
+	err := peer.DecodeEntries(in.State, func(key string, state []byte) error {
 		if err := t.n.table.Put(key, state, now); errors.Is(err, limiter.ErrFutureState) {
 			// Dated beyond our clock + MaxClockSkew: not applied (it would
 			// refuse the key until then); the key starts from zero, the
@@ -365,7 +366,7 @@ func (t *transfer) send(msgs []custody.Msg) {
 			defer t.sends.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err := t.n.peer(addr).call(ctx, &Call{Op: OpTransfer, From: t.n.PeerAddr(), State: body})
+			_, err := t.n.peers.Get(addr).Call(ctx, &Call{Op: peer.OpTransfer, From: t.n.PeerAddr(), State: body})
 			if err != nil {
 				t.n.log.Debug("handoff: message not delivered; the machine resends", "peer", addr, "err", err)
 			}

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"encoding/binary"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/node/custody"
 )
 
 // Op is the operation a Call asks a key's owner to perform.
@@ -27,11 +26,11 @@ const (
 	OpReplicate                   // replication: keep State as the backup copy of the key
 	OpReplica                     // crash recovery: give the backup copy of the key to the caller
 	OpPing                        // liveness probe, answered at once by the connection's reader
-	OpTransfer                    // ownership transfer: State carries one encoded transfer message (transfer.go)
+	OpTransfer                    // custody: State carries encoded custody messages (node/messages.go)
 	OpCharge                      // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
-	OpAllot                       // admit Count requests at once for a forwarder to hand out (allot.go): a hot key's slice
-	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, appendGrant)
-	OpReplicateMany               // replication of many keys: State holds their snapshots (appendEntry, after a count); Key is empty
+	OpAllot                       // admit Count requests at once for a forwarder to hand out (node/allot): a hot key's slice
+	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, allot.AppendGrant)
+	OpReplicateMany               // replication of many keys: State holds their snapshots (AppendEntry, after a count); Key is empty
 	opMax
 )
 
@@ -45,7 +44,8 @@ func (o Op) String() string {
 }
 
 // Call is one decision for one key, executed by the key's owner. It is the unit
-// the router hands to the node and the node forwards to peers.
+// the router hands to the node (which names it node.Call) and the node
+// forwards to peers.
 type Call struct {
 	Op    Op
 	Key   string          // the limiter key, e.g. "t:acme" or "p:gpt-4o-mini"
@@ -87,9 +87,12 @@ type Answer struct {
 // Wire format. Every value is self-delimiting: unsigned and signed varints,
 // strings as a uvarint length and bytes. Version 1.
 
-var errShort = errors.New("truncated message")
+// ErrShort is the error of a value cut short (or of a count beyond what
+// the bytes can hold).
+var ErrShort = errors.New("truncated message")
 
-func appendString(b []byte, s string) []byte {
+// AppendString appends s as a uvarint length and its bytes (Reader.Text).
+func AppendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
@@ -107,7 +110,7 @@ func AppendCall(b []byte, c *Call) []byte {
 		hops |= 0x80
 	}
 	b = append(b, byte(c.Op), hops)
-	b = appendString(b, c.Key)
+	b = AppendString(b, c.Key)
 	b = binary.AppendUvarint(b, c.Lease)
 	b = binary.AppendVarint(b, c.Req.PromptTokens)
 	b = binary.AppendVarint(b, c.Req.MaxTokens)
@@ -116,8 +119,8 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = binary.AppendVarint(b, int64(c.Req.Wait))
 	b = binary.AppendVarint(b, c.Usage.PromptTokens)
 	b = binary.AppendVarint(b, c.Usage.CompletionTokens)
-	b = appendString(b, c.From)
-	b = appendString(b, string(c.State))
+	b = AppendString(b, c.From)
+	b = AppendString(b, string(c.State))
 	if c.Op == OpCharge { // only charges carry one: other calls keep their bytes
 		b = binary.AppendVarint(b, c.Charge.Requests)
 		b = binary.AppendVarint(b, c.Charge.Tokens)
@@ -159,19 +162,41 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 		exp = a.Expires.UnixNano()
 	}
 	b = binary.AppendVarint(b, exp)
-	b = appendString(b, a.Owner)
-	return appendString(b, string(a.State))
+	b = AppendString(b, a.Owner)
+	return AppendString(b, string(a.State))
 }
 
-// reader decodes the wire format; the first error sticks.
-type reader struct {
+// MaxAllot bounds the admissions of one OpAllot (Call.Count).
+const MaxAllot = 1000
+
+// Reader decodes the wire format's values; the first error sticks (Err),
+// and every value read after it is zero.
+type Reader struct {
 	b   []byte
 	err error
 }
 
-func (r *reader) byte() byte {
+// NewReader reads b.
+func NewReader(b []byte) Reader { return Reader{b: b} }
+
+// Len is how many bytes are left to read.
+func (r *Reader) Len() int { return len(r.b) }
+
+// Err is the first error met, if any.
+func (r *Reader) Err() error { return r.err }
+
+// Fail makes err the reader's error, unless it has one already.
+func (r *Reader) Fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// Byte reads one byte.
+
+func (r *Reader) Byte() byte {
 	if r.err != nil || len(r.b) == 0 {
-		r.err = errShort
+		r.err = ErrShort
 		return 0
 	}
 	v := r.b[0]
@@ -179,39 +204,43 @@ func (r *reader) byte() byte {
 	return v
 }
 
-func (r *reader) uvarint() uint64 {
+// Uvarint reads an unsigned varint.
+func (r *Reader) Uvarint() uint64 {
 	if r.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = errShort
+		r.err = ErrShort
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
 }
 
-func (r *reader) varint() int64 {
+// Varint reads a signed varint.
+func (r *Reader) Varint() int64 {
 	if r.err != nil {
 		return 0
 	}
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
-		r.err = errShort
+		r.err = ErrShort
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
 }
 
-func (r *reader) string() string {
-	n := r.uvarint()
+// Text reads a string: a uvarint length, then that many bytes
+// (AppendString).
+func (r *Reader) Text() string {
+	n := r.Uvarint()
 	if r.err != nil {
 		return ""
 	}
 	if n > uint64(len(r.b)) {
-		r.err = errShort
+		r.err = ErrShort
 		return ""
 	}
 	s := string(r.b[:n])
@@ -219,45 +248,45 @@ func (r *reader) string() string {
 	return s
 }
 
-// bytes is string for binary values: nil when empty, a copy otherwise.
-func (r *reader) bytes() []byte {
-	if s := r.string(); s != "" {
+// Bytes is Text for binary values: nil when empty, a copy otherwise.
+func (r *Reader) Bytes() []byte {
+	if s := r.Text(); s != "" {
 		return []byte(s)
 	}
 	return nil
 }
 
-func (r *reader) dim() limiter.DimStatus {
-	return limiter.DimStatus{Limit: r.varint(), Remaining: r.varint(), Reset: time.Duration(r.varint())}
+func (r *Reader) dim() limiter.DimStatus {
+	return limiter.DimStatus{Limit: r.Varint(), Remaining: r.Varint(), Reset: time.Duration(r.Varint())}
 }
 
-func (r *reader) call(c *Call) error {
-	c.Op = Op(r.byte())
-	hops := r.byte()
+func (r *Reader) call(c *Call) error {
+	c.Op = Op(r.Byte())
+	hops := r.Byte()
 	c.Hops, c.Handed = hops&0x7f, hops&0x80 != 0
-	c.Key = r.string()
-	c.Lease = r.uvarint()
-	c.Req.PromptTokens = r.varint()
-	c.Req.MaxTokens = r.varint()
-	c.Req.Reserve = r.varint()
-	c.Req.Priority = limiter.Priority(r.byte())
-	c.Req.Wait = time.Duration(r.varint())
-	c.Usage.PromptTokens = r.varint()
-	c.Usage.CompletionTokens = r.varint()
-	c.From = r.string()
-	c.State = r.bytes()
+	c.Key = r.Text()
+	c.Lease = r.Uvarint()
+	c.Req.PromptTokens = r.Varint()
+	c.Req.MaxTokens = r.Varint()
+	c.Req.Reserve = r.Varint()
+	c.Req.Priority = limiter.Priority(r.Byte())
+	c.Req.Wait = time.Duration(r.Varint())
+	c.Usage.PromptTokens = r.Varint()
+	c.Usage.CompletionTokens = r.Varint()
+	c.From = r.Text()
+	c.State = r.Bytes()
 	if c.Op == OpCharge {
-		c.Charge.Requests = r.varint()
-		c.Charge.Tokens = r.varint()
-		if at := r.varint(); at != 0 {
+		c.Charge.Requests = r.Varint()
+		c.Charge.Tokens = r.Varint()
+		if at := r.Varint(); at != 0 {
 			c.Charge.At = time.Unix(0, at)
 		}
 	}
 	if c.Op == OpAllot {
-		if n := r.uvarint(); n <= maxAllot {
+		if n := r.Uvarint(); n <= MaxAllot {
 			c.Count = uint32(n)
 		} else if r.err == nil {
-			r.err = fmt.Errorf("allot of %d admissions: at most %d", n, maxAllot)
+			r.err = fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot)
 		}
 	}
 	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {
@@ -266,30 +295,30 @@ func (r *reader) call(c *Call) error {
 	return r.err
 }
 
-func (r *reader) answer(a *Answer) error {
+func (r *Reader) answer(a *Answer) error {
 	d := &a.Decision
-	flags := r.byte()
+	flags := r.Byte()
 	d.Allowed, d.Queued, a.OK = flags&1 != 0, flags&2 != 0, flags&4 != 0
-	d.Reason = limiter.Dimension(r.byte())
-	d.Ticket = r.uvarint()
-	d.Lease = r.uvarint()
-	d.Reserved = r.varint()
-	d.RetryAfter = time.Duration(r.varint())
+	d.Reason = limiter.Dimension(r.Byte())
+	d.Ticket = r.Uvarint()
+	d.Lease = r.Uvarint()
+	d.Reserved = r.Varint()
+	d.RetryAfter = time.Duration(r.Varint())
 	d.Status.Requests = r.dim()
 	d.Status.Tokens = r.dim()
 	d.Status.Concurrency = r.dim()
-	if exp := r.varint(); exp != 0 {
+	if exp := r.Varint(); exp != 0 {
 		a.Expires = time.Unix(0, exp)
 	}
-	a.Owner = r.string()
-	a.State = r.bytes()
+	a.Owner = r.Text()
+	a.State = r.Bytes()
 	return r.err
 }
 
 // DecodeCall decodes one Call encoded by AppendCall; trailing bytes are an error.
 func DecodeCall(b []byte) (Call, error) {
 	var c Call
-	r := reader{b: b}
+	r := Reader{b: b}
 	if err := r.call(&c); err != nil {
 		return Call{}, fmt.Errorf("decode call: %w", err)
 	}
@@ -302,7 +331,7 @@ func DecodeCall(b []byte) (Call, error) {
 // DecodeAnswer decodes one Answer encoded by AppendAnswer.
 func DecodeAnswer(b []byte) (Answer, error) {
 	var a Answer
-	r := reader{b: b}
+	r := Reader{b: b}
 	if err := r.answer(&a); err != nil {
 		return Answer{}, fmt.Errorf("decode answer: %w", err)
 	}
@@ -312,27 +341,31 @@ func DecodeAnswer(b []byte) (Answer, error) {
 	return a, nil
 }
 
-// A partition's state, as custody hands it over: a uvarint count, then
-// each key as a string followed by its limiter snapshot as a string.
+// Entries: keys and their limiter snapshots, as custody hands a
+// partition's state over (an offer's State) and replication copies many
+// keys (OpReplicateMany's State): a uvarint count, then each key as a
+// string followed by its snapshot as a string.
 
-func appendEntry(b []byte, key string, state []byte) []byte {
-	b = appendString(b, key)
-	return appendString(b, string(state))
+// AppendEntry appends one key and its snapshot; the caller writes the count
+// first.
+func AppendEntry(b []byte, key string, state []byte) []byte {
+	b = AppendString(b, key)
+	return AppendString(b, string(state))
 }
 
-// decodeEntries calls fn for each key of a partition's state, stopping at
+// DecodeEntries calls fn for each key of entries (a partition's state), stopping at
 // the first error. Empty data is an empty partition.
-func decodeEntries(data []byte, fn func(key string, state []byte) error) error {
+func DecodeEntries(data []byte, fn func(key string, state []byte) error) error {
 	if len(data) == 0 {
 		return nil
 	}
-	r := reader{b: data}
-	n := r.uvarint()
+	r := Reader{b: data}
+	n := r.Uvarint()
 	if r.err == nil && n > uint64(len(r.b)) {
-		r.err = errShort
+		r.err = ErrShort
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		key, state := r.string(), r.bytes()
+		key, state := r.Text(), r.Bytes()
 		if r.err != nil {
 			break
 		}
@@ -347,88 +380,4 @@ func decodeEntries(data []byte, fn func(key string, state []byte) error) error {
 		return fmt.Errorf("decode partition state: %w", r.err)
 	}
 	return nil
-}
-
-// Custody messages travel in OpTransfer calls: a uvarint count, then per
-// message its kind, flags (1 held, 2 claiming), from, to, partition,
-// epoch, round, state, gave-to and gave epoch.
-
-func appendCustodyMsgs(b []byte, msgs []custody.Msg) []byte {
-	b = binary.AppendUvarint(b, uint64(len(msgs)))
-	for i := range msgs {
-		m := &msgs[i]
-		var flags byte
-		if m.Held {
-			flags |= 1
-		}
-		if m.Claiming {
-			flags |= 2
-		}
-		b = append(b, byte(m.Kind), flags)
-		b = appendString(b, m.From)
-		b = appendString(b, m.To)
-		b = binary.AppendUvarint(b, uint64(m.Part))
-		b = binary.AppendUvarint(b, m.Epoch)
-		b = binary.AppendUvarint(b, m.Round)
-		b = appendString(b, string(m.State))
-		b = appendString(b, m.GaveTo)
-		b = binary.AppendUvarint(b, m.Gave)
-	}
-	return b
-}
-
-// maxCustodyMsgs bounds the messages of one OpTransfer call: a few per
-// partition.
-const maxCustodyMsgs = 1 << 16
-
-func decodeCustodyMsgs(data []byte) ([]custody.Msg, error) {
-	r := reader{b: data}
-	n := r.uvarint()
-	if r.err == nil && (n > maxCustodyMsgs || n > uint64(len(r.b))) {
-		return nil, fmt.Errorf("decode custody messages: count %d", n)
-	}
-	msgs := make([]custody.Msg, 0, n)
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		var m custody.Msg
-		m.Kind = custody.MsgKind(r.byte())
-		flags := r.byte()
-		m.Held, m.Claiming = flags&1 != 0, flags&2 != 0
-		m.From, m.To = r.string(), r.string()
-		part := r.uvarint()
-		m.Epoch, m.Round = r.uvarint(), r.uvarint()
-		if m.Kind == custody.MsgOffer {
-			m.State = []byte(r.string()) // non-nil: an empty partition is still a snapshot
-		} else {
-			m.State = r.bytes()
-		}
-		m.GaveTo, m.Gave = r.string(), r.uvarint()
-		if r.err == nil && (m.Kind < custody.MsgOffer || m.Kind > custody.MsgInfo || part > 1<<20) {
-			r.err = fmt.Errorf("message %d: kind %d, partition %d", i, m.Kind, part)
-		}
-		m.Part = int(part)
-		msgs = append(msgs, m)
-	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("decode custody messages: %w", r.err)
-	}
-	return msgs, nil
-}
-
-// appendReplica encodes a backup's copy of a key for OpReplica's answer:
-// when it arrived (unix ns), then the key's snapshot.
-func appendReplica(b []byte, r replica) []byte {
-	b = binary.AppendVarint(b, r.at.UnixNano())
-	return append(b, r.state...)
-}
-
-// decodeReplica decodes what appendReplica encoded.
-func decodeReplica(b []byte) (replica, error) {
-	at, n := binary.Varint(b)
-	if n <= 0 {
-		return replica{}, fmt.Errorf("replica: %w", errShort)
-	}
-	return replica{state: b[n:], at: time.Unix(0, at)}, nil
 }

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokenring/tokenring/ring"
 	"golang.org/x/time/rate"
 )
 
@@ -65,7 +64,7 @@ type result struct {
 	err    error
 }
 
-// link is one connection of a peerClient and what is known of its liveness.
+// link is one connection of a Client and what is known of its liveness.
 type link struct {
 	conn net.Conn
 	// snd writes the calls from the goroutines that make them; nil when
@@ -75,23 +74,23 @@ type link struct {
 	q    chan item
 	done chan struct{} // closed when the connection is torn down
 	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
-	ping uint64        // id of the ping in flight on conn, 0 for none; guarded by peerClient.mu
+	ping uint64        // id of the ping in flight on conn, 0 for none; guarded by Client.mu
 }
 
-// peerClient is the persistent, multiplexed connection to one peer. Calls
+// Client is the persistent, multiplexed connection to one peer. Calls
 // from many goroutines share it; each caller writes its own call, or has
 // it written with others' by the caller writing at the time (frameSender).
-type peerClient struct {
+type Client struct {
 	addr  string
 	dial  Dialer
 	batch BatchConfig
 	fwd   ForwardConfig
 	log   *slog.Logger
-	stats *peerStats
+	stats *Stats
 	// auth, if not nil, authenticates every new connection with the first
 	// cluster secret before any call is sent on it.
-	auth    *peerAuth
-	wire    wireLimits
+	auth    *Auth
+	wire    Limits
 	authLog rate.Sometimes // a failed handshake is warned about once a second at most
 
 	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
@@ -112,26 +111,26 @@ type peerClient struct {
 	self    string      // this node's peer address, announced on every new connection; "" for none
 }
 
-func newPeerClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *peerStats) *peerClient {
-	p := &peerClient{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+func newClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *Stats) *Client {
+	p := &Client{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 	p.heard.Store(time.Now().UnixNano())
 	p.authLog.Interval = time.Second
 	return p
 }
 
-// up reports whether the client has a live connection to the peer.
-func (p *peerClient) up() bool {
+// Up reports whether the client has a live connection to the peer.
+func (p *Client) Up() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cur != nil
 }
 
-// heardAt is when a frame last arrived from the peer.
-func (p *peerClient) heardAt() time.Time { return time.Unix(0, p.heard.Load()) }
+// HeardAt is when a frame last arrived from the peer.
+func (p *Client) HeardAt() time.Time { return time.Unix(0, p.heard.Load()) }
 
-// heartbeat pings the peer in the background, unless a heartbeat is under
+// Heartbeat pings the peer in the background, unless a heartbeat is under
 // way already; its answer, like any frame, refreshes heardAt.
-func (p *peerClient) heartbeat() {
+func (p *Client) Heartbeat() {
 	if !p.beating.CompareAndSwap(false, true) {
 		return
 	}
@@ -147,30 +146,22 @@ func (p *peerClient) heartbeat() {
 		defer p.beating.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), p.fwd.Liveness)
 		defer cancel()
-		_, _ = p.call(ctx, &Call{Op: OpPing})
+		_, _ = p.Call(ctx, &Call{Op: OpPing})
 	}()
 }
 
-// peerStats counts the peer protocol's traffic, for metrics and benchmarks.
-type peerStats struct {
-	frames     atomic.Int64 // call frames written
-	calls      atomic.Int64 // calls forwarded
-	downs      atomic.Int64 // forwards failed because the peer was unreachable
-	syncMissed atomic.Int64 // sync replications that could not reach the backup
-	// replicated counts key snapshots sent to backups; restored counts keys
-	// recovered from a backup's replica after their owner crashed.
-	replicated, restored atomic.Int64
-	checkpointed         atomic.Int64 // key snapshots written to the checkpoint store
-	fromCheckpoint       atomic.Int64 // keys recovered from the checkpoint store
-	authFailures         atomic.Int64 // connections to our server that failed the handshake
-	// allotted counts acquires served from a slice of a hot key;
-	// allotReturned, admissions of expired slices given back.
-	allotted, allotReturned atomic.Int64
+// Stats counts the peer protocol's traffic, for metrics and benchmarks.
+// The zero value is ready; a Pool's clients and a Server share one.
+type Stats struct {
+	Frames       atomic.Int64 // call frames written
+	Calls        atomic.Int64 // calls forwarded
+	Downs        atomic.Int64 // forwards failed because the peer was unreachable
+	AuthFailures atomic.Int64 // connections to our server that failed the handshake
 }
 
-func (s *peerStats) frame(items int) {
-	s.frames.Add(1)
-	s.calls.Add(int64(items))
+func (s *Stats) frame(items int) {
+	s.Frames.Add(1)
+	s.Calls.Add(int64(items))
 }
 
 // connect returns the live connection, dialing if there is none. It never
@@ -181,7 +172,7 @@ func (s *peerStats) frame(items int) {
 // a failed dial, calls fail at once for one Liveness, and then the next
 // one dials again. Every failure to connect, the caller's deadline
 // included, is ErrPeerDown: the call was never sent.
-func (p *peerClient) connect(ctx context.Context) (*link, error) {
+func (p *Client) connect(ctx context.Context) (*link, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -204,7 +195,7 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 			case <-ctx.Done():
 				// No connection, so the call never left: the peer cannot
 				// have acted on it, and falling back counts nothing twice.
-				p.stats.downs.Add(1)
+				p.stats.Downs.Add(1)
 				return nil, fmt.Errorf("peer %s: %w: no connection before the caller's deadline (a dial under way): %w", p.addr, ErrPeerDown, ctx.Err())
 			}
 		}
@@ -222,7 +213,7 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 				p.dialFailed = time.Now()
 			}
 			p.mu.Unlock()
-			p.stats.downs.Add(1)
+			p.stats.Downs.Add(1)
 			return nil, fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, err)
 		}
 		if p.closed {
@@ -238,7 +229,7 @@ func (p *peerClient) connect(ctx context.Context) (*link, error) {
 
 // dialAuthenticated dials the peer and, with secrets, runs the handshake,
 // all within one Liveness of ctx.
-func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session, error) {
+func (p *Client) dialAuthenticated(ctx context.Context) (net.Conn, *session, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.fwd.Liveness)
 	defer cancel()
 	conn, err := p.dial(dctx, "tcp", p.addr)
@@ -259,7 +250,7 @@ func (p *peerClient) dialAuthenticated(ctx context.Context) (net.Conn, *session,
 // install makes conn the live connection and starts its reader (and its
 // writer, when the batch lingers).
 // Callers hold p.mu.
-func (p *peerClient) install(conn net.Conn, sess *session) {
+func (p *Client) install(conn net.Conn, sess *session) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -281,7 +272,7 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 	p.cur = l
 	if p.self != "" {
 		// Say who we are: the peer counts every frame on this connection
-		// as hearing from us (its mandate, fence.go). Nobody waits for the
+		// as hearing from us (its mandate, node/fence.go). Nobody waits for the
 		// answer; it goes out with the first call.
 		p.nextID++
 		it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
@@ -300,7 +291,7 @@ func (p *peerClient) install(conn net.Conn, sess *session) {
 
 // readAnswers dispatches answers to pending calls until the connection fails.
 // Every frame received counts as a sign of life (l.recv), whatever it holds.
-func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
+func (p *Client) readAnswers(l *link, open *aeadStream) error {
 	fr := newFrameReader(l.conn, frameAnswers, p.wire, open)
 	for {
 		items, err := fr.next()
@@ -335,7 +326,7 @@ func (p *peerClient) readAnswers(l *link, open *aeadStream) error {
 
 // fail tears l down (if it is still the current connection) and fails every
 // pending call with ErrPeerDown. The next call dials again.
-func (p *peerClient) fail(l *link, cause error) {
+func (p *Client) fail(l *link, cause error) {
 	p.mu.Lock()
 	if p.cur != l {
 		p.mu.Unlock()
@@ -378,7 +369,7 @@ var errSilent = errors.New("no frame received within the liveness interval after
 // ago would have spared it. A ping is cheap, and the verdict "unreachable"
 // is never reached sooner than a full Liveness of silence after a ping.
 type liveness struct {
-	p      *peerClient
+	p      *Client
 	l      *link
 	seen   uint64 // l.recv at the previous check
 	probed bool   // the previous check found the connection silent and pinged
@@ -413,7 +404,7 @@ func (v *liveness) doubted() bool { return v.probed && v.l.recv.Load() == v.seen
 // blocks (the write runs on a goroutine of its own): a connection too
 // stuck to take it is a sign of a hung peer too, and the next check
 // judges by what was received.
-func (p *peerClient) ping(l *link) {
+func (p *Client) ping(l *link) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l.ping != 0 || p.cur != l {
@@ -441,7 +432,7 @@ func (p *peerClient) ping(l *link) {
 	}
 }
 
-// call forwards c and waits for its answer or ctx's end. It gives up on the
+// Call forwards c and waits for its answer or ctx's end. It gives up on the
 // owner early only when the connection breaks or the peer stays silent past
 // the liveness rule (see liveness): then the error wraps ErrPeerDown. A slow
 // answer on a live connection is waited for as long as ctx allows.
@@ -449,7 +440,7 @@ func (p *peerClient) ping(l *link) {
 // An acquire whose caller stops waiting is not forgotten: if the owner admits
 // it after all, the admission is cancelled there, so a timed-out forward
 // followed by a fallback decision does not count the request twice.
-func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
+func (p *Client) Call(ctx context.Context, c *Call) (Answer, error) {
 	body := AppendCall(nil, c)
 	if len(body) > maxItem {
 		return Answer{}, fmt.Errorf("peer %s: call %s %q of %d bytes exceeds the %d-byte frame limit", p.addr, c.Op, c.Key, len(body), maxItem)
@@ -493,7 +484,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 		case <-timer:
 			dead, next := v.check()
 			if dead {
-				p.stats.downs.Add(1)
+				p.stats.Downs.Add(1)
 				p.fail(l, fmt.Errorf("%w (%v)", errSilent, p.fwd.Liveness))
 				continue // fail answered ch
 			}
@@ -504,7 +495,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 			} else {
 				p.forget(id)
 			}
-			if v.doubted() || time.Since(p.heardAt()) >= 2*p.fwd.Liveness {
+			if v.doubted() || time.Since(p.HeardAt()) >= 2*p.fwd.Liveness {
 				// Silent after a probe, or for two Liveness intervals (on
 				// a loaded machine the probe's timer may not have fired;
 				// a live peer answers a ping every 1¼ Liveness at most).
@@ -518,7 +509,7 @@ func (p *peerClient) call(ctx context.Context, c *Call) (Answer, error) {
 // abandon waits in the background for the answer to an acquire nobody waits
 // for any more, and cancels the admission if the owner made one. The answer
 // always comes: from the owner, or as ErrPeerDown when the connection fails.
-func (p *peerClient) abandon(key string, ch chan result) {
+func (p *Client) abandon(key string, ch chan result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -533,20 +524,20 @@ func (p *peerClient) abandon(key string, ch chan result) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := p.call(ctx, &Call{Op: OpCancel, Key: key, Lease: res.answer.Decision.Lease}); err != nil {
+		if _, err := p.Call(ctx, &Call{Op: OpCancel, Key: key, Lease: res.answer.Decision.Lease}); err != nil {
 			p.log.Warn("could not cancel a timed-out admission; its slot expires by its TTL", "peer", p.addr, "key", key, "err", err)
 		}
 	}()
 }
 
-func (p *peerClient) forget(id uint64) {
+func (p *Client) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.pending, id)
 	p.mu.Unlock()
 }
 
-// close tears the connection down and waits for its goroutines.
-func (p *peerClient) close() {
+// Close tears the connection down and waits for its goroutines.
+func (p *Client) Close() {
 	p.mu.Lock()
 	p.closed = true
 	l := p.cur
@@ -556,42 +547,4 @@ func (p *peerClient) close() {
 	}
 	p.abandoned.Wait()
 	p.wg.Wait()
-}
-
-// peer returns the connection to the peer at addr, made on first use.
-func (n *Node) peer(addr string) *peerClient {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	p := n.peers[addr]
-	if p == nil {
-		p = newPeerClient(addr, n.cfg.Dial, n.cfg.Batch, n.cfg.Forward, n.log, &n.stats)
-		p.self = n.PeerAddr()
-		p.auth, p.wire = n.auth, n.wire
-		n.peers[addr] = p
-	}
-	return p
-}
-
-// prunePeers closes connections to peers that are not in the membership.
-// Callers hold tmu.
-func (n *Node) prunePeers(r *ring.Ring) {
-	if r == nil {
-		return
-	}
-	live := make(map[string]bool)
-	for _, m := range n.members {
-		live[m.Peer] = true
-	}
-	var gone []*peerClient
-	n.mu.Lock()
-	for addr, p := range n.peers {
-		if !live[addr] {
-			gone = append(gone, p)
-			delete(n.peers, addr)
-		}
-	}
-	n.mu.Unlock()
-	for _, p := range gone {
-		p.close()
-	}
 }

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"context"
@@ -98,10 +98,10 @@ const (
 	testLiveness   = time.Second
 )
 
-func newTestPeerClient(addr string, clk func(time.Duration) <-chan time.Time) *peerClient {
+func newTestPeerClient(addr string, clk func(time.Duration) <-chan time.Time) *Client {
 	var d net.Dialer
-	return newPeerClient(addr, d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: testLiveness, After: clk},
-		slog.New(slog.DiscardHandler), &peerStats{})
+	return newClient(addr, d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: testLiveness, After: clk},
+		slog.New(slog.DiscardHandler), &Stats{})
 }
 
 // hungPeer accepts connections and reads every frame sent to it, and never
@@ -136,7 +136,7 @@ func startHungPeer(t *testing.T) *hungPeer {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				fr := newFrameReader(conn, frameCalls, wireLimits{}, nil)
+				fr := newFrameReader(conn, frameCalls, Limits{}, nil)
 				for {
 					items, err := fr.next()
 					if err != nil {
@@ -175,7 +175,7 @@ func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
 	defer h.close()
 	clk := &stepClock{}
 	p := newTestPeerClient(h.ln.Addr().String(), clk.After)
-	defer p.close()
+	defer p.Close()
 
 	const calls = 2
 	type res struct {
@@ -185,7 +185,7 @@ func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
 	done := make(chan res, calls)
 	for range calls {
 		go func() {
-			_, err := p.call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
+			_, err := p.Call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
 			done <- res{err, clk.Now()}
 		}()
 	}
@@ -228,7 +228,7 @@ func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
 
 // An owner that answers pings at once but takes 3×Liveness to answer the
 // call is alive: the call waits and gets the answer. The owner is a real
-// peerServer whose handler is slow, so this also shows the server answering
+// Server whose handler is slow, so this also shows the server answering
 // OpPing ahead of the calls it is busy with.
 func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
@@ -237,14 +237,14 @@ func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
 
 	clk := &stepClock{}
 	p := newTestPeerClient(addr, clk.After)
-	defer p.close()
+	defer p.Close()
 	type res struct {
 		a   Answer
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
-		a, err := p.call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
+		a, err := p.Call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
 		done <- res{a, err}
 	}()
 	var l *link
@@ -302,9 +302,9 @@ func TestPeerCallRefusedFailsAtOnce(t *testing.T) {
 	ln.Close() // nothing listens there now: connections are refused
 	clk := &stepClock{}
 	p := newTestPeerClient(addr, clk.After)
-	defer p.close()
+	defer p.Close()
 	start := time.Now()
-	_, err = p.call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
+	_, err = p.Call(context.Background(), &Call{Op: OpAcquire, Key: "t:acme"})
 	if !errors.Is(err, ErrPeerDown) {
 		t.Fatalf("call to a refused address: %v, want ErrPeerDown", err)
 	}
@@ -396,7 +396,7 @@ func slowPeer(t *testing.T) (addr string, release chan struct{}, pinged *atomic.
 	}
 	release = make(chan struct{})
 	pinged = new(atomic.Int64)
-	srv := &peerServer{
+	srv := &Server{
 		ln: ln,
 		handle: func(ctx context.Context, c *Call) (Answer, error) {
 			if c.Op == OpPing {
@@ -415,7 +415,7 @@ func slowPeer(t *testing.T) (addr string, release chan struct{}, pinged *atomic.
 	}
 	srv.wg.Add(1)
 	go srv.serve()
-	return ln.Addr().String(), release, pinged, srv.close
+	return ln.Addr().String(), release, pinged, srv.Close
 }
 
 // A peer that goes silent while a call waits on it, after answering pings
@@ -431,14 +431,14 @@ func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
 	defer x.close()
 	clk := &stepClock{}
 	p := newTestPeerClient(x.ln.Addr().String(), clk.After)
-	defer p.close()
+	defer p.Close()
 	type res struct {
 		err error
 		at  time.Duration
 	}
 	done := make(chan res, 1)
 	go func() {
-		_, err := p.call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
+		_, err := p.Call(context.Background(), &Call{Op: OpStatus, Key: "t:acme"})
 		done <- res{err, clk.Now()}
 	}()
 	recheck := testLiveness / 4
@@ -498,7 +498,7 @@ func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := p.call(ctx, &Call{Op: OpStatus, Key: "t:acme"})
+			_, err := p.Call(ctx, &Call{Op: OpStatus, Key: "t:acme"})
 			done <- err
 		}()
 		clk.next(t, 1)
@@ -516,7 +516,7 @@ func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
 		if got := errors.Is(err, ErrPeerDown); got != silent || !errors.Is(err, context.Canceled) {
 			t.Errorf("silent %v: deadline gave %v; want ErrPeerDown %v, wrapping the context's error", silent, err, silent)
 		}
-		p.close()
+		p.Close()
 		x.close()
 		close(release)
 		stop()
@@ -537,19 +537,19 @@ func TestPeerCallWaitingForADialIsPeerDown(t *testing.T) {
 		<-ctx.Done() // the packets go nowhere
 		return nil, ctx.Err()
 	}
-	p := newPeerClient("192.0.2.1:7000", hang, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: time.Hour, After: time.After},
-		slog.New(slog.DiscardHandler), &peerStats{})
-	defer p.close()
+	p := newClient("192.0.2.1:7000", hang, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: time.Hour, After: time.After},
+		slog.New(slog.DiscardHandler), &Stats{})
+	defer p.Close()
 	first, cancelFirst := context.WithCancel(context.Background())
 	firstDone := make(chan error, 1)
 	go func() {
-		_, err := p.call(first, &Call{Op: OpAcquire, Key: "t:acme"})
+		_, err := p.Call(first, &Call{Op: OpAcquire, Key: "t:acme"})
 		firstDone <- err
 	}()
 	<-dialing
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := p.call(ctx, &Call{Op: OpAcquire, Key: "t:acme"})
+	_, err := p.Call(ctx, &Call{Op: OpAcquire, Key: "t:acme"})
 	if !errors.Is(err, ErrPeerDown) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a call whose deadline came while another dialed: %v, want ErrPeerDown (wrapping the deadline)", err)
 	}

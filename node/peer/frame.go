@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // chosen by the caller and echoed in the answer, so answers may come back in
 // any order: a queued acquire never holds up the calls behind it.
 //
-// The length never exceeds the connection's frame cap (Config.MaxFrame),
+// The length never exceeds the connection's frame cap (Limits.MaxFrame),
 // and the reader rejects a larger one before it allocates anything. An item
 // too large for one frame (a busy partition's state in a handoff) travels
 // in fragments: consecutive frames each holding one piece of it under the
@@ -35,10 +35,11 @@ const (
 	// item, which has the same id.
 	itemMore byte = 0x80
 
-	// DefaultMaxFrame is the frame cap when Config.MaxFrame is zero, in
+	// DefaultMaxFrame is the frame cap when Limits.MaxFrame is zero, in
 	// bytes.
 	DefaultMaxFrame = 1 << 20
-	// MinMaxFrame and MaxMaxFrame bound Config.MaxFrame, in bytes.
+	// MinMaxFrame and MaxMaxFrame bound a node's frame cap
+	// (node.Config.MaxFrame), in bytes.
 	MinMaxFrame = 4 << 10
 	MaxMaxFrame = 16 << 20
 
@@ -87,22 +88,22 @@ func (c BatchConfig) max() int {
 	return c.Max
 }
 
-// wireLimits bounds what a peer connection reads.
-type wireLimits struct {
-	// maxFrame is the largest frame length accepted or written, in bytes;
+// Limits bounds what a peer connection reads.
+type Limits struct {
+	// MaxFrame is the largest frame length accepted or written, in bytes;
 	// zero means DefaultMaxFrame.
-	maxFrame int
-	// readTimeout is how long a frame, once its first byte arrived, may
+	MaxFrame int
+	// ReadTimeout is how long a frame, once its first byte arrived, may
 	// take to arrive whole; zero means no bound. An idle connection (no
 	// frame started) is never timed out by it.
-	readTimeout time.Duration
+	ReadTimeout time.Duration
 }
 
-func (w wireLimits) frameCap() int {
-	if w.maxFrame <= 0 {
+func (w Limits) frameCap() int {
+	if w.MaxFrame <= 0 {
 		return DefaultMaxFrame
 	}
-	return w.maxFrame
+	return w.MaxFrame
 }
 
 // frameWriter writes the items of one connection's direction in frames.
@@ -110,7 +111,7 @@ type frameWriter struct {
 	conn  net.Conn
 	kind  byte
 	batch BatchConfig
-	wire  wireLimits
+	wire  Limits
 	seal  *aeadStream // nil: plaintext
 	// onFrame, if not nil, is told the items of every frame written (a
 	// fragment counts only in the frame that completes its item).
@@ -268,7 +269,7 @@ type frameReader struct {
 	conn net.Conn
 	r    *bufio.Reader
 	kind byte
-	wire wireLimits
+	wire Limits
 	open *aeadStream // nil: plaintext
 
 	// idle, if not nil, is called whenever the reader is about to wait
@@ -286,7 +287,7 @@ type frameReader struct {
 	inPartial bool
 }
 
-func newFrameReader(conn net.Conn, kind byte, wire wireLimits, open *aeadStream) *frameReader {
+func newFrameReader(conn net.Conn, kind byte, wire Limits, open *aeadStream) *frameReader {
 	return &frameReader{conn: conn, r: bufio.NewReaderSize(conn, 64<<10), kind: kind, wire: wire, open: open}
 }
 
@@ -320,11 +321,11 @@ func (f *frameReader) waiting() {
 
 // arm starts the read timeout of a frame under way, unless it is running.
 func (f *frameReader) arm() error {
-	if f.armed || f.wire.readTimeout <= 0 {
+	if f.armed || f.wire.ReadTimeout <= 0 {
 		return nil
 	}
 	f.armed = true
-	return f.conn.SetReadDeadline(time.Now().Add(f.wire.readTimeout))
+	return f.conn.SetReadDeadline(time.Now().Add(f.wire.ReadTimeout))
 }
 
 // readFrame reads one frame into f.buf, opened if the connection is sealed.
@@ -426,15 +427,15 @@ func (f *frameReader) assemble() ([]item, error) {
 var errFrame = errors.New("malformed frame")
 
 func decodeItems(b []byte, items []item) ([]item, error) {
-	r := reader{b: b}
-	count := r.uvarint()
+	r := Reader{b: b}
+	count := r.Uvarint()
 	if r.err != nil || count > uint64(len(b)) {
 		return items, errFrame
 	}
 	for i := uint64(0); i < count; i++ {
-		id := r.uvarint()
-		status := r.byte()
-		n := r.uvarint()
+		id := r.Uvarint()
+		status := r.Byte()
+		n := r.Uvarint()
 		if r.err != nil || n > uint64(len(r.b)) {
 			return items, errFrame
 		}

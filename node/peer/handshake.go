@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"crypto/hkdf"
@@ -11,11 +11,12 @@ import (
 	"time"
 )
 
-// Peer authentication. With Config.Secrets set, every peer connection
-// starts with a handshake in which each end proves it holds a cluster
-// secret, and every frame after it is sealed (seal.go) under keys derived
-// for that connection alone. Without Secrets the protocol is plaintext and
-// unauthenticated, for loopback development clusters only.
+// Peer authentication. With cluster secrets (NewAuth, from
+// node.Config.Secrets), every peer connection starts with a handshake in
+// which each end proves it holds a cluster secret, and every frame after
+// it is sealed (seal.go) under keys derived for that connection alone.
+// Without secrets the protocol is plaintext and unauthenticated, for
+// loopback development clusters only.
 //
 // Why a shared secret rather than mutual TLS: the members of a cluster are
 // interchangeable and already share one configuration, so one secret (two
@@ -67,19 +68,19 @@ type clusterKey struct {
 	auth   []byte // kAuth
 }
 
-// peerAuth holds a node's cluster secrets and runs handshakes with them.
+// Auth holds a node's cluster secrets and runs handshakes with them.
 // Nil means the plaintext, unauthenticated protocol.
-type peerAuth struct {
+type Auth struct {
 	keys    []clusterKey // keys[0] is the one a client dials with
 	rand    io.Reader    // nonces
 	timeout time.Duration
 }
 
-func newPeerAuth(secrets [][]byte, rand io.Reader, timeout time.Duration) (*peerAuth, error) {
+func NewAuth(secrets [][]byte, rand io.Reader, timeout time.Duration) (*Auth, error) {
 	if len(secrets) == 0 {
 		return nil, nil
 	}
-	a := &peerAuth{rand: rand, timeout: timeout}
+	a := &Auth{rand: rand, timeout: timeout}
 	for i, s := range secrets {
 		if len(s) < MinSecretLen {
 			return nil, fmt.Errorf("cluster secret %d is %d bytes, want at least %d", i, len(s), MinSecretLen)
@@ -145,7 +146,7 @@ func newSession(key *clusterKey, transcript []byte, client bool) (*session, erro
 	return &session{send: sc, recv: cs}, nil
 }
 
-func (a *peerAuth) hello() ([]byte, error) {
+func (a *Auth) hello() ([]byte, error) {
 	b := make([]byte, helloLen, 2*helloLen)
 	copy(b, handshakeMagic[:])
 	if _, err := io.ReadFull(a.rand, b[4:]); err != nil {
@@ -167,7 +168,7 @@ func readHello(conn net.Conn) ([]byte, error) {
 
 // deadline bounds a handshake: HandshakeTimeout from now, or by, if
 // earlier and not zero.
-func (a *peerAuth) deadline(by time.Time) time.Time {
+func (a *Auth) deadline(by time.Time) time.Time {
 	d := time.Now().Add(a.timeout)
 	if !by.IsZero() && by.Before(d) {
 		return by
@@ -177,7 +178,7 @@ func (a *peerAuth) deadline(by time.Time) time.Time {
 
 // dial runs the client side of the handshake on conn with the first
 // secret, finishing by the deadline (and by by, if not zero).
-func (a *peerAuth) dial(conn net.Conn, by time.Time) (*session, error) {
+func (a *Auth) dial(conn net.Conn, by time.Time) (*session, error) {
 	if err := conn.SetDeadline(a.deadline(by)); err != nil {
 		return nil, err
 	}
@@ -217,7 +218,7 @@ func (a *peerAuth) dial(conn net.Conn, by time.Time) (*session, error) {
 // The server's side is bounded by DefaultStrangerTimeout (500 ms) when
 // HandshakeTimeout is longer: the connection is a stranger's until it is
 // done (strangers.go), and a member's finishes in one round trip.
-func (a *peerAuth) accept(conn net.Conn) (*session, error) {
+func (a *Auth) accept(conn net.Conn) (*session, error) {
 	if err := conn.SetDeadline(time.Now().Add(min(a.timeout, DefaultStrangerTimeout))); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/ring"
 )
 
 var (
@@ -27,72 +25,23 @@ var (
 	secretBad = bytes.Repeat([]byte("x"), MinSecretLen)
 )
 
-// withTestSecrets gives cfg a cluster secret when the environment has
-// TOKENRING_TEST_PEER_SECRETS set, so the cluster tests (newCluster,
-// newNodes) run on the authenticated protocol too:
-//
-//	TOKENRING_TEST_PEER_SECRETS=1 go test -race ./node/
-func withTestSecrets(cfg *Config) {
-	if os.Getenv("TOKENRING_TEST_PEER_SECRETS") != "" {
-		cfg.Secrets = [][]byte{secretOld}
-	}
-}
-
-func tenRequests(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
-
-// lonelyNode starts a node with no ring: every call it is sent is decided
-// there, as by an owner.
-func lonelyNode(t *testing.T, opts ...func(*Config)) *Node {
-	t.Helper()
-	cfg := Config{Name: "owner", LimitsFor: tenRequests, ReplicationInterval: -1}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	nd, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nd.Close() })
-	return nd
-}
-
-func withSecrets(secrets ...[]byte) func(*Config) {
-	return func(c *Config) { c.Secrets = secrets }
-}
-
 // clientWith returns a peer client of addr dialing with secrets (none:
 // plaintext).
-func clientWith(t *testing.T, addr string, secrets ...[]byte) *peerClient {
+func clientWith(t *testing.T, addr string, secrets ...[]byte) *Client {
 	t.Helper()
 	p := newTestPeerClient(addr, time.After)
-	auth, err := newPeerAuth(secrets, randReader(), time.Second)
+	auth, err := NewAuth(secrets, randReader(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.auth = auth
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
 }
 
 func randReader() io.Reader { return bytes.NewReader(bytes.Repeat([]byte{7}, 1<<16)) }
 
 var acquireOne = Call{Op: OpAcquire, Key: "t:tenant", Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}
-
-// remaining admits at nd until it refuses and returns how many it admitted.
-func remaining(t *testing.T, nd *Node, key string) int {
-	t.Helper()
-	for n := 0; n < 100; n++ {
-		a, err := nd.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !a.Decision.Allowed {
-			return n
-		}
-	}
-	t.Fatal("never refused")
-	return 0
-}
 
 // expectClosed reads conn until the server closes it and returns the bytes
 // it sent; it fails the test if that takes longer than within.
@@ -129,8 +78,8 @@ func callFrame(calls ...Call) []byte {
 // closed before any frame is served: its acquire and its replica change
 // nothing, it is sent not one byte, and it is counted.
 func TestPeerPlaintextClientRejectedBySecretServer(t *testing.T) {
-	nd := lonelyNode(t, withSecrets(secretNew))
-	conn := dialRaw(t, nd.PeerAddr())
+	nd := newTestServer(t, withSecrets(secretNew))
+	conn := dialRaw(t, nd.addr())
 	frame := callFrame(acquireOne, Call{Op: OpReplicate, Key: "t:other", State: []byte("snapshot"), From: "evil"})
 	if _, err := conn.Write(frame); err != nil {
 		t.Fatal(err)
@@ -138,13 +87,13 @@ func TestPeerPlaintextClientRejectedBySecretServer(t *testing.T) {
 	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
 		t.Fatalf("server sent %d bytes to an unauthenticated client", len(got))
 	}
-	if nd.Keys() != 0 || nd.replicas.len() != 0 {
-		t.Fatalf("keys %d, replicas %d after an unauthenticated client, want 0 and 0", nd.Keys(), nd.replicas.len())
+	if nd.table.Len() != 0 || nd.handled.Load() != 0 {
+		t.Fatalf("keys %d, calls served %d after an unauthenticated client, want 0 and 0", nd.table.Len(), nd.handled.Load())
 	}
-	if got := remaining(t, nd, acquireOne.Key); got != 10 {
+	if got := nd.remaining(t, acquireOne.Key); got != 10 {
 		t.Fatalf("%d of 10 requests left, want 10", got)
 	}
-	if got := nd.stats.authFailures.Load(); got != 1 {
+	if got := nd.stats.AuthFailures.Load(); got != 1 {
 		t.Fatalf("auth failures %d, want 1", got)
 	}
 }
@@ -152,26 +101,26 @@ func TestPeerPlaintextClientRejectedBySecretServer(t *testing.T) {
 // A client with a wrong secret fails the handshake: its call fails as the
 // peer being down, and nothing is admitted.
 func TestPeerWrongSecretFailsHandshake(t *testing.T) {
-	nd := lonelyNode(t, withSecrets(secretNew, secretOld))
-	p := clientWith(t, nd.PeerAddr(), secretBad)
-	_, err := p.call(context.Background(), &acquireOne)
+	nd := newTestServer(t, withSecrets(secretNew, secretOld))
+	p := clientWith(t, nd.addr(), secretBad)
+	_, err := p.Call(context.Background(), &acquireOne)
 	if !errors.Is(err, ErrPeerDown) || !strings.Contains(err.Error(), "handshake") {
 		t.Fatalf("call with a wrong secret: %v, want ErrPeerDown after the server closed", err)
 	}
-	eventually(t, "the failure counted", func() bool { return nd.stats.authFailures.Load() == 1 })
-	if got := remaining(t, nd, acquireOne.Key); got != 10 {
+	eventually(t, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
+	if got := nd.remaining(t, acquireOne.Key); got != 10 {
 		t.Fatalf("%d of 10 requests left, want 10", got)
 	}
 	// And a server with a secret the client does not hold cannot pass
 	// itself off as the owner: the client checks the server's proof.
-	other := lonelyNode(t, withSecrets(secretBad))
+	other := newTestServer(t, withSecrets(secretBad))
 	var d net.Dialer
-	conn, err := d.Dial("tcp", other.PeerAddr())
+	conn, err := d.Dial("tcp", other.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	auth, _ := newPeerAuth([][]byte{secretNew}, randReader(), time.Second)
+	auth, _ := NewAuth([][]byte{secretNew}, randReader(), time.Second)
 	if _, err := auth.dial(conn, time.Time{}); err == nil {
 		t.Fatal("handshake with a server holding another secret succeeded")
 	}
@@ -181,30 +130,30 @@ func TestPeerWrongSecretFailsHandshake(t *testing.T) {
 // one dialing with new; a plaintext client and a client with neither are
 // refused.
 func TestPeerSecretRotation(t *testing.T) {
-	nd := lonelyNode(t, withSecrets(secretNew, secretOld))
+	nd := newTestServer(t, withSecrets(secretNew, secretOld))
 	for _, secret := range [][]byte{secretOld, secretNew} {
-		p := clientWith(t, nd.PeerAddr(), secret)
-		a, err := p.call(context.Background(), &acquireOne)
+		p := clientWith(t, nd.addr(), secret)
+		a, err := p.Call(context.Background(), &acquireOne)
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("call dialing with %q: %+v %v", secret[:1], a, err)
 		}
 	}
 	for _, secrets := range [][][]byte{nil, {secretBad}} {
-		p := clientWith(t, nd.PeerAddr(), secrets...)
-		if _, err := p.call(context.Background(), &acquireOne); !errors.Is(err, ErrPeerDown) {
+		p := clientWith(t, nd.addr(), secrets...)
+		if _, err := p.Call(context.Background(), &acquireOne); !errors.Is(err, ErrPeerDown) {
 			t.Fatalf("call dialing with %d secrets: %v, want ErrPeerDown", len(secrets), err)
 		}
 	}
-	if got := remaining(t, nd, acquireOne.Key); got != 8 {
+	if got := nd.remaining(t, acquireOne.Key); got != 8 {
 		t.Fatalf("%d of 10 requests left, want 8 (one per accepted client)", got)
 	}
 }
 
 // handshaken dials nd and runs the client side of the handshake by hand.
-func handshaken(t *testing.T, nd *Node, secret []byte) (net.Conn, *session) {
+func handshaken(t *testing.T, nd *testServer, secret []byte) (net.Conn, *session) {
 	t.Helper()
-	conn := dialRaw(t, nd.PeerAddr())
-	auth, err := newPeerAuth([][]byte{secret}, randReader(), time.Second)
+	conn := dialRaw(t, nd.addr())
+	auth, err := NewAuth([][]byte{secret}, randReader(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +177,7 @@ func sealed(t *testing.T, sess *session, frame []byte) []byte {
 // open: the connection is closed and the call is not applied. The frame
 // as sealed is served; replayed, it is refused like an altered one.
 func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
-	nd := lonelyNode(t, withSecrets(secretNew))
+	nd := newTestServer(t, withSecrets(secretNew))
 	frame := callFrame(acquireOne)
 
 	conn, sess := handshaken(t, nd, secretNew)
@@ -240,8 +189,8 @@ func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
 	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
 		t.Fatalf("server answered an altered frame with %d bytes", len(got))
 	}
-	if nd.Keys() != 0 {
-		t.Fatalf("an altered frame created %d keys", nd.Keys())
+	if nd.table.Len() != 0 {
+		t.Fatalf("an altered frame created %d keys", nd.table.Len())
 	}
 
 	conn, sess = handshaken(t, nd, secretNew)
@@ -249,7 +198,7 @@ func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
 	if _, err := conn.Write(good); err != nil {
 		t.Fatal(err)
 	}
-	fr := newFrameReader(conn, frameAnswers, wireLimits{}, sess.recv)
+	fr := newFrameReader(conn, frameAnswers, Limits{}, sess.recv)
 	items, err := fr.next()
 	if err != nil || len(items) != 1 || items[0].status != itemOK {
 		t.Fatalf("answer to the intact frame: %v %v", items, err)
@@ -263,7 +212,7 @@ func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
 	if got := expectClosed(t, conn, 3*time.Second); len(got) != 0 {
 		t.Fatalf("server answered a replayed frame with %d bytes", len(got))
 	}
-	if got := remaining(t, nd, acquireOne.Key); got != 9 {
+	if got := nd.remaining(t, acquireOne.Key); got != 9 {
 		t.Fatalf("%d of 10 requests left, want 9: the intact frame once, the replay never", got)
 	}
 }
@@ -289,7 +238,7 @@ func TestPeerOversizedFrameRejectedWithoutAllocation(t *testing.T) {
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], 16<<20) // what the cap used to allow
 	conn := &scriptConn{r: bytes.NewReader(nil)}
-	fr := newFrameReader(conn, frameCalls, wireLimits{}, nil)
+	fr := newFrameReader(conn, frameCalls, Limits{}, nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range 20 {
@@ -303,8 +252,8 @@ func TestPeerOversizedFrameRejectedWithoutAllocation(t *testing.T) {
 		t.Fatalf("20 oversized headers allocated %d bytes", grew)
 	}
 
-	nd := lonelyNode(t)
-	raw := dialRaw(t, nd.PeerAddr())
+	nd := newTestServer(t)
+	raw := dialRaw(t, nd.addr())
 	binary.BigEndian.PutUint32(hdr[:], DefaultMaxFrame+1)
 	if _, err := raw.Write(hdr[:]); err != nil {
 		t.Fatal(err)
@@ -318,9 +267,9 @@ func TestPeerOversizedFrameRejectedWithoutAllocation(t *testing.T) {
 // timeout; one idle between frames for longer is not.
 func TestPeerStalledHalfFrameClosed(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	nd := lonelyNode(t, func(c *Config) { c.PeerReadTimeout = timeout })
-	conn := dialRaw(t, nd.PeerAddr())
-	fr := newFrameReader(conn, frameAnswers, wireLimits{}, nil)
+	nd := newTestServer(t, func(s *serverSetup) { s.cfg.Limits.ReadTimeout = timeout })
+	conn := dialRaw(t, nd.addr())
+	fr := newFrameReader(conn, frameAnswers, Limits{}, nil)
 	ping := callFrame(Call{Op: OpPing})
 	for range 2 {
 		if _, err := conn.Write(ping); err != nil {
@@ -361,16 +310,16 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 // forwarded calls afterwards without a restart.
 func TestPeerAcceptSurvivesEMFILE(t *testing.T) {
 	var fl *flakyListener
-	nd := lonelyNode(t, func(c *Config) {
-		c.Listen = func(network, addr string) (net.Listener, error) {
+	nd := newTestServer(t, func(s *serverSetup) {
+		s.listen = func(network, addr string) (net.Listener, error) {
 			ln, err := net.Listen(network, addr)
 			fl = &flakyListener{Listener: ln, fails: 5}
 			return fl, err
 		}
 	})
-	p := clientWith(t, nd.PeerAddr())
+	p := clientWith(t, nd.addr())
 	p.fwd.Liveness = 3 * time.Second // dial and handshake: the backoff is 5+10+20+40+80 ms
-	a, err := p.call(context.Background(), &acquireOne)
+	a, err := p.Call(context.Background(), &acquireOne)
 	if err != nil || !a.Decision.Allowed {
 		t.Fatalf("call after %d failed accepts: %+v %v", fl.failed.Load(), a, err)
 	}
@@ -382,80 +331,35 @@ func TestPeerAcceptSurvivesEMFILE(t *testing.T) {
 // Connections beyond MaxPeerConns are closed at once; a slot freed is
 // taken again.
 func TestPeerConnectionCap(t *testing.T) {
-	nd := lonelyNode(t, func(c *Config) { c.MaxPeerConns = 2 })
+	nd := newTestServer(t, func(s *serverSetup) { s.cfg.MaxConns = 2 })
 	ping := callFrame(Call{Op: OpPing})
 	served := func(conn net.Conn) error {
 		if _, err := conn.Write(ping); err != nil {
 			return err
 		}
 		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-		_, err := newFrameReader(conn, frameAnswers, wireLimits{}, nil).next()
+		_, err := newFrameReader(conn, frameAnswers, Limits{}, nil).next()
 		return err
 	}
-	first, second := dialRaw(t, nd.PeerAddr()), dialRaw(t, nd.PeerAddr())
+	first, second := dialRaw(t, nd.addr()), dialRaw(t, nd.addr())
 	for _, c := range []net.Conn{first, second} {
 		if err := served(c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	third := dialRaw(t, nd.PeerAddr())
+	third := dialRaw(t, nd.addr())
 	third.Write(ping)
 	if got := expectClosed(t, third, 3*time.Second); len(got) != 0 {
 		t.Fatalf("a connection beyond the cap was sent %d bytes", len(got))
 	}
 	first.Close()
 	eventually(t, "a freed slot", func() bool {
-		nd.server.mu.Lock()
-		defer nd.server.mu.Unlock()
-		return len(nd.server.conns) == 1
+		nd.mu.Lock()
+		defer nd.mu.Unlock()
+		return len(nd.conns) == 1
 	})
-	if err := served(dialRaw(t, nd.PeerAddr())); err != nil {
+	if err := served(dialRaw(t, nd.addr())); err != nil {
 		t.Fatalf("a connection after one closed: %v", err)
-	}
-}
-
-// A partition of 20,000 keys (a state well over the 1 MiB frame cap) hands
-// off with the default cap: in fragments, every key arrives with its count.
-func TestPeerLargePartitionHandsOffUnderFrameCap(t *testing.T) {
-	const keys = 20000
-	one := func(c *Config) { c.Ring.PartitionCount = 1; c.ReplicationInterval = -1 }
-	nodes := newNodes(t, 2, tenRequests, one, withSecrets(secretNew))
-	both := ringOfConfig(t, nodes[0].cfg.Ring, nodes...)
-	src, dst := nodes[0], nodes[1] // the one partition moves from src to dst
-	if m, _ := both.Owner("t:big-0"); m.Name == src.Name() {
-		src, dst = dst, src
-	}
-	src.SetRing(ringOfConfig(t, src.cfg.Ring, src))
-	for i := range keys {
-		key := "t:big-" + strconv.Itoa(i)
-		if a, err := src.Do(context.Background(), Call{Op: OpAcquire, Key: key, Req: limiter.Request{PromptTokens: 1, MaxTokens: 1}}); err != nil || !a.Decision.Allowed {
-			t.Fatalf("%s: %+v %v", key, a, err)
-		}
-	}
-	var state int
-	src.table.Range(func(key string) bool {
-		src.table.Peek(key, func(b *limiter.Budget) {
-			snap, _ := b.AppendBinary(nil)
-			state += len(key) + len(snap)
-		})
-		return true
-	})
-	if state <= DefaultMaxFrame {
-		t.Fatalf("the partition's state is %d bytes, not over the %d-byte cap: the test proves nothing", state, DefaultMaxFrame)
-	}
-	dst.SetRing(both)
-	src.SetRing(both)
-	deadline := time.Now().Add(20 * time.Second)
-	for dst.Keys() != keys && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if src.Keys() != 0 || dst.Keys() != keys {
-		t.Fatalf("keys after the handoff: from %d, to %d, want 0 and %d", src.Keys(), dst.Keys(), keys)
-	}
-	for _, i := range []int{0, keys / 2, keys - 1} {
-		if got := remaining(t, dst, "t:big-"+strconv.Itoa(i)); got != 9 {
-			t.Fatalf("key %d: %d of 10 left at the new owner, want 9", i, got)
-		}
 	}
 }
 
@@ -506,7 +410,7 @@ func readFragmentItems(t *testing.T, fr *frameReader, sealed bool) {
 func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 	for _, secret := range []bool{false, true} {
 		client, server := net.Pipe()
-		wire := wireLimits{maxFrame: MinMaxFrame}
+		wire := Limits{MaxFrame: MinMaxFrame}
 		send, recv := fragmentSessions(secret)
 		sizes := fragmentSizes
 		q := make(chan item, len(sizes))
@@ -528,8 +432,8 @@ func TestFrameWriterFragmentsUnderCap(t *testing.T) {
 		readFragmentItems(t, newFrameReader(server, frameCalls, wire, recv), secret)
 		wg.Wait()
 		server.Close()
-		if largest.Load() > int64(wire.maxFrame)+4 {
-			t.Fatalf("sealed %v: a write of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.maxFrame)
+		if largest.Load() > int64(wire.MaxFrame)+4 {
+			t.Fatalf("sealed %v: a write of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.MaxFrame)
 		}
 	}
 }
@@ -558,7 +462,7 @@ func FuzzPeerHandshake(f *testing.F) {
 	f.Add(callFrame(acquireOne))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add(encodeFrame(nil, frameCalls, []item{{id: 1, status: itemMore, body: []byte("ab")}, {id: 1, body: []byte("c")}}))
-	auth, err := newPeerAuth([][]byte{secretNew, secretOld}, bytes.NewReader(nil), time.Second)
+	auth, err := NewAuth([][]byte{secretNew, secretOld}, bytes.NewReader(nil), time.Second)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -574,7 +478,7 @@ func FuzzPeerHandshake(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wire := wireLimits{maxFrame: MinMaxFrame}
+		wire := Limits{MaxFrame: MinMaxFrame}
 		sr := newFrameReader(&scriptConn{r: bytes.NewReader(data)}, frameCalls, wire, sess.recv)
 		if items, err := sr.next(); err == nil {
 			t.Fatalf("a sealed reader accepted %d items without the key", len(items))
@@ -582,7 +486,7 @@ func FuzzPeerHandshake(f *testing.F) {
 		pr := newFrameReader(&scriptConn{r: bytes.NewReader(data)}, frameCalls, wire, nil)
 		for {
 			_, err := pr.next()
-			if cap(pr.buf) > wire.maxFrame || len(pr.partial) > maxItem {
+			if cap(pr.buf) > wire.MaxFrame || len(pr.partial) > maxItem {
 				t.Fatalf("reader holds %d + %d bytes, over the cap", cap(pr.buf), len(pr.partial))
 			}
 			if err != nil {
@@ -592,49 +496,12 @@ func FuzzPeerHandshake(f *testing.F) {
 	})
 }
 
-func ringOfConfig(t testing.TB, cfg ring.Config, nodes ...*Node) *ring.Ring {
-	t.Helper()
-	var ms []ring.Member
-	for _, nd := range nodes {
-		ms = append(ms, member(nd))
-	}
-	r, err := ring.New(cfg, ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-// New refuses a secret shorter than MinSecretLen and a frame cap out of
-// range, naming what is wrong.
-func TestNewRejectsWeakPeerSettings(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  func(*Config)
-		want string
-	}{
-		{withSecrets(secretNew, secretOld[:MinSecretLen-1]), "cluster secret 1 is 31 bytes, want at least 32"},
-		{func(c *Config) { c.MaxFrame = MinMaxFrame - 1 }, "MaxFrame 4095"},
-		{func(c *Config) { c.MaxFrame = MaxMaxFrame + 1 }, "MaxFrame 16777217"},
-	} {
-		cfg := Config{Name: "n", LimitsFor: tenRequests}
-		tc.cfg(&cfg)
-		nd, err := New(cfg)
-		if err == nil {
-			nd.Close()
-			t.Fatalf("New accepted a config that wants %q", tc.want)
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("New: %v, want %q", err, tc.want)
-		}
-	}
-}
-
 // A client that connects to a server with secrets and says nothing is
 // closed after HandshakeTimeout, and counted.
 func TestPeerSilentClientClosedAfterHandshakeTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	nd := lonelyNode(t, withSecrets(secretNew), func(c *Config) { c.HandshakeTimeout = timeout })
-	conn := dialRaw(t, nd.PeerAddr())
+	nd := newTestServer(t, withSecrets(secretNew), func(s *serverSetup) { s.handshake = timeout })
+	conn := dialRaw(t, nd.addr())
 	start := time.Now()
 	if got := expectClosed(t, conn, 5*time.Second); len(got) != 0 {
 		t.Fatalf("a silent client was sent %d bytes", len(got))
@@ -642,5 +509,5 @@ func TestPeerSilentClientClosedAfterHandshakeTimeout(t *testing.T) {
 	if took := time.Since(start); took < timeout-20*time.Millisecond {
 		t.Fatalf("closed after %v, before the %v handshake timeout", took, timeout)
 	}
-	eventually(t, "the failure counted", func() bool { return nd.stats.authFailures.Load() == 1 })
+	eventually(t, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
 }

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"fmt"
@@ -52,7 +52,7 @@ type frameSender struct {
 // bytes: a handoff's megabytes are not held for the small frames after it.
 const frameSenderRetain = 256 << 10
 
-func newFrameSender(conn net.Conn, kind byte, batch BatchConfig, wire wireLimits, seal *aeadStream, onFrame func(int)) *frameSender {
+func newFrameSender(conn net.Conn, kind byte, batch BatchConfig, wire Limits, seal *aeadStream, onFrame func(int)) *frameSender {
 	s := &frameSender{w: frameWriter{conn: conn, kind: kind, batch: batch, wire: wire, seal: seal, onFrame: onFrame}}
 	s.w.limit = wire.frameCap()
 	if seal != nil {

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 func TestFrameSenderFragmentsUnderCap(t *testing.T) {
 	for _, secret := range []bool{false, true} {
 		client, server := net.Pipe()
-		wire := wireLimits{maxFrame: MinMaxFrame}
+		wire := Limits{MaxFrame: MinMaxFrame}
 		send, recv := fragmentSessions(secret)
 		sizes := fragmentSizes
 		var frames []int
@@ -37,8 +37,8 @@ func TestFrameSenderFragmentsUnderCap(t *testing.T) {
 		readFragmentItems(t, newFrameReader(server, frameCalls, wire, recv), secret)
 		wg.Wait()
 		server.Close()
-		if largest.Load() > int64(wire.maxFrame)+4 {
-			t.Fatalf("sealed %v: a frame of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.maxFrame)
+		if largest.Load() > int64(wire.MaxFrame)+4 {
+			t.Fatalf("sealed %v: a frame of %d bytes, over the %d-byte cap", secret, largest.Load(), wire.MaxFrame)
 		}
 		counted := 0
 		for _, n := range frames {
@@ -80,7 +80,7 @@ func TestFrameSenderConcurrentSendsArriveOnce(t *testing.T) {
 		const senders, each, most = 8, 300, 7
 		var mu sync.Mutex
 		var frames, counted int
-		snd := newFrameSender(client, frameCalls, BatchConfig{Max: most}, wireLimits{}, nil, func(n int) {
+		snd := newFrameSender(client, frameCalls, BatchConfig{Max: most}, Limits{}, nil, func(n int) {
 			mu.Lock()
 			frames, counted = frames+1, counted+n
 			mu.Unlock()
@@ -98,7 +98,7 @@ func TestFrameSenderConcurrentSendsArriveOnce(t *testing.T) {
 				}
 			})
 		}
-		fr := newFrameReader(server, frameCalls, wireLimits{}, nil)
+		fr := newFrameReader(server, frameCalls, Limits{}, nil)
 		seen := make(map[uint64]bool)
 		for len(seen) < senders*each {
 			items, err := fr.next()
@@ -129,7 +129,7 @@ func TestFrameSenderConcurrentSendsArriveOnce(t *testing.T) {
 func TestFrameSenderWriteErrorSticks(t *testing.T) {
 	client, server := net.Pipe()
 	server.Close()
-	snd := newFrameSender(client, frameCalls, BatchConfig{}, wireLimits{}, nil, nil)
+	snd := newFrameSender(client, frameCalls, BatchConfig{}, Limits{}, nil, nil)
 	first := snd.send(item{id: 1, body: []byte("a")})
 	if first == nil {
 		t.Fatal("a send on a closed pipe succeeded")
@@ -167,13 +167,13 @@ func TestPeerCallToDeafPeerFailsWhileWriting(t *testing.T) {
 	}()
 	var d net.Dialer
 	const liveness = 200 * time.Millisecond
-	p := newPeerClient(ln.Addr().String(), d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: liveness},
-		slog.New(slog.DiscardHandler), &peerStats{})
-	defer p.close()
+	p := newClient(ln.Addr().String(), d.DialContext, BatchConfig{}, ForwardConfig{ProbeAfter: testProbeAfter, Liveness: liveness},
+		slog.New(slog.DiscardHandler), &Stats{})
+	defer p.Close()
 	done := make(chan error, 1)
 	go func() {
 		// More than loopback's socket buffers hold: the write blocks.
-		_, err := p.call(context.Background(), &Call{Op: OpReplicate, Key: "t:acme", State: make([]byte, maxItem-1024)})
+		_, err := p.Call(context.Background(), &Call{Op: OpReplicate, Key: "t:acme", State: make([]byte, maxItem-1024)})
 		done <- err
 	}()
 	select {

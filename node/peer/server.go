@@ -1,8 +1,7 @@
-package node
+package peer
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,10 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tokenring/tokenring/internal/lazyctx"
-	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/node/custody"
 	"golang.org/x/time/rate"
 )
 
@@ -27,8 +22,8 @@ import (
 // by whoever is writing (frameSender). Only a lingering batch
 // (BatchConfig.Wait) keeps a writer goroutine.
 
-// peerServer serves forwarded calls on a listener.
-type peerServer struct {
+// Server serves forwarded calls on a listener.
+type Server struct {
 	ln     net.Listener
 	handle func(ctx context.Context, c *Call) (Answer, error)
 	inline func(c *Call) bool // calls cheap enough to run on the reader goroutine
@@ -39,11 +34,11 @@ type peerServer struct {
 	log   *slog.Logger
 	// auth, if not nil, authenticates every connection before its first
 	// frame is read; nil serves the plaintext protocol.
-	auth *peerAuth
-	wire wireLimits
+	auth *Auth
+	wire Limits
 	// maxConns is the most members' connections (those past the
 	// handshake, or every connection without auth) served at once; one
-	// beyond it is closed. Zero means DefaultMaxPeerConns.
+	// beyond it is closed. Zero means DefaultMaxConns.
 	maxConns int
 	// strangers, with auth, is the budget of connections in their
 	// handshake (strangers.go); nil means newStrangers with the defaults.
@@ -52,7 +47,7 @@ type peerServer struct {
 	// memberCapped counts connections closed at maxConns.
 	memberCapped atomic.Uint64
 	// stats, if not nil, counts failed handshakes.
-	stats *peerStats
+	stats *Stats
 	// done, if not nil, is closed by close: the accept loop's backoff
 	// ends with it.
 	done chan struct{}
@@ -65,65 +60,76 @@ type peerServer struct {
 	wg      sync.WaitGroup
 }
 
-// Defaults of the peer protocol's bounds (Config).
+// Defaults of the peer protocol's bounds.
 const (
+	// DefaultHandshakeTimeout bounds a handshake (NewAuth's timeout).
 	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultPeerReadTimeout  = 10 * time.Second
-	DefaultMaxPeerConns     = 256
+	// DefaultReadTimeout is the time a frame, once started, may take to
+	// arrive whole (Limits.ReadTimeout).
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultMaxConns is the most members' connections a Server serves at
+	// once (ServerConfig.MaxConns).
+	DefaultMaxConns = 256
 )
 
-// withPeerDefaults fills the zero peer protocol fields of c.
-func (c Config) withPeerDefaults() Config {
-	if c.Rand == nil {
-		c.Rand = rand.Reader
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = DefaultMaxFrame
-	}
-	if c.PeerReadTimeout <= 0 {
-		c.PeerReadTimeout = DefaultPeerReadTimeout
-	}
-	if c.MaxPeerConns <= 0 {
-		c.MaxPeerConns = DefaultMaxPeerConns
-	}
-	if c.Listen == nil {
-		c.Listen = net.Listen
-	}
-	return c
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Handle executes a call that arrived, on a goroutine of its own
+	// unless Inline says it is cheap enough for the connection's reader.
+	Handle func(ctx context.Context, c *Call) (Answer, error)
+	// Inline reports whether a call is decided at once, without waiting
+	// on anything: it then runs on the connection's reader, and its
+	// answer goes out with those of the same read.
+	Inline func(c *Call) bool
+	// Heard, if not nil, returns the clock (unix ns) to set whenever a
+	// frame arrives from the member at the given peer address (a ping's
+	// From names it, on every new connection).
+	Heard func(from string) *atomic.Int64
+	Batch BatchConfig
+	Log   *slog.Logger
+	// Auth, if not nil, authenticates every connection before its first
+	// frame is read; nil serves the plaintext protocol.
+	Auth   *Auth
+	Limits Limits
+	// MaxConns is the most members' connections (those past the
+	// handshake, or every connection without Auth) served at once; one
+	// beyond it is closed. Zero means DefaultMaxConns.
+	MaxConns int
+	// Stats, if not nil, counts failed handshakes.
+	Stats *Stats
 }
 
-// peerAuth checks c's peer protocol fields and returns the handshake its
-// secrets make (nil for none).
-func (c Config) peerAuth() (*peerAuth, error) {
-	if c.MaxFrame < MinMaxFrame || c.MaxFrame > MaxMaxFrame {
-		return nil, fmt.Errorf("MaxFrame %d, want %d to %d", c.MaxFrame, MinMaxFrame, MaxMaxFrame)
+// NewServer serves the peer protocol on ln, from a goroutine of its own,
+// until Close.
+func NewServer(ln net.Listener, cfg ServerConfig) *Server {
+	s := &Server{
+		ln:       ln,
+		handle:   cfg.Handle,
+		inline:   cfg.Inline,
+		heard:    cfg.Heard,
+		batch:    cfg.Batch,
+		log:      cfg.Log,
+		conns:    make(map[net.Conn]struct{}),
+		auth:     cfg.Auth,
+		wire:     cfg.Limits,
+		maxConns: cfg.MaxConns,
+		stats:    cfg.Stats,
+		done:     make(chan struct{}),
 	}
-	return newPeerAuth(c.Secrets, c.Rand, c.HandshakeTimeout)
+	s.wg.Add(1)
+	go s.serve()
+	return s
 }
 
-// peerCollectors returns the peer protocol's Prometheus collectors.
-func (n *Node) peerCollectors() []prometheus.Collector {
-	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tokenring_peer_auth_failures_total",
-			Help: "Connections to the peer port closed because they failed the handshake (no cluster secret, a wrong one, or silence past the handshake timeout).",
-		}, func() float64 { return float64(n.stats.authFailures.Load()) }),
-		rejectedCounter("stranger_budget", func() uint64 { return n.server.strangerBudget().evictedBudget.Load() }),
-		rejectedCounter("source_limit", func() uint64 { return n.server.strangerBudget().evictedSource.Load() }),
-		rejectedCounter("member_cap", n.server.memberCapped.Load),
-	}
-}
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// rejectedCounter is tokenring_peer_conns_rejected_total{reason}.
-func rejectedCounter(reason string, v func() uint64) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "tokenring_peer_conns_rejected_total",
-		Help:        "Connections to the peer port closed unserved: in their handshake, to make room in the strangers' budget (reason stranger_budget) or their source address's share of it (source_limit); past it, at peer.max_conns (member_cap).",
-		ConstLabels: prometheus.Labels{"reason": reason},
-	}, func() float64 { return float64(v()) })
+// Rejected counts the connections closed unserved: in their handshake, to
+// make room in the strangers' budget (budget) or in their source address's
+// share of it (source); past it, at MaxConns (capped).
+func (s *Server) Rejected() (budget, source, capped uint64) {
+	st := s.strangerBudget()
+	return st.evictedBudget.Load(), st.evictedSource.Load(), s.memberCapped.Load()
 }
 
 // Bounds of the accept loop's backoff after a failed Accept, as net/http's.
@@ -136,7 +142,7 @@ const (
 // fails for any other reason (EMFILE under a connection flood, ECONNABORTED)
 // is retried after a backoff doubling from 5 ms to 1 s, warned about at
 // most once a second.
-func (s *peerServer) serve() {
+func (s *Server) serve() {
 	defer s.wg.Done()
 	// Set before any connection's goroutine starts, which uses authLog.
 	s.authLog.Interval, s.acceptLog.Interval, s.capLog.Interval = time.Second, time.Second, time.Second
@@ -170,7 +176,7 @@ func (s *peerServer) serve() {
 // admit starts serving conn: as a stranger in its handshake with auth,
 // else as a member (within maxConns). It is false, conn closed, once
 // close has begun.
-func (s *peerServer) admit(conn net.Conn) bool {
+func (s *Server) admit(conn net.Conn) bool {
 	var st *stranger
 	if s.auth != nil {
 		if st = s.strangerBudget().admit(conn); st == nil {
@@ -203,7 +209,7 @@ func (s *peerServer) admit(conn net.Conn) bool {
 
 // joinMembers counts conn against maxConns, or closes it at the cap.
 // Called with mu held.
-func (s *peerServer) joinMembers(conn net.Conn) bool {
+func (s *Server) joinMembers(conn net.Conn) bool {
 	if limit := s.connCap(); len(s.members) >= limit {
 		conn.Close()
 		s.memberCapped.Add(1)
@@ -220,7 +226,7 @@ func (s *peerServer) joinMembers(conn net.Conn) bool {
 }
 
 // strangerBudget is s.strangers, made with the defaults if nil.
-func (s *peerServer) strangerBudget() *strangers {
+func (s *Server) strangerBudget() *strangers {
 	s.strangersOnce.Do(func() {
 		if s.strangers == nil {
 			s.strangers = newStrangers(DefaultMaxStrangers, DefaultMaxStrangersPerSource)
@@ -231,21 +237,21 @@ func (s *peerServer) strangerBudget() *strangers {
 
 // member counts conn, past its handshake, against maxConns; false (conn
 // closed) at the cap.
-func (s *peerServer) member(conn net.Conn) bool {
+func (s *Server) member(conn net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.joinMembers(conn)
 }
 
-func (s *peerServer) closed() bool {
+func (s *Server) closed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns == nil
 }
 
-func (s *peerServer) connCap() int {
+func (s *Server) connCap() int {
 	if s.maxConns <= 0 {
-		return DefaultMaxPeerConns
+		return DefaultMaxConns
 	}
 	return s.maxConns
 }
@@ -254,16 +260,16 @@ func (s *peerServer) connCap() int {
 // frame reader and the cipher its answers are sealed with. A client that
 // fails the handshake is counted, warned about (once a second at most) and
 // gets nothing.
-func (s *peerServer) open(conn net.Conn, st *stranger) (*frameReader, *aeadStream, error) {
+func (s *Server) open(conn net.Conn, st *stranger) (*frameReader, *aeadStream, error) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
 	if s.auth == nil {
 		fr := newFrameReader(conn, frameCalls, s.wire, nil)
-		if s.wire.readTimeout > 0 {
+		if s.wire.ReadTimeout > 0 {
 			// Nobody proved anything yet: a connection that sends no
 			// frame is not kept.
-			if err := fr.expectBy(time.Now().Add(s.wire.readTimeout)); err != nil {
+			if err := fr.expectBy(time.Now().Add(s.wire.ReadTimeout)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -278,7 +284,7 @@ func (s *peerServer) open(conn net.Conn, st *stranger) (*frameReader, *aeadStrea
 	}
 	if err != nil {
 		if s.stats != nil {
-			s.stats.authFailures.Add(1)
+			s.stats.AuthFailures.Add(1)
 		}
 		s.authLog.Do(func() {
 			s.log.Warn("peer handshake failed: connection closed", "remote", conn.RemoteAddr().String(), "err", err)
@@ -288,7 +294,7 @@ func (s *peerServer) open(conn net.Conn, st *stranger) (*frameReader, *aeadStrea
 	return newFrameReader(conn, frameCalls, s.wire, sess.recv), sess.send, nil
 }
 
-func (s *peerServer) serveConn(conn net.Conn, st *stranger) {
+func (s *Server) serveConn(conn net.Conn, st *stranger) {
 	defer conn.Close()
 	fr, seal, err := s.open(conn, st)
 	if err != nil {
@@ -371,7 +377,7 @@ type answerOut interface {
 // answers returns the way conn's answers are written: by the goroutines
 // that make them (sendAnswers), or, when the batch lingers for more items
 // (BatchConfig.Wait), by a writer goroutine (chanAnswers).
-func (s *peerServer) answers(conn net.Conn, seal *aeadStream) answerOut {
+func (s *Server) answers(conn net.Conn, seal *aeadStream) answerOut {
 	if s.batch.Wait <= 0 {
 		return &sendAnswers{snd: newFrameSender(conn, frameAnswers, s.batch, s.wire, seal, nil), conn: conn}
 	}
@@ -439,8 +445,8 @@ func (a *chanAnswers) close() {
 	a.writer.Wait()
 }
 
-// close stops accepting, closes every connection and waits for their goroutines.
-func (s *peerServer) close() {
+// Close stops accepting, closes every connection and waits for their goroutines.
+func (s *Server) Close() {
 	s.mu.Lock()
 	conns := s.conns
 	s.conns = nil
@@ -456,73 +462,4 @@ func (s *peerServer) close() {
 		c.Close()
 	}
 	s.wg.Wait()
-}
-
-// serve executes a call that arrived from a peer.
-func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
-	switch c.Op {
-	case OpTransfer:
-		msgs, err := decodeCustodyMsgs(c.State)
-		if err != nil {
-			return Answer{}, err
-		}
-		if t := n.tr.Load(); t != nil {
-			t.step(msgs)
-		}
-		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplicate:
-		n.replicas.put(c.Key, c.State, n.cfg.Now())
-		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplicateMany:
-		now := n.cfg.Now()
-		err := decodeEntries(c.State, func(key string, state []byte) error {
-			n.replicas.put(key, state, now) // a rejected replica is logged, the others kept
-			return nil
-		})
-		if err != nil {
-			return Answer{}, fmt.Errorf("replicate from %s: %w", c.From, err)
-		}
-		return Answer{Owner: n.cfg.Name, OK: true}, nil
-	case OpReplica:
-		rep, ok := n.replicas.take(c.Key)
-		if !ok {
-			return Answer{Owner: n.cfg.Name}, nil
-		}
-		return Answer{Owner: n.cfg.Name, OK: true, State: appendReplica(nil, rep)}, nil
-	case OpTake, OpPut, OpPing:
-		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
-	}
-	lazy, cancel := lazyctx.WithTimeout(ctx, n.cfg.HopTimeout+n.cfg.TransferWait+c.Req.Wait)
-	defer cancel()
-	return n.Do(lazy, *c)
-}
-
-// inline reports whether a forwarded call is cheap enough to run on the
-// connection's reader goroutine: decided here at once, without waiting or
-// forwarding. A call that may wait must not: the frames behind it on the
-// connection (the ping that shows this node alive, the transfer the call
-// waits for) would wait with it.
-func (n *Node) inline(c *Call) bool {
-	switch {
-	case c.Op == OpReplicate || c.Op == OpReplicateMany || c.Op == OpReplica:
-		return true
-	case c.Op == OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
-		return false
-	case n.cfg.ReplicationSync:
-		return false // a change is answered once its backup acknowledged it: a round trip on another connection
-	}
-	t := n.tr.Load()
-	if t == nil {
-		// Before our first ring a forwarded call waits for it (Do,
-		// awaitFirstRing); only a call nobody forwarded is decided here.
-		return c.Hops == 0
-	}
-	g := &t.gates[n.ring.Load().Partition(c.Key)]
-	if g.hop.Load().mode != custody.RouteLocal {
-		return false
-	}
-	// While the partition's fetch hint lasts (minutes after its last
-	// custodian died, or after the cluster started), a key not yet here is
-	// looked up over the network (fetchKey); a key here already is not.
-	return g.fetch.Load() == nil || n.table.Peek(c.Key, func(*limiter.Budget) {})
 }

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 
 // Strangers: the peer port's connections that have not finished the
 // handshake. Anyone who can reach the port can open them, so they get a
-// budget of their own, apart from the members' (Config.MaxPeerConns, which
+// budget of their own, apart from the members' (ServerConfig.MaxConns, which
 // a connection joins only once it has proved the cluster secret), and a
 // short deadline (strangerTimeout). A newcomer is never refused: when the
 // source address's share of the budget is full, that source's stranger

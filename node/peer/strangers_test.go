@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"context"
@@ -142,32 +142,32 @@ func isTimeout(err error) bool {
 // a failure is a fallback answer at the router), and strangers were
 // closed to make room.
 func TestStrangersCannotKeepMembersOut(t *testing.T) {
-	nd := lonelyNode(t, withSecrets(secretNew))
-	strangerFlood(t, nd.PeerAddr(), 300, 10)
+	nd := newTestServer(t, withSecrets(secretNew))
+	strangerFlood(t, nd.addr(), 300, 10)
 	eventually(t, "the stranger budget full", func() bool {
-		all, _ := nd.server.strangerBudget().len(netip.MustParseAddr("127.0.0.2"))
+		all, _ := nd.strangerBudget().len(netip.MustParseAddr("127.0.0.2"))
 		return all == DefaultMaxStrangers
 	})
 	failed := 0
 	for i := range 20 {
-		p := clientWith(t, nd.PeerAddr(), secretNew)
+		p := clientWith(t, nd.addr(), secretNew)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		a, err := p.call(ctx, &acquireOne)
+		a, err := p.Call(ctx, &acquireOne)
 		cancel()
 		if err != nil || a.Owner != "owner" {
 			failed++
 			t.Logf("member %d: %+v %v", i, a, err)
 		}
-		p.close()
+		p.Close()
 	}
 	if failed != 0 {
 		t.Fatalf("%d of 20 members' calls failed under the flood, want 0", failed)
 	}
-	s := nd.server.strangerBudget()
+	s := nd.strangerBudget()
 	if ev := s.evictedBudget.Load() + s.evictedSource.Load(); ev == 0 {
 		t.Fatal("no stranger was closed to make room: the flood did not reach the budget")
 	}
-	if got := nd.server.memberCapped.Load(); got != 0 {
+	if got := nd.memberCapped.Load(); got != 0 {
 		t.Fatalf("%d connections refused at the members' cap, want 0", got)
 	}
 }
