@@ -13,9 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokenring/tokenring/client"
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,14 +40,14 @@ func serve(t testing.TB, limits map[string]limiter.Limits, wrap func(http.Handle
 
 // newRouter is a router over a lone node of limits lim, closed when the
 // test ends.
-func newRouter(t testing.TB, lim func(string) limiter.Limits) *router.Router {
+func newRouter(t testing.TB, lim func(string) limiter.Limits) *frontdoor.Door {
 	t.Helper()
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	r, err := router.New(n, router.Config{Limits: lim})
+	r, err := frontdoor.New(n, frontdoor.Config{Limits: lim})
 	if err != nil {
 		t.Fatal(err)
 	}

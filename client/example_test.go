@@ -6,9 +6,9 @@ import (
 	"net/http/httptest"
 
 	"github.com/tokenring/tokenring/client"
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 // A gateway asks before each LLM request and completes the lease with the
@@ -19,7 +19,7 @@ func ExampleClient() {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 2, Tokens: 10_000} }
 	n, _ := node.New(node.Config{Name: "n1", LimitsFor: limits})
 	defer n.Close()
-	r, _ := router.New(n, router.Config{Limits: limits})
+	r, _ := frontdoor.New(n, frontdoor.Config{Limits: limits})
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 

@@ -14,8 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
@@ -37,28 +35,11 @@ func (r *Router) routes() {
 	mux.HandleFunc("/v1/renew", r.authenticated(r.post(endpoint(r, r.renewCall))))
 	mux.HandleFunc("/v1/batch", r.authenticated(r.post(r.batch)))
 	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
-	r.proxyRoutes(mux)                                // the LLM proxy: /v1/chat/completions, /v1/messages
-	mux.HandleFunc("/admin/ring", r.get(r.adminRing)) // /admin/*: behind adminGuard (auth.go)
-	mux.HandleFunc("/admin/owner", r.get(r.adminOwner))
-	r.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
-	pprofRoutes(mux)
-	mux.HandleFunc("/healthz", r.get(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}))
-	mux.HandleFunc("/readyz", r.get(func(w http.ResponseWriter, _ *http.Request) {
-		if !r.cfg.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	}))
-	if r.cfg.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
+	r.proxyRoutes(mux) // the LLM proxy: /v1/chat/completions, /v1/messages
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
 	})
-	r.handler = r.adminGuard(mux)
+	r.handler = mux
 }
 
 func (r *Router) post(h http.HandlerFunc) http.HandlerFunc {
@@ -157,7 +138,11 @@ func readBody(dst []byte, r io.Reader) ([]byte, error) {
 	}
 }
 
-func checkName(field, s string, required bool) error {
+// CheckName checks a tenant, model, group or pool name given as field:
+// required or not, at most maxName bytes of valid UTF-8 without U+FFFD or
+// a control character. No name it accepts holds U+001F, the separator of
+// a model-scoped key (chain.go).
+func CheckName(field, s string, required bool) error {
 	switch {
 	case s == "" && required:
 		return fmt.Errorf("%s is required", field)
@@ -207,10 +192,10 @@ type admission struct {
 // or messages leave PromptTokens 0, for countAcquirePrompt to fill.
 func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
 	a := admission{tenant: in.Tenant, model: in.Model}
-	if err := checkName("tenant", in.Tenant, true); err != nil {
+	if err := CheckName("tenant", in.Tenant, true); err != nil {
 		return a, err
 	}
-	if err := checkName("model", in.Model, false); err != nil {
+	if err := CheckName("model", in.Model, false); err != nil {
 		return a, err
 	}
 	given := 0
@@ -346,7 +331,7 @@ type usageJSON struct {
 }
 
 func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
-	if err := checkName("tenant", in.Tenant, true); err != nil {
+	if err := CheckName("tenant", in.Tenant, true); err != nil {
 		return lease{}, err
 	}
 	if in.Lease == "" {
@@ -400,7 +385,7 @@ func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limit
 // order they are reserved, each with its label, owner and status.
 func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("tenant")
-	if err := checkName("tenant", name, true); err != nil {
+	if err := CheckName("tenant", name, true); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -408,7 +393,7 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	model := req.URL.Query().Get("model")
-	if err := checkName("model", model, false); err != nil {
+	if err := CheckName("model", model, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

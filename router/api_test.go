@@ -54,7 +54,6 @@ type setup struct {
 	now     func() time.Time
 	secrets [][]byte            // router.Config.ClusterSecrets
 	clients map[string][]string // router.Config.Clients
-	admin   string              // router.Config.AdminToken
 }
 
 func (s setup) limits(key string) limiter.Limits {
@@ -87,7 +86,6 @@ func start(t *testing.T, s setup) *server {
 		Now:            s.now,
 		ClusterSecrets: s.secrets,
 		Clients:        s.clients,
-		AdminToken:     s.admin,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -534,7 +532,6 @@ func TestBadInput(t *testing.T) {
 		{"renew with usage", "POST", "/v1/renew", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{}}`, good.Lease), 400},
 		{"renew missing tenant", "POST", "/v1/renew", fmt.Sprintf(`{"lease":%q}`, good.Lease), 400},
 		{"unknown path", "GET", "/v1/nothing", ``, 404},
-		{"owner without tenant", "GET", "/admin/owner", ``, 400},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -573,18 +570,4 @@ func FuzzAcquireBody(f *testing.F) {
 			t.Fatalf("accepted invalid input %q: %+v", b, a)
 		}
 	})
-}
-
-func TestReadyz(t *testing.T) {
-	for _, ready := range []bool{false, true} {
-		r, err := New(downCluster{}, Config{Limits: func(string) limiter.Limits { return limiter.Limits{} }, Ready: func() bool { return ready }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		if want := map[bool]int{false: 503, true: 200}[ready]; rec.Code != want {
-			t.Fatalf("ready=%v: /readyz %d, want %d", ready, rec.Code, want)
-		}
-	}
 }

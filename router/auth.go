@@ -2,7 +2,6 @@ package router
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
@@ -82,9 +81,6 @@ type authError struct {
 	code int
 	msg  string
 }
-
-// bearer returns the token of an "Authorization: Bearer <token>" header.
-func bearer(h http.Header) (string, bool) { return bearerOf(h.Get("Authorization")) }
 
 // bearerOf returns the token of an Authorization header's value a.
 func bearerOf(a string) (string, bool) {
@@ -241,39 +237,3 @@ func (r *Router) authenticated(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func quote(s string) string { return `"` + s + `"` }
-
-// adminGuard refuses every /admin/ path without the admin token (when one is
-// configured), whether or not the path exists: new admin endpoints are
-// guarded without having to remember it. /admin/ui also takes the token as
-// ?token=, since a browser cannot send the header on navigation. /metrics,
-// /healthz and /readyz stay open: they hold no tenant's data.
-func (r *Router) adminGuard(next http.Handler) http.Handler {
-	tok := r.cfg.AdminToken
-	if tok == "" {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !strings.HasPrefix(req.URL.Path, "/admin") {
-			next.ServeHTTP(w, req)
-			return
-		}
-		got, _ := bearer(req.Header)
-		ok := sameToken(got, tok)
-		if req.URL.Path == "/admin/ui" {
-			ok = ok || sameToken(req.URL.Query().Get("token"), tok)
-		}
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenring admin"`)
-			writeError(w, http.StatusUnauthorized, "admin endpoints need Authorization: Bearer <admin_token>; in a browser open /admin/ui?token=<admin_token>")
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
-}
-
-// sameToken compares two tokens in constant time: their SHA-256s, so that
-// not even the length of the wanted token shows in the timing.
-func sameToken(got, want string) bool {
-	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
-}

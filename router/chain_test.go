@@ -355,7 +355,7 @@ func TestSplitKey(t *testing.T) {
 			t.Errorf("SplitKey(%q) = %v %q %q", tc.key, kind, name, entry)
 		}
 	}
-	if err := checkName("tenant", "a\x1fm:b", true); err == nil {
+	if err := CheckName("tenant", "a\x1fm:b", true); err == nil {
 		t.Error("a tenant name holding the model separator is accepted: keys could collide")
 	}
 }

@@ -110,7 +110,7 @@ func (f *fakeOwner) charged() []node.Charge {
 func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Time) (*Router, *server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Gatherer: reg, Now: now, DebtInterval: time.Hour})
+	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Now: now, DebtInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,6 @@ func startDown(t *testing.T, policy fallback.Policy, l limiter.Limits, now func(
 		Limits:   func(string) limiter.Limits { return l },
 		Fallback: policy,
 		Registry: reg,
-		Gatherer: reg,
 		Now:      now,
 	})
 	if err != nil {
@@ -367,7 +366,7 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	r, err := New(n, Config{Limits: limits, ForwardTimeout: probeAfter, Now: clk.Now, Registry: reg, Gatherer: reg})
+	r, err := New(n, Config{Limits: limits, ForwardTimeout: probeAfter, Now: clk.Now, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +456,6 @@ func startErr(t *testing.T, do func(context.Context) error, maxWait time.Duratio
 		Limits:         func(string) limiter.Limits { return limiter.Limits{Requests: 30} },
 		ForwardMaxWait: maxWait,
 		Registry:       reg,
-		Gatherer:       reg,
 		Proxy: ProxyConfig{
 			Tenant: func(k string) (string, bool) { return "acme", k == "sk-acme" },
 			OpenAI: Upstream{BaseURL: "http://127.0.0.1:1/v1"}, Anthropic: Upstream{BaseURL: "http://127.0.0.1:1/v1"},

@@ -117,19 +117,15 @@ func (m *metrics) observe(op node.Op, where string, d time.Duration) {
 	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
-// LimitsMismatchCollector is the gauge tokenring_limits_mismatch_members:
-// the members of c's ring that publish a limits hash other than c's own
-// (those publishing none, older, do not count), read at each scrape; 0
-// before c has joined. Register it next to the router's metrics.
-func LimitsMismatchCollector(c Cluster) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tokenring_limits_mismatch_members",
-		Help: "Members whose limits (limits, window, lease_ttl, pools, default_max_tokens) differ from this node's, by their published limits hash.",
-	}, func() float64 {
-		rg := c.Ring()
-		if rg == nil {
-			return 0
-		}
-		return float64(limitsMismatches(rg, c.Name()))
-	})
+// Counters are the router's counters that the admin page sums: acquire
+// decisions by result (tokenring_decisions_total), the fallback's by result
+// (tokenring_fallback_decisions_total) and calls to owners by where they
+// were decided (tokenring_call_seconds).
+type Counters struct {
+	Decisions, Fallbacks, Calls prometheus.Collector
+}
+
+// Counters returns r's counters.
+func (r *Router) Counters() Counters {
+	return Counters{Decisions: r.metrics.decisions, Fallbacks: r.metrics.fallbacks, Calls: r.metrics.calls}
 }

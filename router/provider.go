@@ -107,7 +107,7 @@ func decodeChat(body []byte, in any, common *chatRequest) error {
 
 // checkChat checks the common fields of a decoded request but max_tokens.
 func checkChat(common *chatRequest) error {
-	if err := checkName("model", common.Model, true); err != nil {
+	if err := CheckName("model", common.Model, true); err != nil {
 		return err
 	}
 	if len(common.Messages) == 0 {

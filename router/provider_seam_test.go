@@ -52,7 +52,7 @@ func (ledger) parse(c *proxyCall, body []byte) error {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return fmt.Errorf("invalid JSON body: %v", err)
 	}
-	if err := checkName("engine", in.Engine, true); err != nil {
+	if err := CheckName("engine", in.Engine, true); err != nil {
 		return err
 	}
 	if len(in.Input) == 0 {

@@ -240,7 +240,7 @@ func (r *Router) proxyTenant(h http.Header) (tenant, apiKey string, ok bool) {
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
-		if t, ok := r.cfg.Proxy.Tenant(k); ok && checkName("tenant", t, true) == nil {
+		if t, ok := r.cfg.Proxy.Tenant(k); ok && CheckName("tenant", t, true) == nil {
 			return t, k, true
 		}
 	}

@@ -78,10 +78,6 @@ type Config struct {
 	// the request is refused with a 503 and admits nothing, since the owner
 	// may yet count it. Zero means 2s.
 	ForwardMaxWait time.Duration
-	// AdminToken, when set, is required as "Authorization: Bearer <token>"
-	// on every path under /admin (and accepted as ?token= on /admin/ui).
-	// Empty leaves /admin open. /metrics, /healthz and /readyz are open.
-	AdminToken string
 	// ClusterSecrets are the cluster's secrets: the first signs the leases
 	// this node hands out (HMAC-SHA256), every one verifies leases brought
 	// back, so a secret being rotated is accepted on both sides of the
@@ -97,12 +93,8 @@ type Config struct {
 	// without a token whose verified certificate carries one acts as that
 	// client. Such a client has no token. See clientTokens.
 	ClientCerts map[string]CertClient
-	// Ready reports readiness for /readyz. Nil means always ready.
-	Ready func() bool
-	// Registry receives the router's metrics; Gatherer serves /metrics.
-	// Nil registers nothing and serves an empty /metrics.
+	// Registry receives the router's metrics. Nil registers nothing.
 	Registry prometheus.Registerer
-	Gatherer prometheus.Gatherer
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// DebtInterval is how often fallback debts are charged to their keys'
@@ -146,7 +138,7 @@ type Router struct {
 	metrics  *metrics
 	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
-	handler  http.Handler // the routes behind the admin guard
+	handler  http.Handler // the decision API's and the proxy's routes
 	leases   *leaseSigner
 	clients  *clientTokens // nil: the decision API is open
 	// upstreams are the LLM proxy's clients, one per upstream, when
@@ -177,9 +169,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	}
 	if cfg.ForwardMaxWait <= 0 {
 		cfg.ForwardMaxWait = 2 * time.Second
-	}
-	if cfg.Ready == nil {
-		cfg.Ready = func() bool { return true }
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

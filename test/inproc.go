@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenring/tokenring/fallback"
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 // InProc is a tokenring cluster whose members all run in this process, each
@@ -58,11 +58,11 @@ type InProcMember struct {
 	Registry *prometheus.Registry // the node's and the router's metrics
 
 	srv      *http.Server
-	rt       *router.Router // closed once srv's handlers are done: stops its debt loop
-	served   chan struct{}  // closed when srv.Serve has returned
-	handlers sync.WaitGroup // requests being handled; srv.Close does not wait for them
-	hmu      sync.Mutex     // guards down, and orders handlers.Add before handlers.Wait
-	down     bool           // stopped: handle no more requests
+	rt       *frontdoor.Door // closed once srv's handlers are done: stops its debt loop
+	served   chan struct{}   // closed when srv.Serve has returned
+	handlers sync.WaitGroup  // requests being handled; srv.Close does not wait for them
+	hmu      sync.Mutex      // guards down, and orders handlers.Add before handlers.Wait
+	down     bool            // stopped: handle no more requests
 	cancel   context.CancelFunc
 	state    memberState // guarded by InProc.mu
 }
@@ -307,8 +307,8 @@ func registryOf(n *node.Node) (*prometheus.Registry, error) {
 // newRouter creates a router deciding through n with the cluster's limits,
 // pools, fallback and forward settings, registering its metrics in reg and
 // serving reg's on its metrics endpoint.
-func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
-	return router.New(n, router.Config{
+func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, error) {
+	return frontdoor.New(n, frontdoor.Config{
 		Limits:         c.limits,
 		PoolFor:        c.cfg.poolFor,
 		Fallback:       c.cfg.fallback,

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 // TestLoadBatchClient: -client batch against a real node counts exactly
@@ -86,7 +86,7 @@ func TestLoadPrefillFillsEveryWindow(t *testing.T) {
 
 // newRouter is a real node and its router, every tenant under l, closed
 // when the test ends.
-func newRouter(t *testing.T, l limiter.Limits) *router.Router {
+func newRouter(t *testing.T, l limiter.Limits) *frontdoor.Door {
 	t.Helper()
 	limits := func(string) limiter.Limits { return l }
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits})
@@ -94,7 +94,7 @@ func newRouter(t *testing.T, l limiter.Limits) *router.Router {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	r, err := router.New(n, router.Config{Limits: limits})
+	r, err := frontdoor.New(n, frontdoor.Config{Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}

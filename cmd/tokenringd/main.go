@@ -27,8 +27,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tokenring/tokenring/admin"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/fallback"
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -350,15 +352,15 @@ func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 // newRouter makes the HTTP side: the decision API, the LLM proxy (with the
 // prompt counter and the upstream client), admin and metrics on reg. ready
 // is what /readyz answers.
-func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*router.Router, error) {
+func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, error) {
 	reg.MustRegister(n.Collectors()...)
-	reg.MustRegister(router.LimitsMismatchCollector(n))
+	reg.MustRegister(admin.LimitsMismatchCollector(n))
 	counter, err := newCounter(cfg)
 	if err != nil {
 		return nil, err
 	}
 	anth := cfg.Anthropic()
-	return router.New(n, router.Config{
+	return frontdoor.New(n, frontdoor.Config{
 		Limits: limits,
 		PoolFor: func(model string) (string, bool) {
 			name, _, ok := cfg.Pool(model)
@@ -466,7 +468,7 @@ func preloadCheckpoint(ctx context.Context, log *slog.Logger, n *node.Node, rc *
 // every partition on and waits for the acknowledgements, tells the cluster
 // it is done (departed), leaves the gossip cluster, and only then is the
 // HTTP server shut down.
-func drain(log *slog.Logger, draining *atomic.Bool, n *node.Node, r *router.Router, members *gossip.Cluster, drainFor time.Duration) {
+func drain(log *slog.Logger, draining *atomic.Bool, n *node.Node, r *frontdoor.Door, members *gossip.Cluster, drainFor time.Duration) {
 	draining.Store(true) // answers now close their connections (closeWhileDraining)
 	if members.NumMembers() <= 1 {
 		return // the last member has nobody to hand to

@@ -1,9 +1,10 @@
-package router
+package admin
 
 import (
 	"net/http"
 
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // memberJSON is one member in GET /admin/ring.
@@ -38,8 +39,10 @@ func limitsMismatches(rg *ring.Ring, self string) int {
 	return n
 }
 
-func (r *Router) adminRing(w http.ResponseWriter, _ *http.Request) {
-	rg := r.cluster.Ring()
+// adminRing answers GET /admin/ring: the members, their partitions and
+// limits hashes.
+func (a *Server) adminRing(w http.ResponseWriter, _ *http.Request) {
+	rg := a.cluster.Ring()
 	if rg == nil {
 		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
 		return
@@ -51,33 +54,35 @@ func (r *Router) adminRing(w http.ResponseWriter, _ *http.Request) {
 			Partitions: counts[m.Name], LimitsHash: m.LimitsHash})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"self":            r.cluster.Name(),
+		"self":            a.cluster.Name(),
 		"partition_count": rg.PartitionCount(),
 		"version":         rg.Version(),
 		"members":         members,
-		"limits_mismatch": limitsMismatches(rg, r.cluster.Name()) > 0,
+		"limits_mismatch": limitsMismatches(rg, a.cluster.Name()) > 0,
 	})
 }
 
-func (r *Router) adminOwner(w http.ResponseWriter, req *http.Request) {
+// adminOwner answers GET /admin/owner?tenant= (or ?pool=): the key's
+// partition and owner.
+func (a *Server) adminOwner(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	var key, name, field string
 	switch {
 	case q.Has("tenant"):
 		field, name = "tenant", q.Get("tenant")
-		key = TenantKey(name)
+		key = router.TenantKey(name)
 	case q.Has("pool"):
 		field, name = "pool", q.Get("pool")
-		key = PoolKey(name)
+		key = router.PoolKey(name)
 	default:
 		writeError(w, http.StatusBadRequest, "give ?tenant=NAME or ?pool=NAME")
 		return
 	}
-	if err := checkName(field, name, true); err != nil {
+	if err := router.CheckName(field, name, true); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rg := r.cluster.Ring()
+	rg := a.cluster.Ring()
 	if rg == nil {
 		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
 		return

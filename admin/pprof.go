@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 )
 
 // pprofRoutes serves the Go runtime's profiles under /admin/debug/pprof/
-// (behind adminGuard, like the rest of /admin): CPU and allocation
+// (behind Guard, like the rest of /admin): CPU and allocation
 // profiles of a node under load, as BENCHMARKS.md takes them:
 //
 //	go tool pprof -seconds 5 http://127.0.0.1:8080/admin/debug/pprof/profile

@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"encoding/json"
@@ -15,6 +15,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // uiLimits are every key's limits in the status page's tests.
@@ -23,10 +24,11 @@ func uiLimits(string) limiter.Limits {
 }
 
 // uiMember is one member of a hand-built cluster: a node, its router and
-// its HTTP server.
+// its HTTP server (the operator's endpoints, and the decision API the
+// tests acquire through).
 type uiMember struct {
 	node   *node.Node
-	router *Router
+	router *router.Router
 	srv    *httptest.Server
 }
 
@@ -43,12 +45,12 @@ func startUICluster(t *testing.T, token string, names []string, extra ...ring.Me
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { n.Close() })
-		r, err := New(n, Config{Limits: uiLimits, AdminToken: token})
+		r, err := router.New(n, router.Config{Limits: uiLimits})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { r.Close() })
-		srv := httptest.NewUnstartedServer(r)
+		srv := httptest.NewUnstartedServer(serve(n, r, Config{Token: token}))
 		srv.Start()
 		t.Cleanup(srv.Close)
 		ms[name] = &uiMember{node: n, router: r, srv: srv}
@@ -69,7 +71,7 @@ func tenantOwnedBy(t *testing.T, rg *ring.Ring, owner string) string {
 	t.Helper()
 	for i := range 10_000 {
 		tenant := fmt.Sprint("tenant-", i)
-		if m, _ := rg.Owner(TenantKey(tenant)); m.Name == owner {
+		if m, _ := rg.Owner(router.TenantKey(tenant)); m.Name == owner {
 			return tenant
 		}
 	}
@@ -213,11 +215,9 @@ func statsReply(t *testing.T, url, auth string) statsJSON {
 // through m and returns how many were admitted.
 func acquireN(t *testing.T, m *uiMember, tenant string, n int) int {
 	t.Helper()
-	s := &server{Server: m.srv}
 	got := 0
 	for range n {
-		r := s.acquire(t, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":100,"max_tokens":50}`, tenant))
-		if r.Allowed {
+		if acquire(t, m.srv.URL, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":100,"max_tokens":50}`, tenant)) {
 			got++
 		}
 	}

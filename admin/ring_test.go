@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -33,13 +32,8 @@ func TestAdminRingLimitsMismatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := downCluster{ring: rg}
-			r, err := New(c, Config{Limits: func(string) limiter.Limits { return limiter.Limits{} }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
 			rec := httptest.NewRecorder()
-			r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/ring", nil))
+			serve(c, nil, Config{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/ring", nil))
 			if rec.Code != http.StatusOK {
 				t.Fatalf("GET /admin/ring: %d %s", rec.Code, rec.Body)
 			}

@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"cmp"
@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // The admin status page and the JSON it polls:
@@ -78,13 +80,13 @@ var statsClient = &http.Client{
 	Transport: &http.Transport{DisableKeepAlives: true, ResponseHeaderTimeout: statsTimeout},
 }
 
-func (r *Router) uiRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("/admin/ui", r.get(r.adminUI))
-	mux.HandleFunc("/admin/stats", r.get(r.adminStats))
-	mux.HandleFunc("/admin/cluster", r.get(r.adminCluster))
+func (a *Server) uiRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("/admin/ui", get(a.adminUI))
+	mux.HandleFunc("/admin/stats", get(a.adminStats))
+	mux.HandleFunc("/admin/cluster", get(a.adminCluster))
 }
 
-func (r *Router) adminUI(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) adminUI(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Security-Policy", uiCSP)
@@ -108,6 +110,32 @@ type callsJSON struct {
 	Local     int64 `json:"local"`     // this node owned the key
 	Forwarded int64 `json:"forwarded"` // another member owned it and answered
 	Failed    int64 `json:"failed"`    // the owner could not be reached (then the fallback decided)
+}
+
+// dimJSON is one dimension of "limits".
+type dimJSON struct {
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	ResetMS   int64 `json:"reset_ms"`
+}
+
+// limitsJSON is a key's "limits" object, as the decision API writes it:
+// one dimJSON per dimension.
+type limitsJSON struct {
+	Requests    dimJSON `json:"requests"`
+	Tokens      dimJSON `json:"tokens"`
+	Concurrency dimJSON `json:"concurrency"`
+}
+
+func limitsOf(s limiter.Status) limitsJSON {
+	dim := func(d limiter.DimStatus) dimJSON {
+		reset := int64(0)
+		if d.Reset > 0 {
+			reset = int64((d.Reset + time.Millisecond - 1) / time.Millisecond)
+		}
+		return dimJSON{Limit: d.Limit, Remaining: d.Remaining, ResetMS: reset}
+	}
+	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
 }
 
 // tenantJSON is a tenant near its limits.
@@ -151,29 +179,29 @@ func nearestParam(req *http.Request) (int, error) {
 	return n, nil
 }
 
-func (r *Router) adminStats(w http.ResponseWriter, req *http.Request) {
+func (a *Server) adminStats(w http.ResponseWriter, req *http.Request) {
 	n, err := nearestParam(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, r.stats(n))
+	writeJSON(w, http.StatusOK, a.stats(n))
 }
 
 // stats is this node's statsJSON with up to n tenants.
-func (r *Router) stats(n int) statsJSON {
-	s := statsJSON{Node: r.cluster.Name(), NowMS: r.cfg.Now().UnixMilli(), Tenants: []tenantJSON{}}
-	d := sumBy(r.metrics.decisions, "result")
+func (a *Server) stats(n int) statsJSON {
+	s := statsJSON{Node: a.cluster.Name(), NowMS: a.cfg.Now().UnixMilli(), Tenants: []tenantJSON{}}
+	d := sumBy(a.counters.Decisions, "result")
 	s.Decisions = countsJSON{Allowed: d["allowed"], Refused: d["refused"]}
-	f := sumBy(r.metrics.fallbacks, "result")
+	f := sumBy(a.counters.Fallbacks, "result")
 	s.Fallbacks = countsJSON{Allowed: f["allowed"], Refused: f["refused"]}
-	c := sumBy(r.metrics.calls, "where")
+	c := sumBy(a.counters.Calls, "where")
 	s.Calls = callsJSON{Local: c["local"], Forwarded: c["forwarded"], Failed: c["failed"]}
-	if l, ok := r.cluster.(nearestLister); ok {
+	if l, ok := a.cluster.(nearestLister); ok {
 		s.Keys = l.Keys()
-		for _, k := range l.Nearest(TenantKey(""), n) {
+		for _, k := range l.Nearest(router.TenantKey(""), n) {
 			s.Tenants = append(s.Tenants, tenantJSON{
-				Tenant: strings.TrimPrefix(k.Key, TenantKey("")),
+				Tenant: strings.TrimPrefix(k.Key, router.TenantKey("")),
 				Owner:  s.Node,
 				Used:   k.Used,
 				Limits: limitsOf(k.Status),
@@ -230,18 +258,18 @@ type clusterJSON struct {
 	Tenants        []tenantJSON        `json:"tenants"` // every member's, nearest their limits first, at most n
 }
 
-func (r *Router) adminCluster(w http.ResponseWriter, req *http.Request) {
+func (a *Server) adminCluster(w http.ResponseWriter, req *http.Request) {
 	n, err := nearestParam(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rg := r.cluster.Ring()
+	rg := a.cluster.Ring()
 	if rg == nil {
 		writeError(w, http.StatusServiceUnavailable, "no ring yet: the node has not joined")
 		return
 	}
-	out := clusterJSON{Self: r.cluster.Name(), Version: rg.Version(), PartitionCount: rg.PartitionCount(), Tenants: []tenantJSON{}}
+	out := clusterJSON{Self: a.cluster.Name(), Version: rg.Version(), PartitionCount: rg.PartitionCount(), Tenants: []tenantJSON{}}
 	counts := rg.Partitions()
 	index := map[string]int{}
 	for i, m := range rg.Members() {
@@ -256,7 +284,7 @@ func (r *Router) adminCluster(w http.ResponseWriter, req *http.Request) {
 			out.Owners[p] = index[m.Name]
 		}
 	}
-	r.gatherStats(req.Context(), out.Members, n)
+	a.gatherStats(req.Context(), out.Members, n)
 	for _, m := range out.Members {
 		if m.Stats != nil {
 			out.Tenants = append(out.Tenants, m.Stats.Tenants...)
@@ -274,17 +302,17 @@ func (r *Router) adminCluster(w http.ResponseWriter, req *http.Request) {
 
 // gatherStats fills in every member's stats, this node's from here and the
 // others' from their /admin/stats, all at once.
-func (r *Router) gatherStats(ctx context.Context, members []clusterMemberJSON, n int) {
+func (a *Server) gatherStats(ctx context.Context, members []clusterMemberJSON, n int) {
 	var wg sync.WaitGroup
 	for i := range members {
 		m := &members[i]
-		if m.Name == r.cluster.Name() {
-			s := r.stats(n)
+		if m.Name == a.cluster.Name() {
+			s := a.stats(n)
 			m.Stats = &s
 			continue
 		}
 		wg.Go(func() {
-			s, err := r.memberStats(ctx, m.HTTP, n)
+			s, err := a.memberStats(ctx, m.HTTP, n)
 			if err != nil {
 				m.Error = err.Error()
 				return
@@ -296,7 +324,7 @@ func (r *Router) gatherStats(ctx context.Context, members []clusterMemberJSON, n
 }
 
 // memberStats GETs /admin/stats from the member at addr.
-func (r *Router) memberStats(ctx context.Context, addr string, n int) (*statsJSON, error) {
+func (a *Server) memberStats(ctx context.Context, addr string, n int) (*statsJSON, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("no HTTP address advertised")
 	}
@@ -306,8 +334,8 @@ func (r *Router) memberStats(ctx context.Context, addr string, n int) (*statsJSO
 	if err != nil {
 		return nil, err
 	}
-	if r.cfg.AdminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+r.cfg.AdminToken)
+	if a.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.cfg.Token)
 	}
 	resp, err := statsClient.Do(req)
 	if err != nil {
