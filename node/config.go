@@ -90,7 +90,7 @@ type Config struct {
 	Logger *slog.Logger
 	// HotKeyRate is how many acquires a second this node must forward for
 	// one key before it asks the key's owner for a slice of its budget and
-	// decides the key's requests itself (allot.go). Zero means
+	// decides the key's requests itself (node/allot). Zero means
 	// DefaultHotKeyRate; negative turns slices off.
 	HotKeyRate int
 	// MaxKeys caps the keys the table creates for calls (limiter

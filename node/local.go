@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/allot"
 	"github.com/tokenring/tokenring/node/peer"
 )
 
@@ -320,18 +321,18 @@ func (l *local) close() {
 	}
 }
 
-// slices runs peer.OpAllot (admissions made in advance for a forwarder to hand
-// out, allot.go) and peer.OpReturn (those it did not hand out, cancelled).
+// slices runs OpAllot (admissions made in advance for a forwarder to hand
+// out, allot.Allot) and OpReturn (those it did not hand out, cancelled).
 func (l *local) slices(c *Call, now time.Time) (Answer, error) {
 	a := Answer{Owner: l.name}
 	if c.Op == peer.OpAllot {
-		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot(b, now, c) }); err != nil {
+		if err := l.table.Do(c.Key, now, func(b *limiter.Budget) { a = allot.Allot(b, now, c) }); err != nil {
 			a.Decision = l.tableFull()
 		}
 		a.Owner = l.name
 		return a, nil
 	}
-	_, ids, err := decodeGrant(c.State)
+	_, ids, err := allot.DecodeGrant(c.State)
 	if err != nil {
 		return a, fmt.Errorf("call %s on %q: %w", c.Op, c.Key, err)
 	}
@@ -345,6 +346,6 @@ func (l *local) slices(c *Call, now time.Time) (Answer, error) {
 		a.Decision.Status = b.Status(now)
 		return len(cancelled) > 0
 	})
-	a.OK, a.State = true, appendGrant(nil, 0, cancelled) // the ones it found
+	a.OK, a.State = true, allot.AppendGrant(nil, 0, cancelled) // the ones it found
 	return a, nil
 }

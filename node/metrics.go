@@ -154,3 +154,15 @@ func rejectedCounter(reason string, v func() uint64) prometheus.Collector {
 		ConstLabels: prometheus.Labels{"reason": reason},
 	}, func() float64 { return float64(v()) })
 }
+
+// allotCollectors are the slices' metrics.
+func (n *Node) allotCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allotted_total", Help: "Acquires of hot keys this node admitted from slices their owners allotted it, without a forward.",
+		}, func() float64 { return float64(n.counts.allotted.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_allot_returned_total", Help: "Allotted admissions this node did not hand out before their bucket ended, cancelled at their owner.",
+		}, func() float64 { return float64(n.counts.allotReturned.Load()) }),
+	}
+}

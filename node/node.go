@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/allot"
 	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
@@ -74,8 +75,8 @@ type Node struct {
 	heard         map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
 
 	stop      chan struct{}
-	bgMu      sync.Mutex  // orders background's start against Close
-	allot     *allotments // this node's slices of hot keys; nil when HotKeyRate is negative
+	bgMu      sync.Mutex    // orders background's start against Close
+	holder    *allot.Holder // this node's slices of hot keys (allot.go); nil when HotKeyRate is negative
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -158,7 +159,7 @@ func New(cfg Config) (*Node, error) {
 	})
 	n.every(heartbeatInterval, n.heartbeat)
 	if cfg.HotKeyRate > 0 {
-		n.allot = newAllotments(cfg.HotKeyRate)
+		n.holder = allot.NewHolder(cfg.HotKeyRate)
 		n.every(allotSweepInterval, n.sweepAllotments)
 		n.wg.Go(n.refilling)
 	}
@@ -238,8 +239,8 @@ func (n *Node) setMembers(r *ring.Ring, members []custody.Member, boot string) {
 		live[m.Peer] = true
 	}
 	n.peers.Keep(live) // close the connections to peers not in the membership
-	if n.allot != nil {
-		n.allot.recall(n.cfg.Now()) // an owner may have crashed: give back again (allotRecall)
+	if n.holder != nil {
+		n.holder.Recall(n.cfg.Now()) // an owner may have crashed: give back again (allot.Holder.Recall)
 	}
 }
 

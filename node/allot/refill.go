@@ -1,4 +1,4 @@
-package node
+package allot
 
 // Refills: a hot key's next slice asked for as its owner's bucket ends.
 //
@@ -15,20 +15,20 @@ package node
 
 import "time"
 
-// refill is what refills found due for one key: the admissions of its
+// Refill is what refills found due for one key: the admissions of its
 // slices that ended, to give back, and whether the next slice should be
 // asked for, of the owner at addr.
-type refill struct {
-	key, addr string
-	expired   []uint64
-	ask       bool
+type Refill struct {
+	Key, Addr string
+	Expired   []uint64 // admissions of slices that ended, to give back
+	Ask       bool     // the caller asks the owner at Addr for the next slice, or ends the ask (Holder.Granted)
 }
 
-// refills returns the keys whose refill is at or before now, and the
+// Refills returns the keys whose refill is at or before now, and the
 // earliest refill after now (zero: none). It clears the refills it
 // returns; a key still hot (stillHot) and wanting more (wantsMore) is
 // marked asking, and its ask is the caller's to make or end.
-func (al *allotments) refills(now time.Time) (due []refill, next time.Time) {
+func (al *Holder) Refills(now time.Time) (due []Refill, next time.Time) {
 	al.wakeAt.Store(0) // grants made while this looks nudge it again
 	for i := range al.shards {
 		sh := &al.shards[i]
@@ -42,9 +42,9 @@ func (al *allotments) refills(now time.Time) (due []refill, next time.Time) {
 				}
 			default:
 				k.refill = time.Time{}
-				r := refill{key: key, addr: k.addr, expired: k.dropExpired(now, "")}
-				r.ask = al.stillHot(k, now) && k.wantsMore(now)
-				if r.ask || len(r.expired) > 0 {
+				r := Refill{Key: key, Addr: k.addr, Expired: k.dropExpired(now, "")}
+				r.Ask = al.stillHot(k, now) && k.wantsMore(now)
+				if r.Ask || len(r.Expired) > 0 {
 					due = append(due, r)
 				}
 			}
@@ -55,46 +55,4 @@ func (al *allotments) refills(now time.Time) (due []refill, next time.Time) {
 		al.wakeAt.Store(next.UnixNano())
 	}
 	return due, next
-}
-
-// refilling asks for hot keys' next slices as their owners' buckets end
-// (allotments.refills), sleeping until the earliest is due.
-func (n *Node) refilling() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.allot.nudge:
-		case <-t.C:
-		}
-		next := n.refillSlices()
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(0, next.Sub(n.cfg.Now()))
-		}
-		t.Reset(wait)
-	}
-}
-
-// refillSlices gives back the admissions of the slices that ended with
-// their bucket and asks for the next of the keys still hot; it returns
-// when the next refill is due (zero: none is).
-func (n *Node) refillSlices() time.Time {
-	now := n.cfg.Now()
-	due, next := n.allot.refills(now)
-	for _, r := range due {
-		if len(r.expired) > 0 {
-			n.background(func() { n.cancelAdmissions(r.key, r.expired, time.Time{}) })
-		}
-		switch {
-		case !r.ask:
-		case n.leaving.Load() || !n.peers.Up(r.addr):
-			n.allot.granted(r.key, r.addr, now, now, 0, Answer{}, ErrClosed) // ends the ask
-		default:
-			n.background(func() { n.askSlice(r.key, r.addr) })
-		}
-	}
-	return next
 }
