@@ -327,20 +327,39 @@ func TestInProcOwnerCrashFallsBack(t *testing.T) {
 				mu.Lock()
 				answers = append(answers, answer{start, end, c.Member(i).Name, code, out["fallback"] == true, owner})
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // the workers' pace, not a wait
 			}
 		}()
 	}
+	// count is how many answers so far pass keep.
+	count := func(keep func(answer) bool) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range answers {
+			if keep(a) {
+				n++
+			}
+		}
+		return n
+	}
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt) // a Fatal below must not leave the workers running
+	waitFor := func(what string, keep func(answer) bool) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func() bool { return count(keep) >= 20 })
+	}
 
-	time.Sleep(300 * time.Millisecond)
+	waitFor("20 answers before the crash", func(answer) bool { return true })
 	crashAt := time.Now()
 	c.Crash(1)
 	crashed := time.Now() // the victim is gone: nothing it says can arrive after this
 	c.WaitConverged(8 * time.Second)
 	convergedAt := time.Now()
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	waitFor("20 answers from a new owner once every ring dropped the victim", func(a answer) bool {
+		return !a.start.Before(convergedAt) && !a.fallback && a.owner != victim
+	})
+	halt()
 	if t.Failed() {
 		return
 	}
