@@ -110,6 +110,9 @@ func (r *report) event(e event) {
 		t.output = append(t.output, e.Output)
 	case "pass", "fail", "skip":
 		t.result, t.elapsed = e.Action, e.Elapsed
+		if e.Action == "pass" {
+			t.output = nil // never printed: a failed package prints its failed tests only
+		}
 		if e.Action == "skip" {
 			rel := r.rel(e.Package)
 			r.skips = append(r.skips, skip{pkg: rel, test: t.name, msg: skipMessage(t), allowed: r.allowed.allows(rel, t.name)})
