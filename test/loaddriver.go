@@ -76,7 +76,8 @@ type TenantTally struct {
 	// {"settled":false} (the owner out of reach, or the lease unknown
 	// there: a lease not settled stays counted until its TTL), completes
 	// that failed twice (counted in Errors too), and the most leases held
-	// at once.
+	// at once (from an acquire's answer until its complete is sent: a
+	// lower bound of what the owner held).
 	Completed, Unsettled, CompleteErrors, MaxHeld int
 	held                                          int
 }
@@ -387,6 +388,13 @@ func (d *LoadDriver) hold(tenant, lease string) {
 	tl.MaxHeld = max(tl.MaxHeld, tl.held)
 	d.mu.Unlock()
 	time.Sleep(rand.N(d.cfg.Hold)) // the request's upstream call
+	// The lease stops counting as held here, before its complete is sent:
+	// the owner may free the slot as soon as the complete reaches it, before
+	// its answer is back. So the client's holding interval lies inside the
+	// owner's, and MaxHeld above the limit means the owner held too many.
+	d.mu.Lock()
+	tl.held--
+	d.mu.Unlock()
 	body := fmt.Sprintf(`{"tenant":%q,"lease":%q,"usage":%s}`, tenant, lease, d.cfg.Usage)
 	var bad string
 	unsettled := false
@@ -408,7 +416,6 @@ func (d *LoadDriver) hold(tenant, lease string) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tl.held--
 	if bad != "" {
 		tl.CompleteErrors++
 		tl.Errors++
