@@ -85,22 +85,22 @@ func TestFutureReplicaRejected(t *testing.T) {
 	nd := newNodes(t, 1, func(string) limiter.Limits { return lim })[0]
 	now := time.Now()
 	good := snapshotAt(t, lim, 3, now)
-	if err := nd.replicas.put("t:k", good, now); err != nil {
+	if err := nd.replicas.Put("t:k", good, now); err != nil {
 		t.Fatal(err)
 	}
 	bad := snapshotAt(t, lim, 10, now.Add(2*DefaultMaxClockSkew))
-	if err := nd.replicas.put("t:k", bad, now); !errors.Is(err, limiter.ErrFutureState) {
+	if err := nd.replicas.Put("t:k", bad, now); !errors.Is(err, limiter.ErrFutureState) {
 		t.Fatalf("future replica: %v", err)
 	}
-	if err := nd.replicas.put("t:other", bad, now); err == nil || nd.Replicas() != 1 {
+	if err := nd.replicas.Put("t:other", bad, now); err == nil || nd.Replicas() != 1 {
 		t.Fatalf("future replica of a new key kept: %v, %d replicas", err, nd.Replicas())
 	}
-	rep, ok := nd.replicas.take("t:k")
-	if !ok || string(rep.state) != string(good) {
+	rep, ok := nd.replicas.Take("t:k")
+	if !ok || string(rep.State) != string(good) {
 		t.Fatal("the good replica was displaced")
 	}
 	ahead := snapshotAt(t, lim, 1, now.Add(DefaultMaxClockSkew/2))
-	if err := nd.replicas.put("t:k", ahead, now); err != nil {
+	if err := nd.replicas.Put("t:k", ahead, now); err != nil {
 		t.Fatalf("replica within the skew bound: %v", err)
 	}
 }
@@ -158,50 +158,6 @@ func TestDefaultLeaseIDsRandom(t *testing.T) {
 	}
 	if small > 1 { // each below 2^32 with probability 2^-32
 		t.Fatalf("%d of 64 lease ids below 2^32: not random", small)
-	}
-}
-
-// TestShrinkRebuildsMap: the node's per-key maps (replicas, acked copies)
-// are rebuilt once they fall below a quarter of their high-water mark.
-func TestShrinkRebuildsMap(t *testing.T) {
-	var r replicaStore
-	now := time.Now()
-	for i := range 1000 {
-		if err := r.put(fmt.Sprint(i), nil, now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 800 {
-		r.take(fmt.Sprint(i))
-	}
-	if r.size.hwm != 249 || len(r.m) != 200 { // rebuilt when it fell to 249 < 1000/4
-		t.Fatalf("after taking 800 of 1000: hwm %d, len %d", r.size.hwm, len(r.m))
-	}
-	r.expire(now.Add(time.Hour), time.Minute)
-	if len(r.m) != 0 || r.size.hwm != 0 {
-		t.Fatalf("after expiry: map kept (hwm %d)", r.size.hwm)
-	}
-	var a ackedStore
-	for i := range 1000 {
-		a.put(fmt.Sprint(i), "b", nil)
-	}
-	a.keep(func(k string) bool { return k == "7" })
-	if a.size.hwm != 1 || len(a.m) != 1 {
-		t.Fatalf("acked: hwm %d, len %d", a.size.hwm, len(a.m))
-	}
-	if _, ok := a.get("7"); !ok {
-		t.Fatal("kept key lost")
-	}
-	l := newLocal("n", nil, time.Now)
-	for i := range 1000 {
-		l.waiters[waiterID{"k", uint64(i)}] = make(chan waiting, 1)
-		l.waitersSize.grew(len(l.waiters))
-	}
-	for i := range 999 {
-		l.deliver("k", []limiter.Grant{{Ticket: uint64(i)}})
-	}
-	if l.waitersSize.hwm >= shrinkMinHWM || len(l.waiters) != 1 {
-		t.Fatalf("waiters: hwm %d, len %d", l.waitersSize.hwm, len(l.waiters))
 	}
 }
 
@@ -271,5 +227,21 @@ func TestSweepDropsKeyWhenWindowEmpties(t *testing.T) {
 	}
 	if !nd.table.Peek("t:leased", func(*limiter.Budget) {}) {
 		t.Fatal("the key holding a lease was dropped")
+	}
+}
+
+// The waiters' map of a key is rebuilt once it falls below a quarter of
+// its high-water mark.
+func TestWaitersMapShrinks(t *testing.T) {
+	l := newLocal("n", nil, time.Now)
+	for i := range 1000 {
+		l.waiters[waiterID{"k", uint64(i)}] = make(chan waiting, 1)
+		l.waitersSize.Grew(len(l.waiters))
+	}
+	for i := range 999 {
+		l.deliver("k", []limiter.Grant{{Ticket: uint64(i)}})
+	}
+	if l.waitersSize.Mark() >= 64 || len(l.waiters) != 1 {
+		t.Fatalf("waiters: hwm %d, len %d", l.waitersSize.Mark(), len(l.waiters))
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokenring/tokenring/internal/redistest"
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/replica"
 )
 
 // startRedis runs a real redis-server for the test and returns a client
@@ -25,25 +26,9 @@ func startRedis(t testing.TB) *redis.Client {
 	return client
 }
 
-func TestRedisCheckpointRoundTrip(t *testing.T) {
-	cp := &RedisCheckpoint{Client: startRedis(t), Prefix: "tr:"}
-	ctx := context.Background()
-	at := time.Unix(1_700_000_000, 123)
-	if err := cp.Save(ctx, at, map[string][]byte{"t:a": []byte("state-a"), "t:b": {}}); err != nil {
-		t.Fatal(err)
-	}
-	state, got, ok, err := cp.Load(ctx, "t:a")
-	if err != nil || !ok || string(state) != "state-a" || !got.Equal(at) {
-		t.Fatalf("load: %q %v %v %v", state, got, ok, err)
-	}
-	if _, _, ok, err := cp.Load(ctx, "t:none"); ok || err != nil {
-		t.Fatalf("missing key: ok %v err %v", ok, err)
-	}
-}
-
 // failingCheckpoint wraps a Checkpoint and fails saves once told to.
 type failingCheckpoint struct {
-	Checkpoint
+	replica.Checkpoint
 	fail atomic.Bool
 }
 
@@ -70,15 +55,15 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 		{name: "checkpoint newer", replicaStale: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp := &failingCheckpoint{Checkpoint: &RedisCheckpoint{Client: client, Prefix: t.Name() + ":"}}
+			cp := &failingCheckpoint{Checkpoint: &replica.RedisCheckpoint{Client: client, Prefix: t.Name() + ":"}}
 			n1, n2, after, key := ownerPair(t, limits, func(c *Config) { c.ReplicationInterval = time.Hour; c.Checkpoint = cp })
 			admit(t, n1, key, 5)
 			n1.replicateOnce()
-			first, ok := n2.replicas.take(key) // the first round's replica, with its time
+			first, ok := n2.replicas.Take(key) // the first round's replica, with its time
 			if !ok {
 				t.Fatal("no replica after the first round")
 			}
-			n2.replicas.put(key, first.state, first.at)
+			n2.replicas.Put(key, first.State, first.At)
 			admit(t, n1, key, 3)
 			cp.fail.Store(tc.checkpointStale)
 			time.Sleep(2 * time.Millisecond) // the second round's copies are strictly newer
@@ -86,10 +71,10 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 			if tc.replicaStale {
 				// The second round's replica was lost: the backup still holds
 				// the first round's (5 admissions), the checkpoint has all 8.
-				n2.replicas.put(key, first.state, first.at)
+				n2.replicas.Put(key, first.State, first.At)
 			}
 			if tc.loseReplica {
-				n2.replicas.take(key)
+				n2.replicas.Take(key)
 			}
 			n1.Close() // crash
 			n2.SetRing(after)
@@ -103,7 +88,7 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 // downCheckpoint is a checkpoint store that does not answer: every Save
 // waits for its context, as against an unreachable Redis. It counts saves.
 type downCheckpoint struct {
-	Checkpoint
+	replica.Checkpoint
 	saves atomic.Int64
 }
 

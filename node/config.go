@@ -2,6 +2,7 @@ package node
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/peer"
+	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -82,7 +84,7 @@ type Config struct {
 	ReplicationCopies int
 	// Checkpoint, if set, receives every replication round's snapshots
 	// too, and is read when a crashed owner's key has no newer replica.
-	Checkpoint Checkpoint
+	Checkpoint replica.Checkpoint
 	// Ring configures the rings built from membership snapshots; zero
 	// fields take ring's defaults (271 partitions).
 	Ring ring.Config
@@ -236,4 +238,13 @@ func (c Config) peerAuth() (*peer.Auth, error) {
 		return nil, fmt.Errorf("MaxFrame %d, want %d to %d", c.MaxFrame, peer.MinMaxFrame, peer.MaxMaxFrame)
 	}
 	return peer.NewAuth(c.Secrets, c.Rand, c.HandshakeTimeout)
+}
+
+// randomID is the default limiter.Policy.IDs: lease ids a client cannot
+// guess, from crypto/rand (which never fails: it panics the process rather
+// than return predictable bytes).
+func randomID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
 }

@@ -1,12 +1,10 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -198,22 +196,6 @@ func (n *Node) abandon(boot string) {
 	n.abandoned[boot] = true
 }
 
-// heardFrom returns the clock of the last frame our peer server received
-// from the member at peer address addr.
-func (n *Node) heardFrom(addr string) *atomic.Int64 {
-	n.heardMu.Lock()
-	defer n.heardMu.Unlock()
-	if n.heard == nil {
-		n.heard = make(map[string]*atomic.Int64)
-	}
-	h := n.heard[addr]
-	if h == nil {
-		h = new(atomic.Int64)
-		n.heard[addr] = h
-	}
-	return h
-}
-
 // mandateRecheck is how long a lapsing mandate waits for the silent members'
 // answers to one more ping.
 const mandateRecheck = 500 * time.Millisecond
@@ -241,7 +223,7 @@ func (n *Node) mandateNow() (end int64, silent []*peer.Client) {
 		}
 		// Its own calls to us count too: under load our pings may wait
 		// behind our work, while its forwards keep coming.
-		if in := time.Unix(0, n.heardFrom(addr).Load()); in.After(at) {
+		if in := n.server.HeardFrom(addr); in.After(at) {
 			at = in
 		}
 		return at, true
@@ -269,7 +251,7 @@ func (n *Node) fence(members []custody.Member, why string) {
 		keys, debts = t.retire(n.quorum.Elsewhere(members))
 		n.retired = append(n.retired, t)
 	}
-	n.dirty.drain()
+	n.dirty.Drain()
 	n.log.Warn("fenced: serving degraded shares as debts until this process rejoins as a new member",
 		"why", why, "keys", keys, "keys_owed", debts)
 }
@@ -316,7 +298,7 @@ func (t *transfer) retire(elsewhere func(member string) bool) (keys, debts int) 
 			n.log.Error("fence: bad frozen partition", "partition", f.Part, "err", err)
 		}
 	}
-	n.acked.clear()
+	n.acked.Clear()
 	return keys, debts
 }
 
@@ -331,8 +313,8 @@ func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool
 		return false
 	}
 	var base *limiter.Budget
-	if ack, ok := n.acked.get(key); ok && slices.ContainsFunc(ack.by, elsewhere) {
-		base, _ = limiter.RestoreBudget(ack.state, lim, pol) // unreadable: everything counts
+	if ack, ok := n.acked.Get(key); ok && slices.ContainsFunc(ack.By, elsewhere) {
+		base, _ = limiter.RestoreBudget(ack.State, lim, pol) // unreadable: everything counts
 	}
 	var req, tok int64
 	var at time.Time
@@ -344,65 +326,4 @@ func (n *Node) owed(key string, state []byte, elsewhere func(member string) bool
 	}
 	sink(key, req, tok, at)
 	return true
-}
-
-// ackedStore holds, for each key this member decides for, the newest state
-// its backups acknowledged, and which of them did: what the other side of a
-// split restores from, if one of them is there.
-type ackedStore struct {
-	mu   sync.Mutex // guards m and size
-	m    map[string]ackedCopy
-	size shrinkable // m shrinks as keys go (node/bounds.go)
-}
-
-// ackedCopy is a key's state as the backups named in by acknowledged it.
-type ackedCopy struct {
-	state []byte
-	by    []string
-}
-
-// put records that backup by holds state as key's copy. A state other
-// than the one recorded replaces it: copies go out in the order of the
-// key's changes, and should an older acknowledgement arrive last, a fence
-// only owes more (counted twice), never less.
-func (a *ackedStore) put(key, by string, state []byte) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = make(map[string]ackedCopy)
-	}
-	c, ok := a.m[key]
-	switch {
-	case !ok || !bytes.Equal(c.state, state):
-		c = ackedCopy{state: state, by: []string{by}}
-	case !slices.Contains(c.by, by):
-		c.by = append(c.by, by)
-	}
-	a.m[key] = c
-	a.size.grew(len(a.m))
-}
-
-func (a *ackedStore) get(key string) (ackedCopy, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.m[key]
-	return s, ok
-}
-
-func (a *ackedStore) clear() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.m, a.size = nil, shrinkable{}
-}
-
-// keep drops the entries of keys for which present is false.
-func (a *ackedStore) keep(present func(key string) bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k := range a.m {
-		if !present(k) {
-			delete(a.m, k)
-		}
-	}
-	a.m = shrink(&a.size, a.m)
 }

@@ -6,12 +6,10 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
-	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -38,7 +36,7 @@ func (n *Node) fetchKey(ctx context.Context, g *gate, h *fetchHint, key string) 
 	if n.table.Peek(key, func(*limiter.Budget) {}) {
 		return // fetched by a concurrent call
 	}
-	state, from := n.recover(ctx, key, h.backups, !h.preloaded)
+	state, from := n.repl.Fetch(ctx, key, h.backups, !h.preloaded)
 	if len(state) == 0 {
 		return
 	}
@@ -56,73 +54,7 @@ func (n *Node) fetchKey(ctx context.Context, g *gate, h *fetchHint, key string) 
 	} else {
 		n.counts.fromReplica.Add(1)
 	}
-	n.dirty.mark(key) // replicate to this key's new backup
-}
-
-// recover returns the newest copy of a crashed owner's key: the replicas at
-// backups (asked in parallel) or (when checkpoint is set) the checkpoint,
-// and where it came from; nil when there is none.
-func (n *Node) recover(ctx context.Context, key string, backups []string, checkpoint bool) ([]byte, string) {
-	var (
-		mu     sync.Mutex
-		rep    []byte
-		repAt  time.Time
-		backup string
-		wg     sync.WaitGroup
-	)
-	for _, addr := range backups {
-		wg.Go(func() {
-			state, at, err := n.replica(ctx, key, addr)
-			if err != nil {
-				n.log.Warn("fetch: replica unavailable", "key", key, "backup", addr, "err", err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(state) > 0 && (len(rep) == 0 || at.After(repAt)) {
-				rep, repAt, backup = state, at, addr
-			}
-		})
-	}
-	wg.Wait()
-	if n.cfg.Checkpoint == nil || !checkpoint {
-		return rep, backup
-	}
-	cctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
-	defer cancel()
-	cp, cpAt, ok, err := n.cfg.Checkpoint.Load(cctx, key)
-	if err != nil {
-		n.log.Warn("fetch: checkpoint unavailable", "key", key, "err", err)
-	}
-	if ok && (len(rep) == 0 || cpAt.After(repAt)) {
-		return cp, "checkpoint"
-	}
-	return rep, backup
-}
-
-// replica fetches the backup copy of key from addr (this node or a peer)
-// and when the backup received it.
-func (n *Node) replica(ctx context.Context, key, addr string) ([]byte, time.Time, error) {
-	if addr == "" {
-		return nil, time.Time{}, nil
-	}
-	if addr == n.PeerAddr() {
-		rep, _ := n.replicas.take(key)
-		return rep.state, rep.at, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.PullTimeout)
-	defer cancel()
-	a, err := n.peers.Get(addr).Call(ctx, &Call{Op: peer.OpReplica, Key: key, From: n.PeerAddr()})
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
-	}
-	if !a.OK {
-		return nil, time.Time{}, nil
-	}
-	rep, err := decodeReplica(a.State)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
-	}
-	return rep.state, rep.at, nil
+	n.dirty.Mark(key) // replicate to this key's new backup
 }
 
 // Drain hands every partition this node holds to its owner in the ring

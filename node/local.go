@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/allot"
+	"github.com/tokenring/tokenring/node/internal/shrink"
 	"github.com/tokenring/tokenring/node/peer"
 )
 
@@ -32,9 +33,9 @@ type local struct {
 	waiters map[waiterID]chan waiting // one per queued ticket, buffered 1
 	timers  map[string]*time.Timer    // one per key with waiters
 	closed  bool
-	// waitersSize and timersSize let the two maps shrink (node/bounds.go)
+	// waitersSize and timersSize let the two maps shrink (internal/shrink)
 	// after a burst of waiting keys.
-	waitersSize, timersSize shrinkable
+	waitersSize, timersSize shrink.HighWater
 }
 
 type waiterID struct {
@@ -102,7 +103,7 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 				ch = make(chan waiting, 1)
 				l.mu.Lock()
 				l.waiters[waiterID{c.Key, a.Decision.Ticket}] = ch
-				l.waitersSize.grew(len(l.waiters))
+				l.waitersSize.Grew(len(l.waiters))
 				l.mu.Unlock()
 				next, wake = b.NextWake(now)
 			}
@@ -192,7 +193,7 @@ func (l *local) await(ctx context.Context, key string, a Answer, ch chan waiting
 	}
 	l.mu.Lock()
 	delete(l.waiters, waiterID{key, ticket})
-	l.waiters = shrink(&l.waitersSize, l.waiters)
+	l.waiters = shrink.Map(&l.waitersSize, l.waiters)
 	l.mu.Unlock()
 	return a, fmt.Errorf("wait on %q: %w", key, ctx.Err())
 }
@@ -211,7 +212,7 @@ func (l *local) deliver(key string, grants []limiter.Grant) {
 			ch <- waiting{d: g.Decision}
 		}
 	}
-	l.waiters = shrink(&l.waitersSize, l.waiters)
+	l.waiters = shrink.Map(&l.waitersSize, l.waiters)
 }
 
 // moveAll tells every waiter parked for key that the key left this node
@@ -230,8 +231,8 @@ func (l *local) moveAll(key string) {
 		t.Stop()
 		delete(l.timers, key)
 	}
-	l.waiters = shrink(&l.waitersSize, l.waiters)
-	l.timers = shrink(&l.timersSize, l.timers)
+	l.waiters = shrink.Map(&l.waitersSize, l.waiters)
+	l.timers = shrink.Map(&l.timersSize, l.timers)
 }
 
 // schedule arms key's timer for the limiter's next wake-up, or stops it.
@@ -243,7 +244,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		if t != nil {
 			t.Stop()
 			delete(l.timers, key)
-			l.timers = shrink(&l.timersSize, l.timers)
+			l.timers = shrink.Map(&l.timersSize, l.timers)
 		}
 		return
 	}
@@ -256,7 +257,7 @@ func (l *local) schedule(key string, at time.Time, ok bool) {
 		return
 	}
 	l.timers[key] = time.AfterFunc(d, func() { l.wake(key) })
-	l.timersSize.grew(len(l.timers))
+	l.timersSize.Grew(len(l.timers))
 }
 
 // change is changeLocked for background work (timers, withdrawn waiters):

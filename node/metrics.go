@@ -62,16 +62,16 @@ func (n *Node) Collectors() []prometheus.Collector {
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
-		}, func() float64 { return float64(n.counts.replicated.Load()) }),
+		}, func() float64 { return float64(n.repl.Stats.Replicated.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_replica_total", Help: "Keys this node recovered from a backup's replica after their owner crashed.",
 		}, func() float64 { return float64(n.counts.fromReplica.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_sync_replication_missed_total", Help: "Changes answered without their backup holding them (sync mode, backup unreachable): copied by the next round instead.",
-		}, func() float64 { return float64(n.counts.syncMissed.Load()) }),
+		}, func() float64 { return float64(n.repl.Stats.SyncMissed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_checkpointed_total", Help: "Key snapshots written to the checkpoint store (Redis).",
-		}, func() float64 { return float64(n.counts.checkpointed.Load()) }),
+		}, func() float64 { return float64(n.repl.Stats.Checkpointed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_restored_from_checkpoint_total", Help: "Keys this node recovered from the checkpoint store after their owner crashed (no newer replica).",
 		}, func() float64 { return float64(n.counts.fromCheckpoint.Load()) }),
@@ -80,7 +80,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 		}, func() float64 { return float64(n.Unreplicated()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_replicas", Help: "Keys this node holds a replica of, as their backup.",
-		}, func() float64 { return float64(n.replicas.len()) }),
+		}, func() float64 { return float64(n.replicas.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_members", Help: "Members in this node's ring.",
 		}, func() float64 {
@@ -95,12 +95,8 @@ func (n *Node) Collectors() []prometheus.Collector {
 // counters count what the node's own machinery did, for metrics and tests
 // (the peer protocol's traffic is peer.Stats).
 type counters struct {
-	syncMissed atomic.Int64 // sync replications that could not reach the backup
-	// replicated counts key snapshots sent to backups; fromReplica counts
-	// keys fetched from a backup's replica after their owner crashed.
-	replicated, fromReplica atomic.Int64
-	checkpointed            atomic.Int64 // key snapshots written to the checkpoint store
-	fromCheckpoint          atomic.Int64 // keys fetched or preloaded from the checkpoint store
+	fromReplica    atomic.Int64 // keys fetched from a backup's replica after their owner crashed
+	fromCheckpoint atomic.Int64 // keys fetched or preloaded from the checkpoint store
 	// allotted counts acquires served from a slice of a hot key;
 	// allotReturned, admissions of expired slices given back.
 	allotted, allotReturned atomic.Int64

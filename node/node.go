@@ -18,6 +18,7 @@ import (
 	"github.com/tokenring/tokenring/node/allot"
 	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/node/peer"
+	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -38,21 +39,21 @@ type Node struct {
 	leaving   atomic.Bool               // Drain ran: own nothing, hand everything on
 	stripes   [64]sync.Mutex            // serialise fetches of the same key (fetchKey)
 	seed      maphash.Seed
-	tmu       sync.Mutex               // guards tr's creation
-	tr        atomic.Pointer[transfer] // custody of partitions; nil until the first ring
-	firstRing chan struct{}            // closed once tr is set and its first view installed
-	members   []custody.Member         // the last membership, for Drain; guarded by tmu
-	viewSig   string                   // the last membership's ring version and members; guarded by tmu
-	dirty     dirtySet                 // keys changed since the last replication round
-	preload   atomic.Pointer[preload]  // the checkpoint as it was at start (restore.go); nil once dropped
-	inflight  atomic.Int32             // replication rounds under way
-	cpWarn    checkpointWarn           // rate-limits checkpoint failure warnings
-	replicas  replicaStore             // copies held for other owners
-	acked     ackedStore               // each key's state its backup last acknowledged (fence.go)
-	server    *peer.Server             // the peer protocol's listener: calls forwarded here (serve.go)
-	peers     *peer.Pool               // the connections to peers this node forwards to
-	peerStats peer.Stats               // both's traffic
-	counts    counters                 // what the node's own machinery did, for metrics (metrics.go)
+	tmu       sync.Mutex                      // guards tr's creation
+	tr        atomic.Pointer[transfer]        // custody of partitions; nil until the first ring
+	firstRing chan struct{}                   // closed once tr is set and its first view installed
+	members   []custody.Member                // the last membership, for Drain; guarded by tmu
+	viewSig   string                          // the last membership's ring version and members; guarded by tmu
+	dirty     *replica.Dirty                  // keys changed since the last replication round
+	preload   atomic.Pointer[replica.Preload] // the checkpoint as it was at start (restore.go); nil once dropped
+	inflight  atomic.Int32                    // replication rounds under way
+	replicas  *replica.Store                  // copies held for other owners
+	acked     *replica.Acked                  // each key's state its backup last acknowledged (fence.go)
+	repl      *replica.Replicator             // copies keys to their backups and the checkpoint, fetches a crashed owner's (replication.go)
+	server    *peer.Server                    // the peer protocol's listener: calls forwarded here (serve.go)
+	peers     *peer.Pool                      // the connections to peers this node forwards to
+	peerStats peer.Stats                      // both's traffic
+	counts    counters                        // what the node's own machinery did, for metrics (metrics.go)
 
 	// Splits (fence.go, custody/quorum.go): only for members joined through gossip.
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
@@ -71,8 +72,6 @@ type Node struct {
 	fenceSink     atomic.Pointer[FenceSink]   // where fenced keys' unreplicated admissions go
 	releaseSink   atomic.Pointer[ReleaseSink] // where the statuses of keys leaving the table go
 	fences        atomic.Int64                // fences so far
-	heardMu       sync.Mutex                  // guards heard
-	heard         map[string]*atomic.Int64    // peer address → when a frame from it last arrived at our server (unix ns)
 
 	stop      chan struct{}
 	bgMu      sync.Mutex    // orders background's start against Close
@@ -123,34 +122,18 @@ func New(cfg Config) (*Node, error) {
 	n.born = time.Now()
 	n.mandateUntil.Store(int64(n.mandateTerm())) // a node starts mandated
 	n.seed = maphash.MakeSeed()
-	n.dirty.seed = maphash.MakeSeed()
-	n.replicas.check = n.checkReplica
-	n.replicas.log = n.log
 	n.local.sweepEvery = cfg.SweepInterval
 	n.local.changed = n.changed
 	n.local.guard = n.guard
-	limits := peer.Limits{MaxFrame: cfg.MaxFrame, ReadTimeout: cfg.PeerReadTimeout}
-	n.server = peer.NewServer(ln, peer.ServerConfig{
-		Handle:   n.serve,
-		Inline:   n.inline,
-		Heard:    n.heardFrom,
-		Batch:    cfg.Batch,
-		Log:      n.log,
-		Auth:     auth,
-		Limits:   limits,
-		MaxConns: cfg.MaxPeerConns,
-		Stats:    &n.peerStats,
-	})
-	n.peers = peer.NewPool(peer.PoolConfig{
-		Self:    n.PeerAddr(),
-		Dial:    cfg.Dial,
-		Batch:   cfg.Batch,
-		Forward: cfg.Forward,
-		Log:     n.log,
-		Stats:   &n.peerStats,
-		Auth:    auth,
-		Limits:  limits,
-	})
+	n.dirty, n.acked = replica.NewDirty(), &replica.Acked{}
+	n.replicas = &replica.Store{Check: n.checkReplica, Log: n.log}
+	self := ln.Addr().String()
+	n.peers = n.newPool(self, auth)
+	n.repl = n.newReplicator(self)
+	if cfg.HotKeyRate > 0 {
+		n.holder = allot.NewHolder(cfg.HotKeyRate)
+	}
+	n.server = n.newServer(ln, auth) // last: it serves at once
 	n.every(cfg.SweepInterval, n.sweep)
 	n.every(transferTick, func() {
 		if t := n.tr.Load(); t != nil {
@@ -158,15 +141,14 @@ func New(cfg Config) (*Node, error) {
 		}
 	})
 	n.every(heartbeatInterval, n.heartbeat)
-	if cfg.HotKeyRate > 0 {
-		n.holder = allot.NewHolder(cfg.HotKeyRate)
+	if n.holder != nil {
 		n.every(allotSweepInterval, n.sweepAllotments)
 		n.wg.Go(n.refilling)
 	}
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
 			n.replicateOnce()
-			n.replicas.expire(n.cfg.Now(), n.cfg.HandoffHorizon)
+			n.replicas.Expire(n.cfg.Now(), n.cfg.HandoffHorizon)
 		})
 	}
 	return n, nil
@@ -481,7 +463,7 @@ func (n *Node) sweep() {
 	if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
 		n.log.Debug("swept idle keys", "dropped", dropped, "keys", n.table.Len())
 	}
-	n.acked.keep(func(key string) bool { return n.table.Peek(key, func(*limiter.Budget) {}) })
+	n.acked.Keep(func(key string) bool { return n.table.Peek(key, func(*limiter.Budget) {}) })
 }
 
 // Close stops the node: peer server, peer connections, timers, sweeper.

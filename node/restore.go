@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -27,21 +27,6 @@ import (
 // by key. The preload is dropped then, when the node closes, or when its
 // newest snapshot is older than HandoffHorizon, whichever comes first; a
 // partition's entries are dropped as soon as it is restored.
-
-// preload is a node's startup copy of the checkpoint.
-type preload struct {
-	mu    sync.Mutex
-	parts map[int]map[string]preloaded // partition → key → its newest snapshot; nil once dropped
-	keys  int                          // in parts
-	until time.Time                    // when the newest snapshot passes HandoffHorizon
-	whole bool                         // the scan finished: a key not here is not in the checkpoint
-}
-
-// preloaded is one key's snapshot and when it was taken.
-type preloaded struct {
-	state []byte
-	at    time.Time
-}
 
 // Preload reads every snapshot of the configured checkpoint (none: it does
 // nothing) into memory, grouped by partition, for the partitions this node
@@ -63,37 +48,10 @@ func (n *Node) Preload(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("preload %s: %w", n.cfg.Name, err)
 	}
-	now, horizon := n.cfg.Now(), n.cfg.HandoffHorizon
-	parts := map[int]map[string]preloaded{}
-	keys := 0
-	var newest time.Time
-	scanErr := n.cfg.Checkpoint.Scan(ctx, func(key string, state []byte, at time.Time) error {
-		if now.Sub(at) > horizon {
-			return nil // its windows and leases have expired
-		}
-		p := r.Partition(key)
-		m := parts[p]
-		if m == nil {
-			m = map[string]preloaded{}
-			parts[p] = m
-		}
-		if old, ok := m[key]; ok {
-			if !at.After(old.at) {
-				return nil
-			}
-		} else {
-			keys++
-		}
-		m[key] = preloaded{state: state, at: at}
-		if at.After(newest) {
-			newest = at
-		}
-		return nil
-	})
-	if keys > 0 {
-		pl := &preload{parts: parts, keys: keys, until: newest.Add(horizon), whole: scanErr == nil}
+	pl, keys, scanErr := replica.ScanCheckpoint(ctx, n.cfg.Checkpoint, r.Partition, n.cfg.Now(), n.cfg.HandoffHorizon)
+	if pl != nil {
 		if old := n.preload.Swap(pl); old != nil {
-			old.drop() // a second Preload replaces the first
+			old.Drop() // a second Preload replaces the first
 		}
 		n.wg.Add(1)
 		go n.expirePreload(pl)
@@ -120,8 +78,8 @@ func (n *Node) restorePartition(gate *gate, p int) {
 		n.dropPreload(pl, "settled")
 		return
 	}
-	keys, left := pl.take(p)
-	if h := gate.fetch.Load(); h != nil && pl.whole {
+	keys, left := pl.Take(p)
+	if h := gate.fetch.Load(); h != nil && pl.Whole() {
 		// The partition's checkpointed keys are all here now: a key
 		// missing from the table costs no Redis read on first use. With
 		// no backup to ask either (a cluster of one), nothing is left to
@@ -147,55 +105,35 @@ func (n *Node) restorePartition(gate *gate, p int) {
 	gate.mu.Lock()
 	defer gate.mu.Unlock()
 	for key, e := range keys {
-		if now.Sub(e.at) > n.cfg.HandoffHorizon {
+		if now.Sub(e.At) > n.cfg.HandoffHorizon {
 			stale++
 			continue
 		}
 		if n.table.Peek(key, func(*limiter.Budget) {}) {
 			continue // a newer copy is here already
 		}
-		if err := n.table.Put(key, e.state, now); err != nil {
+		if err := n.table.Put(key, e.State, now); err != nil {
 			n.log.Error("restore: bad checkpoint state", "key", key, "partition", p, "err", err)
 			continue
 		}
 		installed++
-		n.dirty.mark(key) // replicate to its backup, checkpoint again
+		n.dirty.Mark(key) // replicate to its backup, checkpoint again
 	}
 	n.counts.fromCheckpoint.Add(int64(installed))
 	n.log.Debug("restore: partition from the preloaded checkpoint", "partition", p, "keys", installed, "expired", stale)
 }
 
-// take removes partition p's keys from the preload and returns them, and
-// how many keys remain in other partitions.
-func (pl *preload) take(p int) (map[string]preloaded, int) {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	keys := pl.parts[p]
-	delete(pl.parts, p)
-	pl.keys -= len(keys)
-	return keys, pl.keys
-}
-
-// drop empties the preload, returning how many keys it still held.
-func (pl *preload) drop() int {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	left := pl.keys
-	pl.parts, pl.keys = nil, 0
-	return left
-}
-
 // dropPreload forgets pl, if it is still n's preload.
-func (n *Node) dropPreload(pl *preload, why string) {
+func (n *Node) dropPreload(pl *replica.Preload, why string) {
 	n.preload.CompareAndSwap(pl, nil)
-	if left := pl.drop(); left > 0 {
+	if left := pl.Drop(); left > 0 {
 		n.log.Info("restore: preloaded checkpoint dropped", "reason", why, "unused_keys", left)
 	}
 }
 
 // expirePreload drops pl once the node has started up (every partition it
 // owns arrived), its snapshots are past HandoffHorizon, or the node closes.
-func (n *Node) expirePreload(pl *preload) {
+func (n *Node) expirePreload(pl *replica.Preload) {
 	defer n.wg.Done()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -213,7 +151,7 @@ func (n *Node) expirePreload(pl *preload) {
 		case n.startedUp():
 			n.dropPreload(pl, "settled")
 			return
-		case !n.cfg.Now().Before(pl.until):
+		case !n.cfg.Now().Before(pl.Until()):
 			n.dropPreload(pl, "expired")
 			return
 		}

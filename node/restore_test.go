@@ -8,60 +8,19 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/replica"
 )
 
 // countingCheckpoint counts the reads of single keys: the Redis GETs a
 // decision would wait for.
 type countingCheckpoint struct {
-	Checkpoint
+	replica.Checkpoint
 	loads atomic.Int64
 }
 
 func (c *countingCheckpoint) Load(ctx context.Context, key string) ([]byte, time.Time, bool, error) {
 	c.loads.Add(1)
 	return c.Checkpoint.Load(ctx, key)
-}
-
-// Scan returns every snapshot under the prefix, in batches, and nothing
-// under another prefix (glob characters in a prefix are literal).
-func TestRedisCheckpointScan(t *testing.T) {
-	client := startRedis(t)
-	ctx := context.Background()
-	at := time.Unix(1_700_000_000, 42)
-	ours := &RedisCheckpoint{Client: client, Prefix: "a*:"}
-	other := &RedisCheckpoint{Client: client, Prefix: "ab:"}
-	want := map[string]string{}
-	states := map[string][]byte{}
-	for i := range 2500 { // several SCAN steps
-		k := fmt.Sprintf("t:%d", i)
-		want[k] = fmt.Sprint("state-", i)
-		states[k] = []byte(want[k])
-	}
-	if err := ours.Save(ctx, at, states); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Save(ctx, at, map[string][]byte{"t:x": []byte("not ours")}); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	err := ours.Scan(ctx, func(key string, state []byte, when time.Time) error {
-		if !when.Equal(at) {
-			t.Errorf("%s: taken at %v, want %v", key, when, at)
-		}
-		got[key] = string(state)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("scan returned %d keys, want %d", len(got), len(want))
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Fatalf("%s: %q, want %q", k, got[k], v)
-		}
-	}
 }
 
 // A whole cluster restarts: every node is gone, a fresh one preloads the
@@ -74,7 +33,7 @@ func TestRestartRestoresCheckpointedKeys(t *testing.T) {
 	const keys = 40
 	checkpointWith := func(c *Config) {
 		c.ReplicationInterval = time.Hour
-		c.Checkpoint = &RedisCheckpoint{Client: client, Prefix: "restart:"}
+		c.Checkpoint = &replica.RedisCheckpoint{Client: client, Prefix: "restart:"}
 	}
 	old := newNodes(t, 2, limits, checkpointWith)
 	both := ringOf(t, old...)
@@ -95,7 +54,7 @@ func TestRestartRestoresCheckpointedKeys(t *testing.T) {
 		nd.Close() // every node is gone
 	}
 
-	cp := &countingCheckpoint{Checkpoint: &RedisCheckpoint{Client: client, Prefix: "restart:"}}
+	cp := &countingCheckpoint{Checkpoint: &replica.RedisCheckpoint{Client: client, Prefix: "restart:"}}
 	fresh := newNodes(t, 1, limits, func(c *Config) { checkpointWith(c); c.Checkpoint = cp })[0]
 	n, err := fresh.Preload(context.Background())
 	if err != nil || n != keys {
@@ -137,7 +96,7 @@ func TestPreloadServesOnlyTheStart(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 10, Concurrency: 100} }
 	opts := func(c *Config) {
 		c.ReplicationInterval = time.Hour
-		c.Checkpoint = &RedisCheckpoint{Client: client, Prefix: "start:"}
+		c.Checkpoint = &replica.RedisCheckpoint{Client: client, Prefix: "start:"}
 	}
 	nodes := newNodes(t, 2, limits, opts)
 	a, b := nodes[0], nodes[1]
@@ -179,7 +138,7 @@ func BenchmarkRestart100kCheckpointedKeys(b *testing.B) {
 	client := startRedis(b)
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000, Concurrency: 1000} }
 	const keys = 100_000
-	cp := &RedisCheckpoint{Client: client, Prefix: "bench:", TTL: time.Hour}
+	cp := &replica.RedisCheckpoint{Client: client, Prefix: "bench:", TTL: time.Hour}
 	now := time.Now()
 	table := limiter.NewTable(limiter.Policy{}, limits)
 	table.Do("k", now, func(bd *limiter.Budget) { bd.Acquire(now, limiter.Request{PromptTokens: 10}) })

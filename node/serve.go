@@ -3,18 +3,55 @@ package node
 import (
 	"context"
 	"fmt"
+	"net"
 
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/custody"
 	"github.com/tokenring/tokenring/node/peer"
+	"github.com/tokenring/tokenring/node/replica"
 )
+
+// newServer serves the peer protocol on ln, authenticated with auth (nil:
+// plaintext): the calls peers forward here.
+func (n *Node) newServer(ln net.Listener, auth *peer.Auth) *peer.Server {
+	return peer.NewServer(ln, peer.ServerConfig{
+		Handle:   n.serve,
+		Inline:   n.inline,
+		Batch:    n.cfg.Batch,
+		Log:      n.log,
+		Auth:     auth,
+		Limits:   n.peerLimits(),
+		MaxConns: n.cfg.MaxPeerConns,
+		Stats:    &n.peerStats,
+	})
+}
+
+// newPool makes the pool of this node's connections to its peers, which
+// it announces itself on as self, authenticated with auth.
+func (n *Node) newPool(self string, auth *peer.Auth) *peer.Pool {
+	return peer.NewPool(peer.PoolConfig{
+		Self:    self,
+		Dial:    n.cfg.Dial,
+		Batch:   n.cfg.Batch,
+		Forward: n.cfg.Forward,
+		Log:     n.log,
+		Stats:   &n.peerStats,
+		Auth:    auth,
+		Limits:  n.peerLimits(),
+	})
+}
+
+// peerLimits bounds what every peer connection reads and writes.
+func (n *Node) peerLimits() peer.Limits {
+	return peer.Limits{MaxFrame: n.cfg.MaxFrame, ReadTimeout: n.cfg.PeerReadTimeout}
+}
 
 // serve executes a call that arrived from a peer.
 func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 	switch c.Op {
 	case peer.OpTransfer:
-		msgs, err := decodeCustodyMsgs(c.State)
+		msgs, err := custody.DecodeMsgs(c.State)
 		if err != nil {
 			return Answer{}, err
 		}
@@ -23,12 +60,12 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 		}
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case peer.OpReplicate:
-		n.replicas.put(c.Key, c.State, n.cfg.Now())
+		n.replicas.Put(c.Key, c.State, n.cfg.Now())
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case peer.OpReplicateMany:
 		now := n.cfg.Now()
 		err := peer.DecodeEntries(c.State, func(key string, state []byte) error {
-			n.replicas.put(key, state, now) // a rejected replica is logged, the others kept
+			n.replicas.Put(key, state, now) // a rejected replica is logged, the others kept
 			return nil
 		})
 		if err != nil {
@@ -36,11 +73,11 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 		}
 		return Answer{Owner: n.cfg.Name, OK: true}, nil
 	case peer.OpReplica:
-		rep, ok := n.replicas.take(c.Key)
+		rep, ok := n.replicas.Take(c.Key)
 		if !ok {
 			return Answer{Owner: n.cfg.Name}, nil
 		}
-		return Answer{Owner: n.cfg.Name, OK: true, State: appendReplica(nil, rep)}, nil
+		return Answer{Owner: n.cfg.Name, OK: true, State: replica.AppendCopy(nil, rep)}, nil
 	case peer.OpTake, peer.OpPut, peer.OpPing:
 		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}

@@ -288,7 +288,7 @@ func (t *transfer) install(in custody.Install) {
 		} else if err != nil {
 			return fmt.Errorf("install %q: %w", key, err)
 		}
-		t.n.dirty.mark(key) // replicate to its backup here
+		t.n.dirty.Mark(key) // replicate to its backup here
 		return nil
 	})
 	if err != nil {
@@ -360,7 +360,7 @@ func (t *transfer) send(msgs []custody.Msg) {
 		}{addr, []custody.Msg{msg}})
 	}
 	for _, batch := range batches {
-		addr, body := batch.addr, appendCustodyMsgs(nil, batch.msgs)
+		addr, body := batch.addr, custody.AppendMsgs(nil, batch.msgs)
 		t.sends.Add(1)
 		go func() {
 			defer t.sends.Done()

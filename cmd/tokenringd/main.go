@@ -34,6 +34,7 @@ import (
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/router"
 
@@ -252,7 +253,7 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 
 // openCheckpoint connects the optional Redis checkpoint store at url; with
 // no url there is none (nil, nil). The caller closes the client.
-func openCheckpoint(url string, cfg config.Config) (node.Checkpoint, *redis.Client, error) {
+func openCheckpoint(url string, cfg config.Config) (replica.Checkpoint, *redis.Client, error) {
 	if url == "" {
 		return nil, nil, nil
 	}
@@ -263,7 +264,7 @@ func openCheckpoint(url string, cfg config.Config) (node.Checkpoint, *redis.Clie
 	rc := redis.NewClient(opts)
 	// Checkpoints outlive what they describe by little: a window plus a
 	// lease TTL.
-	return &node.RedisCheckpoint{Client: rc, Prefix: "tokenring:", TTL: cfg.Limits.Window + cfg.Limits.LeaseTTL}, rc, nil
+	return &replica.RedisCheckpoint{Client: rc, Prefix: "tokenring:", TTL: cfg.Limits.Window + cfg.Limits.LeaseTTL}, rc, nil
 }
 
 // defaultName is the node name when -name is not given: host-httpport.
@@ -275,7 +276,7 @@ func defaultName(httpAddr net.Addr) string {
 
 // newNode makes the node (it serves the peer protocol at once; it joins
 // the cluster in joinCluster).
-func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, checkpoint node.Checkpoint, log *slog.Logger) (*node.Node, error) {
+func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, checkpoint replica.Checkpoint, log *slog.Logger) (*node.Node, error) {
 	return node.New(node.Config{
 		Name:                f.name,
 		PeerAddr:            f.peer,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/internal/wire"
 	"github.com/tokenring/tokenring/node/peer"
 )
 
@@ -367,18 +368,18 @@ func AppendGrant(b []byte, validFor time.Duration, ids []uint64) []byte {
 
 // DecodeGrant decodes AppendGrant's encoding.
 func DecodeGrant(b []byte) (time.Duration, []uint64, error) {
-	r := peer.NewReader(b)
+	r := wire.NewReader(b)
 	validFor := time.Duration(min(r.Uvarint(), uint64(time.Hour)))
 	n := r.Uvarint()
 	if r.Err() == nil && n > peer.MaxAllot {
-		return 0, nil, peer.ErrShort
+		return 0, nil, wire.ErrShort
 	}
 	ids := make([]uint64, 0, n)
 	for range n {
 		ids = append(ids, r.Uvarint())
 	}
 	if r.Err() == nil && r.Len() != 0 {
-		return 0, nil, peer.ErrShort
+		return 0, nil, wire.ErrShort
 	}
 	return validFor, ids, r.Err()
 }

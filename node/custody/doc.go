@@ -1,11 +1,11 @@
 // Package custody moves each partition's limiter state to the member the
 // ring names, without losing or doubling a count: the custody protocol as a
-// pure state machine (Machine), the majority rule a member may decide under
-// (Quorum: views, fences, the mandate), and the members they are fed
-// (Member). Nothing here does I/O or reads a clock: the shell
-// (node/transfer.go, node/fence.go) feeds in memberships, peers' messages
-// and ticks, carries out what Ready says, and publishes each partition's
-// Route to the hot path.
+// pure state machine (Machine) and its messages' wire form (AppendMsgs,
+// DecodeMsgs), the majority rule a member may decide under (Quorum: views,
+// fences, the mandate), and the members both are fed (Member). Nothing here
+// does I/O or reads a clock: the shell (node/transfer.go, node/fence.go)
+// feeds in memberships, peers' messages and ticks, carries out what Ready
+// says, and publishes each partition's Route to the hot path.
 //
 // Invariants, checked by the simulation (sim_test.go, TestCustodySim: members
 // over a network that delays, drops, duplicates, reorders and cuts, joining,

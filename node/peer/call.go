@@ -2,11 +2,11 @@ package peer
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/internal/wire"
 )
 
 // Op is the operation a Call asks a key's owner to perform.
@@ -84,18 +84,8 @@ type Answer struct {
 	State    []byte           // OpReplica: the backup's copy of the key and when it arrived (appendReplica); empty when it had none
 }
 
-// Wire format. Every value is self-delimiting: unsigned and signed varints,
-// strings as a uvarint length and bytes. Version 1.
-
-// ErrShort is the error of a value cut short (or of a count beyond what
-// the bytes can hold).
-var ErrShort = errors.New("truncated message")
-
-// AppendString appends s as a uvarint length and its bytes (Reader.Text).
-func AppendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
+// Wire format (internal/wire): every value is self-delimiting, unsigned
+// and signed varints, strings as a uvarint length and bytes. Version 1.
 
 func appendDim(b []byte, d limiter.DimStatus) []byte {
 	b = binary.AppendVarint(b, d.Limit)
@@ -110,7 +100,7 @@ func AppendCall(b []byte, c *Call) []byte {
 		hops |= 0x80
 	}
 	b = append(b, byte(c.Op), hops)
-	b = AppendString(b, c.Key)
+	b = wire.AppendString(b, c.Key)
 	b = binary.AppendUvarint(b, c.Lease)
 	b = binary.AppendVarint(b, c.Req.PromptTokens)
 	b = binary.AppendVarint(b, c.Req.MaxTokens)
@@ -119,8 +109,8 @@ func AppendCall(b []byte, c *Call) []byte {
 	b = binary.AppendVarint(b, int64(c.Req.Wait))
 	b = binary.AppendVarint(b, c.Usage.PromptTokens)
 	b = binary.AppendVarint(b, c.Usage.CompletionTokens)
-	b = AppendString(b, c.From)
-	b = AppendString(b, string(c.State))
+	b = wire.AppendString(b, c.From)
+	b = wire.AppendString(b, string(c.State))
 	if c.Op == OpCharge { // only charges carry one: other calls keep their bytes
 		b = binary.AppendVarint(b, c.Charge.Requests)
 		b = binary.AppendVarint(b, c.Charge.Tokens)
@@ -162,105 +152,19 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 		exp = a.Expires.UnixNano()
 	}
 	b = binary.AppendVarint(b, exp)
-	b = AppendString(b, a.Owner)
-	return AppendString(b, string(a.State))
+	b = wire.AppendString(b, a.Owner)
+	return wire.AppendString(b, string(a.State))
 }
 
 // MaxAllot bounds the admissions of one OpAllot (Call.Count).
 const MaxAllot = 1000
 
-// Reader decodes the wire format's values; the first error sticks (Err),
-// and every value read after it is zero.
-type Reader struct {
-	b   []byte
-	err error
-}
-
-// NewReader reads b.
-func NewReader(b []byte) Reader { return Reader{b: b} }
-
-// Len is how many bytes are left to read.
-func (r *Reader) Len() int { return len(r.b) }
-
-// Err is the first error met, if any.
-func (r *Reader) Err() error { return r.err }
-
-// Fail makes err the reader's error, unless it has one already.
-func (r *Reader) Fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
-}
-
-// Byte reads one byte.
-
-func (r *Reader) Byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.err = ErrShort
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-// Uvarint reads an unsigned varint.
-func (r *Reader) Uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = ErrShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// Varint reads a signed varint.
-func (r *Reader) Varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = ErrShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// Text reads a string: a uvarint length, then that many bytes
-// (AppendString).
-func (r *Reader) Text() string {
-	n := r.Uvarint()
-	if r.err != nil {
-		return ""
-	}
-	if n > uint64(len(r.b)) {
-		r.err = ErrShort
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// Bytes is Text for binary values: nil when empty, a copy otherwise.
-func (r *Reader) Bytes() []byte {
-	if s := r.Text(); s != "" {
-		return []byte(s)
-	}
-	return nil
-}
-
-func (r *Reader) dim() limiter.DimStatus {
+func readDim(r *wire.Reader) limiter.DimStatus {
 	return limiter.DimStatus{Limit: r.Varint(), Remaining: r.Varint(), Reset: time.Duration(r.Varint())}
 }
 
-func (r *Reader) call(c *Call) error {
+// readCall decodes a Call from r.
+func readCall(r *wire.Reader, c *Call) error {
 	c.Op = Op(r.Byte())
 	hops := r.Byte()
 	c.Hops, c.Handed = hops&0x7f, hops&0x80 != 0
@@ -285,17 +189,18 @@ func (r *Reader) call(c *Call) error {
 	if c.Op == OpAllot {
 		if n := r.Uvarint(); n <= MaxAllot {
 			c.Count = uint32(n)
-		} else if r.err == nil {
-			r.err = fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot)
+		} else {
+			r.Fail(fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot))
 		}
 	}
-	if r.err == nil && (c.Op == 0 || c.Op >= opMax) {
-		r.err = fmt.Errorf("unknown op %d", c.Op)
+	if r.Err() == nil && (c.Op == 0 || c.Op >= opMax) {
+		r.Fail(fmt.Errorf("unknown op %d", c.Op))
 	}
-	return r.err
+	return r.Err()
 }
 
-func (r *Reader) answer(a *Answer) error {
+// readAnswer decodes an Answer from r.
+func readAnswer(r *wire.Reader, a *Answer) error {
 	d := &a.Decision
 	flags := r.Byte()
 	d.Allowed, d.Queued, a.OK = flags&1 != 0, flags&2 != 0, flags&4 != 0
@@ -304,26 +209,26 @@ func (r *Reader) answer(a *Answer) error {
 	d.Lease = r.Uvarint()
 	d.Reserved = r.Varint()
 	d.RetryAfter = time.Duration(r.Varint())
-	d.Status.Requests = r.dim()
-	d.Status.Tokens = r.dim()
-	d.Status.Concurrency = r.dim()
+	d.Status.Requests = readDim(r)
+	d.Status.Tokens = readDim(r)
+	d.Status.Concurrency = readDim(r)
 	if exp := r.Varint(); exp != 0 {
 		a.Expires = time.Unix(0, exp)
 	}
 	a.Owner = r.Text()
 	a.State = r.Bytes()
-	return r.err
+	return r.Err()
 }
 
 // DecodeCall decodes one Call encoded by AppendCall; trailing bytes are an error.
 func DecodeCall(b []byte) (Call, error) {
 	var c Call
-	r := Reader{b: b}
-	if err := r.call(&c); err != nil {
+	r := wire.NewReader(b)
+	if err := readCall(&r, &c); err != nil {
 		return Call{}, fmt.Errorf("decode call: %w", err)
 	}
-	if len(r.b) != 0 {
-		return Call{}, fmt.Errorf("decode call: %d trailing bytes", len(r.b))
+	if r.Len() != 0 {
+		return Call{}, fmt.Errorf("decode call: %d trailing bytes", r.Len())
 	}
 	return c, nil
 }
@@ -331,12 +236,12 @@ func DecodeCall(b []byte) (Call, error) {
 // DecodeAnswer decodes one Answer encoded by AppendAnswer.
 func DecodeAnswer(b []byte) (Answer, error) {
 	var a Answer
-	r := Reader{b: b}
-	if err := r.answer(&a); err != nil {
+	r := wire.NewReader(b)
+	if err := readAnswer(&r, &a); err != nil {
 		return Answer{}, fmt.Errorf("decode answer: %w", err)
 	}
-	if len(r.b) != 0 {
-		return Answer{}, fmt.Errorf("decode answer: %d trailing bytes", len(r.b))
+	if r.Len() != 0 {
+		return Answer{}, fmt.Errorf("decode answer: %d trailing bytes", r.Len())
 	}
 	return a, nil
 }
@@ -349,8 +254,8 @@ func DecodeAnswer(b []byte) (Answer, error) {
 // AppendEntry appends one key and its snapshot; the caller writes the count
 // first.
 func AppendEntry(b []byte, key string, state []byte) []byte {
-	b = AppendString(b, key)
-	return AppendString(b, string(state))
+	b = wire.AppendString(b, key)
+	return wire.AppendString(b, string(state))
 }
 
 // DecodeEntries calls fn for each key of entries (a partition's state), stopping at
@@ -359,25 +264,25 @@ func DecodeEntries(data []byte, fn func(key string, state []byte) error) error {
 	if len(data) == 0 {
 		return nil
 	}
-	r := Reader{b: data}
+	r := wire.NewReader(data)
 	n := r.Uvarint()
-	if r.err == nil && n > uint64(len(r.b)) {
-		r.err = ErrShort
+	if n > uint64(r.Len()) {
+		r.Fail(wire.ErrShort)
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && r.Err() == nil; i++ {
 		key, state := r.Text(), r.Bytes()
-		if r.err != nil {
+		if r.Err() != nil {
 			break
 		}
 		if err := fn(key, state); err != nil {
 			return err
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
+	if r.Err() == nil && r.Len() != 0 {
+		r.Fail(fmt.Errorf("%d trailing bytes", r.Len()))
 	}
-	if r.err != nil {
-		return fmt.Errorf("decode partition state: %w", r.err)
+	if r.Err() != nil {
+		return fmt.Errorf("decode partition state: %w", r.Err())
 	}
 	return nil
 }

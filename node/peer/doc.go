@@ -7,8 +7,8 @@
 //
 // Where things are:
 //
-//   - call.go: the operations, Call and Answer and their encoding (Reader
-//     and AppendString for the values, entries for keys and snapshots);
+//   - call.go: the operations, Call and Answer and their encoding (the
+//     values by internal/wire), entries for keys and snapshots;
 //   - frame.go: frames of items, fragments, the frame cap;
 //   - sender.go: the writer without a goroutine (flat combining);
 //   - client.go, pool.go: Client (dial, liveness, abandoned acquires) and
@@ -41,7 +41,7 @@
 //     meaning (retired ops stay taken), so nodes of two builds talk during
 //     a rolling upgrade.
 //
-// It imports limiter (the requests and decisions Calls carry), and nothing
-// else of tokenring's: the node (node.Node) is above it, and hands the
+// It imports limiter (the requests and decisions Calls carry) and
+// internal/wire (the values' encoding), and nothing else of tokenring's: the node (node.Node) is above it, and hands the
 // Server what to do with a call (ServerConfig.Handle).
 package peer

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/tokenring/tokenring/node/internal/wire"
 )
 
 // The peer protocol runs over one persistent TCP connection per pair of nodes.
@@ -427,22 +429,21 @@ func (f *frameReader) assemble() ([]item, error) {
 var errFrame = errors.New("malformed frame")
 
 func decodeItems(b []byte, items []item) ([]item, error) {
-	r := Reader{b: b}
+	r := wire.NewReader(b)
 	count := r.Uvarint()
-	if r.err != nil || count > uint64(len(b)) {
+	if r.Err() != nil || count > uint64(len(b)) {
 		return items, errFrame
 	}
 	for i := uint64(0); i < count; i++ {
 		id := r.Uvarint()
 		status := r.Byte()
-		n := r.Uvarint()
-		if r.err != nil || n > uint64(len(r.b)) {
+		body := r.Next(r.Uvarint())
+		if r.Err() != nil {
 			return items, errFrame
 		}
-		items = append(items, item{id: id, status: status, body: r.b[:n]})
-		r.b = r.b[n:]
+		items = append(items, item{id: id, status: status, body: body})
 	}
-	if len(r.b) != 0 {
+	if r.Len() != 0 {
 		return items, errFrame
 	}
 	return items, nil

@@ -24,14 +24,13 @@ import (
 
 // Server serves forwarded calls on a listener.
 type Server struct {
-	ln     net.Listener
-	handle func(ctx context.Context, c *Call) (Answer, error)
-	inline func(c *Call) bool // calls cheap enough to run on the reader goroutine
-	// heard returns the clock (unix ns) to set whenever a frame arrives
-	// from the peer at the given peer address; nil: nobody keeps one.
-	heard func(from string) *atomic.Int64
-	batch BatchConfig
-	log   *slog.Logger
+	ln      net.Listener
+	handle  func(ctx context.Context, c *Call) (Answer, error)
+	inline  func(c *Call) bool       // calls cheap enough to run on the reader goroutine
+	heardMu sync.Mutex               // guards heard
+	heard   map[string]*atomic.Int64 // peer address → when a frame from it last arrived (unix ns)
+	batch   BatchConfig
+	log     *slog.Logger
 	// auth, if not nil, authenticates every connection before its first
 	// frame is read; nil serves the plaintext protocol.
 	auth *Auth
@@ -81,12 +80,8 @@ type ServerConfig struct {
 	// on anything: it then runs on the connection's reader, and its
 	// answer goes out with those of the same read.
 	Inline func(c *Call) bool
-	// Heard, if not nil, returns the clock (unix ns) to set whenever a
-	// frame arrives from the member at the given peer address (a ping's
-	// From names it, on every new connection).
-	Heard func(from string) *atomic.Int64
-	Batch BatchConfig
-	Log   *slog.Logger
+	Batch  BatchConfig
+	Log    *slog.Logger
 	// Auth, if not nil, authenticates every connection before its first
 	// frame is read; nil serves the plaintext protocol.
 	Auth   *Auth
@@ -106,7 +101,6 @@ func NewServer(ln net.Listener, cfg ServerConfig) *Server {
 		ln:       ln,
 		handle:   cfg.Handle,
 		inline:   cfg.Inline,
-		heard:    cfg.Heard,
 		batch:    cfg.Batch,
 		log:      cfg.Log,
 		conns:    make(map[net.Conn]struct{}),
@@ -119,6 +113,34 @@ func NewServer(ln net.Listener, cfg ServerConfig) *Server {
 	s.wg.Add(1)
 	go s.serve()
 	return s
+}
+
+// HeardFrom is when a frame last arrived from the member at peer address
+// addr, on any connection it announced itself on (its first frame, a ping
+// naming it: Client does); zero if none has.
+func (s *Server) HeardFrom(addr string) time.Time {
+	s.heardMu.Lock()
+	h := s.heard[addr]
+	s.heardMu.Unlock()
+	if h == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, h.Load())
+}
+
+// heardClock returns the clock HeardFrom reads for addr, made on first use.
+func (s *Server) heardClock(addr string) *atomic.Int64 {
+	s.heardMu.Lock()
+	defer s.heardMu.Unlock()
+	if s.heard == nil {
+		s.heard = make(map[string]*atomic.Int64)
+	}
+	h := s.heard[addr]
+	if h == nil {
+		h = new(atomic.Int64)
+		s.heard[addr] = h
+	}
+	return h
 }
 
 // Addr is the address the server listens on.
@@ -330,8 +352,8 @@ func (s *Server) serveConn(conn net.Conn, st *stranger) {
 			case err != nil:
 				out.queue(answerItem(it.id, Answer{}, err))
 			case c.Op == OpPing: // a liveness probe: answered at once, whatever else is queued
-				if c.From != "" && heard == nil && s.heard != nil {
-					heard = s.heard(c.From)
+				if c.From != "" && heard == nil {
+					heard = s.heardClock(c.From)
 					heard.Store(time.Now().UnixNano())
 				}
 				out.queue(answerItem(it.id, Answer{}, nil))

@@ -1,11 +1,13 @@
-package node
+package replica
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,4 +129,39 @@ func globEscape(s string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// checkpointWarnEvery is the most often a failing checkpoint store is
+// warned about: rounds run every ReplicationInterval (100 ms by default),
+// and an unreachable Redis would otherwise be a warning per round.
+const checkpointWarnEvery = time.Minute
+
+// checkpointWarn logs checkpoint failures as a warning at most once per
+// checkpointWarnEvery, with the rounds that failed since the last warning
+// (the others at debug), and the recovery once, at info.
+type checkpointWarn struct {
+	mu     sync.Mutex
+	last   time.Time // the last warning; zero: the store is fine
+	missed int       // failed rounds not warned about
+}
+
+func (w *checkpointWarn) failed(log *slog.Logger, now time.Time, keys int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.last.IsZero() && now.Sub(w.last) < checkpointWarnEvery {
+		w.missed++
+		log.Debug("checkpoint failed; retrying next round", "keys", keys, "err", err)
+		return
+	}
+	log.Warn("checkpoint failed; retrying every round", "keys", keys, "failed_rounds_since_last_warning", w.missed, "next_warning_in", checkpointWarnEvery, "err", err)
+	w.last, w.missed = now, 0
+}
+
+func (w *checkpointWarn) saved(log *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.last.IsZero() {
+		log.Info("checkpoint saved again", "failed_rounds_since_last_warning", w.missed)
+	}
+	w.last, w.missed = time.Time{}, 0
 }

@@ -1,21 +1,19 @@
-package node
+package custody
 
-// The custody machine's messages on the wire: the shell (transfer.go)
-// carries them between members in peer.OpTransfer calls.
+// The machine's messages on the wire.
 
 import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/tokenring/tokenring/node/custody"
-	"github.com/tokenring/tokenring/node/peer"
+	"github.com/tokenring/tokenring/node/internal/wire"
 )
 
-// appendCustodyMsgs encodes the custody machine's messages for one
-// peer.OpTransfer call's State: a uvarint count, then per message its kind,
-// flags (1 held, 2 claiming), from, to, partition, epoch, round, state,
-// gave-to and gave epoch.
-func appendCustodyMsgs(b []byte, msgs []custody.Msg) []byte {
+// AppendMsgs encodes messages for the State of one OpTransfer call (the
+// shell carries them over the peer protocol): a uvarint count, then per
+// message its kind, flags (1 held, 2 claiming), from, to, partition,
+// epoch, round, state, gave-to and gave epoch.
+func AppendMsgs(b []byte, msgs []Msg) []byte {
 	b = binary.AppendUvarint(b, uint64(len(msgs)))
 	for i := range msgs {
 		m := &msgs[i]
@@ -27,45 +25,45 @@ func appendCustodyMsgs(b []byte, msgs []custody.Msg) []byte {
 			flags |= 2
 		}
 		b = append(b, byte(m.Kind), flags)
-		b = peer.AppendString(b, m.From)
-		b = peer.AppendString(b, m.To)
+		b = wire.AppendString(b, m.From)
+		b = wire.AppendString(b, m.To)
 		b = binary.AppendUvarint(b, uint64(m.Part))
 		b = binary.AppendUvarint(b, m.Epoch)
 		b = binary.AppendUvarint(b, m.Round)
-		b = peer.AppendString(b, string(m.State))
-		b = peer.AppendString(b, m.GaveTo)
+		b = wire.AppendString(b, string(m.State))
+		b = wire.AppendString(b, m.GaveTo)
 		b = binary.AppendUvarint(b, m.Gave)
 	}
 	return b
 }
 
-// maxCustodyMsgs bounds the messages of one peer.OpTransfer call: a few per
+// maxMsgs bounds the messages of one OpTransfer call: a few per
 // partition.
-const maxCustodyMsgs = 1 << 16
+const maxMsgs = 1 << 16
 
-// decodeCustodyMsgs decodes what appendCustodyMsgs encoded.
-func decodeCustodyMsgs(data []byte) ([]custody.Msg, error) {
-	r := peer.NewReader(data)
+// DecodeMsgs decodes what AppendMsgs encoded.
+func DecodeMsgs(data []byte) ([]Msg, error) {
+	r := wire.NewReader(data)
 	n := r.Uvarint()
-	if r.Err() == nil && (n > maxCustodyMsgs || n > uint64(r.Len())) {
+	if r.Err() == nil && (n > maxMsgs || n > uint64(r.Len())) {
 		return nil, fmt.Errorf("decode custody messages: count %d", n)
 	}
-	msgs := make([]custody.Msg, 0, n)
+	msgs := make([]Msg, 0, n)
 	for i := uint64(0); i < n && r.Err() == nil; i++ {
-		var m custody.Msg
-		m.Kind = custody.MsgKind(r.Byte())
+		var m Msg
+		m.Kind = MsgKind(r.Byte())
 		flags := r.Byte()
 		m.Held, m.Claiming = flags&1 != 0, flags&2 != 0
 		m.From, m.To = r.Text(), r.Text()
 		part := r.Uvarint()
 		m.Epoch, m.Round = r.Uvarint(), r.Uvarint()
-		if m.Kind == custody.MsgOffer {
+		if m.Kind == MsgOffer {
 			m.State = []byte(r.Text()) // non-nil: an empty partition is still a snapshot
 		} else {
 			m.State = r.Bytes()
 		}
 		m.GaveTo, m.Gave = r.Text(), r.Uvarint()
-		if r.Err() == nil && (m.Kind < custody.MsgOffer || m.Kind > custody.MsgInfo || part > 1<<20) {
+		if r.Err() == nil && (m.Kind < MsgOffer || m.Kind > MsgInfo || part > 1<<20) {
 			r.Fail(fmt.Errorf("message %d: kind %d, partition %d", i, m.Kind, part))
 		}
 		m.Part = int(part)
