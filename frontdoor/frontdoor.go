@@ -12,6 +12,7 @@ import (
 	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/router"
 )
 
@@ -67,7 +68,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Proxy configures the LLM proxy (POST /v1/chat/completions and
 	// /v1/messages). The zero value answers 401 to every key.
-	Proxy router.ProxyConfig
+	Proxy proxy.Config
 	// MaxPromptBytes bounds the bytes of a prompt the node counts with
 	// Counter (router.Config.MaxPromptBytes). Zero means
 	// router.DefaultMaxPromptBytes (256 KiB).
@@ -80,6 +81,7 @@ type Config struct {
 // Door is a node's front door. Safe for concurrent use.
 type Door struct {
 	router  *router.Router
+	proxy   *proxy.Server
 	handler http.Handler
 }
 
@@ -93,16 +95,18 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		Fallback: cfg.Fallback, ForwardTimeout: cfg.ForwardTimeout, ForwardMaxWait: cfg.ForwardMaxWait,
 		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts,
 		Registry: cfg.Registry, Now: cfg.Now, DebtInterval: cfg.DebtInterval, Logger: cfg.Logger,
-		Proxy: cfg.Proxy, MaxPromptBytes: cfg.MaxPromptBytes, MaxFallbackKeys: cfg.MaxFallbackKeys,
+		MaxPromptBytes: cfg.MaxPromptBytes, MaxFallbackKeys: cfg.MaxFallbackKeys,
 	})
 	if err != nil {
 		return nil, err
 	}
+	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
 	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now})
 	mux := http.NewServeMux()
+	llm.Routes(mux) // /v1/chat/completions, /v1/messages
 	ops.Routes(mux) // /admin/*, /metrics, /healthz, /readyz
 	mux.Handle("/", r)
-	return &Door{router: r, handler: ops.Guard(mux)}, nil
+	return &Door{router: r, proxy: llm, handler: ops.Guard(mux)}, nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -113,7 +117,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, req *http.Request) { d.handler.S
 // ServeHTTP would; any other request it declines (false) having changed
 // nothing.
 func (d *Door) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
-	return d.router.ServePlain(ctx, req, resp)
+	return d.router.ServePlain(ctx, req, resp) || d.proxy.ServePlain(ctx, req, resp)
 }
 
 // ServeQuick is the fast path's http1 Quick handler, run on an event
@@ -123,9 +127,13 @@ func (d *Door) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.R
 	return d.router.ServeQuick(ctx, req, resp)
 }
 
-// Close stops the background work (router.Router.Close). It does not stop
-// serving HTTP, and is safe to call more than once.
-func (d *Door) Close() error { return d.router.Close() }
+// Close stops the background work: the router's (router.Router.Close)
+// and the proxy's (proxy.Server.Close). It does not stop serving HTTP, and
+// is safe to call more than once.
+func (d *Door) Close() error {
+	d.proxy.Close()
+	return d.router.Close()
+}
 
 // Owe records what a member fenced off admitted after its last
 // replication as debts (router.Router.Owe; node.FenceSink).

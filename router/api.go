@@ -21,10 +21,10 @@ import (
 
 // Input bounds. Anything outside is refused with a 400 and changes nothing.
 const (
-	maxBody      = 1 << 20          // bytes of a request body
+	MaxBody      = 1 << 20          // bytes of a request body
 	maxName      = 256              // bytes of a tenant or model name
-	maxTokens    = 100_000_000      // prompt_tokens, max_tokens, usage fields
-	maxWait      = 10 * time.Minute // wait_ms
+	MaxTokens    = 100_000_000      // prompt_tokens, max_tokens, usage fields
+	MaxWait      = 10 * time.Minute // wait_ms
 	maxLeaseText = 8192             // bytes of a lease's text: 9 keys of 256-byte names fit
 )
 
@@ -35,7 +35,6 @@ func (r *Router) routes() {
 	mux.HandleFunc("/v1/renew", r.authenticated(r.post(endpoint(r, r.renewCall))))
 	mux.HandleFunc("/v1/batch", r.authenticated(r.post(r.batch)))
 	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
-	r.proxyRoutes(mux) // the LLM proxy: /v1/chat/completions, /v1/messages
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
 	})
@@ -49,7 +48,7 @@ func (r *Router) post(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed, use POST")
 			return
 		}
-		req.Body = http.MaxBytesReader(w, req.Body, maxBody)
+		req.Body = http.MaxBytesReader(w, req.Body, MaxBody)
 		h(w, req)
 	}
 }
@@ -163,9 +162,9 @@ func CheckName(field, s string, required bool) error {
 	return nil
 }
 
-func checkCount(field string, v int64) error {
-	if v < 0 || v > maxTokens {
-		return fmt.Errorf("%s must be between 0 and %d, got %d", field, maxTokens, v)
+func CheckCount(field string, v int64) error {
+	if v < 0 || v > MaxTokens {
+		return fmt.Errorf("%s must be between 0 and %d, got %d", field, MaxTokens, v)
 	}
 	return nil
 }
@@ -182,16 +181,10 @@ type acquireRequest struct {
 	WaitMS       int64            `json:"wait_ms"`
 }
 
-// admission is a validated acquire.
-type admission struct {
-	tenant, model string
-	req           limiter.Request
-}
-
 // parseAcquire validates an acquire without counting its prompt: a prompt
 // or messages leave PromptTokens 0, for countAcquirePrompt to fill.
-func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
-	a := admission{tenant: in.Tenant, model: in.Model}
+func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
+	a := Admission{Tenant: in.Tenant, Model: in.Model}
 	if err := CheckName("tenant", in.Tenant, true); err != nil {
 		return a, err
 	}
@@ -209,10 +202,10 @@ func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
 	}
 	switch {
 	case in.PromptTokens != nil:
-		if err := checkCount("prompt_tokens", *in.PromptTokens); err != nil {
+		if err := CheckCount("prompt_tokens", *in.PromptTokens); err != nil {
 			return a, err
 		}
-		a.req.PromptTokens = *in.PromptTokens
+		a.Req.PromptTokens = *in.PromptTokens
 	case in.Prompt != nil || in.Messages != nil:
 		// Counted later, by countAcquirePrompt, once the caller is known to be
 		// allowed (acquireDecision): nothing is computed for a caller
@@ -225,26 +218,26 @@ func (r *Router) parseAcquire(in *acquireRequest) (admission, error) {
 		}
 	}
 	if in.MaxTokens != nil {
-		if err := checkCount("max_tokens", *in.MaxTokens); err != nil {
+		if err := CheckCount("max_tokens", *in.MaxTokens); err != nil {
 			return a, err
 		}
 		if *in.MaxTokens == 0 {
 			return a, errors.New("max_tokens must be at least 1 when given")
 		}
-		a.req.MaxTokens = *in.MaxTokens
+		a.Req.MaxTokens = *in.MaxTokens
 	}
 	switch in.Priority {
 	case "", "interactive":
-		a.req.Priority = limiter.Interactive
+		a.Req.Priority = limiter.Interactive
 	case "batch":
-		a.req.Priority = limiter.Batch
+		a.Req.Priority = limiter.Batch
 	default:
 		return a, fmt.Errorf("priority must be interactive or batch, got %q", in.Priority)
 	}
-	if in.WaitMS < 0 || in.WaitMS > maxWait.Milliseconds() {
-		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", maxWait.Milliseconds(), in.WaitMS)
+	if in.WaitMS < 0 || in.WaitMS > MaxWait.Milliseconds() {
+		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", MaxWait.Milliseconds(), in.WaitMS)
 	}
-	a.req.Wait = time.Duration(in.WaitMS) * time.Millisecond
+	a.Req.Wait = time.Duration(in.WaitMS) * time.Millisecond
 	return a, nil
 }
 
@@ -288,13 +281,24 @@ type acquireResponse struct {
 	Pool           *poolJSON  `json:"pool,omitempty"`
 	Fallback       bool       `json:"fallback,omitempty"`
 	Owner          string     `json:"owner,omitempty"`
-	// RefusedBy names the level that refused (side.label): "tenant:acme",
+	// RefusedBy names the level that refused (Side.Label): "tenant:acme",
 	// "tenant:acme|model:gpt-4o", "group:team-research",
 	// "group:org-acme|model:gpt-4o-*", "pool:gpt-4o".
 	RefusedBy string `json:"refused_by,omitempty"`
+}
 
-	lease   lease // what Lease carries, for the proxy (which then need not open it)
-	refused side  // the side that refused, for the proxy's message
+// answerOf is the answer of an acquire whose verdict is v: lease is v's
+// lease signed (admitted), else "".
+func answerOf(v *Verdict, lease string) acquireResponse {
+	res := acquireResponse{Allowed: v.Allowed, Lease: lease, ReservedTokens: v.Reserved, Reason: v.Reason,
+		Limits: limitsOf(v.Status), Fallback: v.Fallback, Owner: v.Owner}
+	if !v.Allowed {
+		res.RetryAfterMS, res.RefusedBy = max(1, ceilMS(v.RetryAfter)), v.RefusedBy.Label()
+	}
+	if v.Pool != "" {
+		res.Pool = &poolJSON{Name: v.Pool, Limits: limitsOf(v.PoolStatus)}
+	}
+	return res
 }
 
 // poolJSON reports the pool's side of a decision.
@@ -330,44 +334,44 @@ type usageJSON struct {
 	TotalTokens int64 `json:"total_tokens"`
 }
 
-func (r *Router) parseLeaseRequest(in *completeRequest) (lease, error) {
+func (r *Router) parseLeaseRequest(in *completeRequest) (Lease, error) {
 	if err := CheckName("tenant", in.Tenant, true); err != nil {
-		return lease{}, err
+		return Lease{}, err
 	}
 	if in.Lease == "" {
-		return lease{}, errors.New("lease is required")
+		return Lease{}, errors.New("lease is required")
 	}
 	if len(in.Lease) > maxLeaseText {
-		return lease{}, errors.New("lease is too long")
+		return Lease{}, errors.New("lease is too long")
 	}
 	l, err := r.leases.open(in.Lease)
 	if err != nil {
-		return lease{}, err
+		return Lease{}, err
 	}
 	if l.Tenant != in.Tenant {
-		return lease{}, errors.New("lease belongs to another tenant")
+		return Lease{}, errors.New("lease belongs to another tenant")
 	}
 	return l, nil
 }
 
-// leaseCall runs op for every side of l, one after the other: settles
+// LeaseCall runs op for every side of l, one after the other: settles
 // each key with the same usage, renews or releases or cancels each. ok is
 // true when every side found its lease. Status and expiry are the
 // tenant's.
-func (r *Router) leaseCall(ctx context.Context, l lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
+func (r *Router) LeaseCall(ctx context.Context, l Lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
 	ok = true
-	for i, s := range l.all() {
+	for i, s := range l.Sides() {
 		var found bool
 		var a node.Answer
 		switch {
-		case s.fallback && op == node.OpRenew:
+		case s.Fallback && op == node.OpRenew:
 			found = true // local slots live one lease TTL; a degraded period is short
-		case s.fallback:
+		case s.Fallback:
 			// Only the node that admitted it holds a fallback slot; elsewhere
 			// it expires there by its TTL.
-			found = l.Node == r.cluster.Name() && r.degraded.Release(s.key, s.id)
+			found = l.Node == r.cluster.Name() && r.degraded.Release(s.Key, s.ID)
 		default:
-			c := node.Call{Op: op, Key: s.key, Lease: s.id, Usage: usage}
+			c := node.Call{Op: op, Key: s.Key, Lease: s.ID, Usage: usage}
 			o, err := r.decide(ctx, &c, 0)
 			found, a = err == nil && !o.fallback && o.answer.OK, o.answer
 		}
@@ -397,7 +401,7 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	levels, unreachable, err := r.levelsStatus(req.Context(), name, model)
+	levels, unreachable, err := r.Levels(req.Context(), name, model)
 	if err != nil {
 		if writeOwnerTimeout(w, err) {
 			return
@@ -409,7 +413,18 @@ func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the owner of "+unreachable+" is unreachable")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": levels[0].Owner, "limits": levels[0].Limits, "levels": levels})
+	out := make([]levelJSON, len(levels))
+	for i, l := range levels {
+		out[i] = levelJSON{Level: l.Label, Owner: l.Owner, Limits: limitsOf(l.Status)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": name, "owner": out[0].Owner, "limits": out[0].Limits, "levels": out})
+}
+
+// levelJSON is one level of GET /v1/tenants/{t}'s "levels".
+type levelJSON struct {
+	Level  string     `json:"level"`
+	Owner  string     `json:"owner"`
+	Limits limitsJSON `json:"limits"`
 }
 
 // jsonContentType is the Content-Type of every JSON answer (shared: a

@@ -460,7 +460,7 @@ func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
 	perTenant := map[string]int64{}
 	for _, a := range allowed {
 		l, err := s.router.leases.open(a.Lease)
-		if err != nil || l.n != 2 || l.sides[1].key != PoolKey("gpt-4o-mini") {
+		if err != nil || l.n != 2 || l.sides[1].Key != PoolKey("gpt-4o-mini") {
 			t.Fatalf("lease %+v %v", l, err)
 		}
 		perTenant[l.Tenant]++
@@ -566,7 +566,7 @@ func FuzzAcquireBody(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if a.tenant == "" || a.req.PromptTokens < 0 || a.req.MaxTokens < 0 || a.req.Wait < 0 || a.req.Wait > maxWait {
+		if a.Tenant == "" || a.Req.PromptTokens < 0 || a.Req.MaxTokens < 0 || a.Req.Wait < 0 || a.Req.Wait > MaxWait {
 			t.Fatalf("accepted invalid input %q: %+v", b, a)
 		}
 	})

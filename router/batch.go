@@ -55,7 +55,7 @@ type batchLease struct {
 }
 
 // batch answers POST /v1/batch: 400 for a body that is not a batch or
-// carries over maxBatchCalls calls, 413 over maxBody, 401 (before the body
+// carries over maxBatchCalls calls, 413 over MaxBody, 401 (before the body
 // is read) without a known client token; else 200 with every call's answer
 // in its slot. Up to batchParallel calls run at once; the answer waits for
 // the last (a call's wait_ms included).

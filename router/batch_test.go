@@ -196,7 +196,7 @@ func TestBatchCallCap(t *testing.T) {
 	if st := s.status(t, "acme"); st.Limits.Requests.Remaining != 4000 {
 		t.Fatalf("1000 calls left %d requests, want 4000", st.Limits.Requests.Remaining)
 	}
-	big := `{"op":"acquire","tenant":"acme","prompt":"` + strings.Repeat("a", maxBody) + `"}`
+	big := `{"op":"acquire","tenant":"acme","prompt":"` + strings.Repeat("a", MaxBody) + `"}`
 	if r, _ := s.batch(t, big); r.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a body over 1 MiB: %d %q, want 413", r.Code, r.Error)
 	}

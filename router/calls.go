@@ -42,17 +42,17 @@ func errorAnswer(code int, msg string) apiAnswer {
 }
 
 // ownerTimeoutAnswer is the decision API's 503 for err if it is an owner
-// timeout (*ownerTimeoutError) or a full table (*tableFullError); ok is
+// timeout (*OwnerTimeoutError) or a full table (*TableFullError); ok is
 // false for any other error.
 func ownerTimeoutAnswer(err error) (a apiAnswer, ok bool) {
-	var full *tableFullError
+	var full *TableFullError
 	if errors.As(err, &full) {
-		ms := full.retryMS()
+		ms := full.RetryMS()
 		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": full.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
 	}
-	var ot *ownerTimeoutError
+	var ot *OwnerTimeoutError
 	if errors.As(err, &ot) {
-		ms := ownerTimeoutRetry.Milliseconds()
+		ms := OwnerTimeoutRetry.Milliseconds()
 		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": ot.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
 	}
 	return apiAnswer{}, false
@@ -91,7 +91,7 @@ func leaseErrorAnswer(err error) apiAnswer {
 // Config.MaxPromptBytes, 200 admitted, 429 refused (with its retry-after),
 // 503 or 499 when no decision was made. A prompt or messages are counted
 // only once the caller may act for the tenant, the prompt is within the
-// cap and the tenant is not known to be out of requests (refuseExhausted).
+// cap and the tenant is not known to be out of requests (RefuseExhausted).
 func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
 	a, res, decided := r.acquireDecision(ctx, set, in)
 	if decided {
@@ -108,22 +108,28 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 	if err != nil {
 		return errorAnswer(http.StatusBadRequest, err.Error()), res, false
 	}
-	if a, refused := forbidden(set, adm.tenant); refused {
+	if a, refused := forbidden(set, adm.Tenant); refused {
 		return a, res, false // before the prompt is counted: nothing computed for a caller not allowed
 	}
 	if in.Prompt != nil || in.Messages != nil {
 		if n := promptBytes(in); n > r.maxPromptBytes {
 			return errorAnswer(http.StatusRequestEntityTooLarge, r.promptCapMessage(n)), res, false
 		}
-		if res, refused := r.refuseExhausted(ctx, adm); refused {
+		if v, refused := r.RefuseExhausted(ctx, adm); refused {
+			res = answerOf(&v, "")
 			return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 		}
-		adm.req.PromptTokens = r.countAcquirePrompt(in)
+		adm.Req.PromptTokens = r.countAcquirePrompt(in)
 	}
-	res, err = r.admit(ctx, adm)
+	v, err := r.Admit(ctx, adm)
 	if err != nil {
 		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}
+	var lease string
+	if v.Allowed {
+		lease = r.leases.sign(v.Lease)
+	}
+	res = answerOf(&v, lease)
 	if !res.Allowed {
 		return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 	}
@@ -147,13 +153,13 @@ func (r *Router) completeCall(ctx context.Context, set tenantSet, in *completeRe
 			name string
 			v    int64
 		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
-			if err := checkCount(f.name, f.v); err != nil {
+			if err := CheckCount(f.name, f.v); err != nil {
 				return errorAnswer(http.StatusBadRequest, err.Error())
 			}
 		}
 		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	}
-	ok, status, _ := r.leaseCall(ctx, l, op, usage)
+	ok, status, _ := r.LeaseCall(ctx, l, op, usage)
 	return apiAnswer{status: http.StatusOK, body: &settleAnswer{Settled: ok, Limits: limitsOf(status)}}
 }
 
@@ -169,7 +175,7 @@ func (r *Router) renewCall(ctx context.Context, set tenantSet, in *completeReque
 	if err != nil {
 		return leaseErrorAnswer(err)
 	}
-	ok, status, expires := r.leaseCall(ctx, l, node.OpRenew, limiter.Usage{})
+	ok, status, expires := r.LeaseCall(ctx, l, node.OpRenew, limiter.Usage{})
 	if !ok {
 		return errorAnswer(http.StatusNotFound, "lease not found: completed, expired or unknown")
 	}

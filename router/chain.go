@@ -12,7 +12,7 @@ package router
 //
 // A model-scoped key is its level's key, the control character U+001F and
 // "m:" and the name of the models entry the model falls under (an exact
-// name or a "prefix*"). No tenant or model name the API accepts (checkName)
+// name or a "prefix*"). No tenant or model name the API accepts (CheckName)
 // and no group or models entry the config accepts holds a control
 // character, so the first U+001F of a key ends its level's name and no two
 // (level, entry) pairs share a key. Tenant, group and pool keys differ in
@@ -31,9 +31,9 @@ import (
 // MaxGroups+1 levels (config.MaxChainLevels).
 const MaxGroups = 3
 
-// maxSides is the most keys one acquire charges: every level, every
+// MaxSides is the most keys one acquire charges: every level, every
 // level's model-scoped key, and the pool.
-const maxSides = 2*(MaxGroups+1) + 1
+const MaxSides = 2*(MaxGroups+1) + 1
 
 // Chain is what the limits say of one acquire beyond its tenant's key and
 // its pool: the groups above the tenant and, at each level, the models
@@ -46,10 +46,6 @@ type Chain struct {
 	// falls under, Models[i] that of Groups[i-1]; "" where none applies.
 	Models [MaxGroups + 1]string
 }
-
-// hdrRefusedBy is the LLM proxy's header naming the level that refused a
-// request (acquireResponse.RefusedBy), beside x-tokenring-reason.
-const hdrRefusedBy = "x-tokenring-refused-by"
 
 // modelSep joins a level's key and a models entry into a model-scoped key.
 const modelSep = "\x1fm:"
@@ -92,20 +88,20 @@ func SplitKey(key string) (kind KeyKind, name, entry string) {
 	return kind, name, entry
 }
 
-// side is one key an acquire charges.
-type side struct {
-	key   string
-	kind  KeyKind
-	name  string // the level's name: the tenant, group or pool
-	entry string // the models entry of a model-scoped key, else ""
+// Side is one key an acquire charges.
+type Side struct {
+	Key   string
+	Kind  KeyKind
+	Name  string // the level's name: the tenant, group or pool
+	Entry string // the models entry of a model-scoped key, else ""
 }
 
-// label names the side in answers: "tenant:acme", "group:team-research",
+// Label names the side in answers: "tenant:acme", "group:team-research",
 // "pool:gpt-4o", and for a model-scoped key "tenant:acme|model:gpt-4o"
 // (the models entry, as configured: possibly "gpt-4o-*").
-func (s side) label() string {
+func (s Side) Label() string {
 	var b strings.Builder
-	switch s.kind {
+	switch s.Kind {
 	case KeyGroup:
 		b.WriteString("group:")
 	case KeyPool:
@@ -113,24 +109,24 @@ func (s side) label() string {
 	default:
 		b.WriteString("tenant:")
 	}
-	b.WriteString(s.name)
-	if s.entry != "" {
+	b.WriteString(s.Name)
+	if s.Entry != "" {
 		b.WriteString("|model:")
-		b.WriteString(s.entry)
+		b.WriteString(s.Entry)
 	}
 	return b.String()
 }
 
 // metric is the side's value of tokenring_decisions_total's "side" label.
-func (s side) metric() string {
+func (s Side) metric() string {
 	switch {
-	case s.kind == KeyPool:
+	case s.Kind == KeyPool:
 		return "pool"
-	case s.kind == KeyGroup && s.entry != "":
+	case s.Kind == KeyGroup && s.Entry != "":
 		return "group_model"
-	case s.kind == KeyGroup:
+	case s.Kind == KeyGroup:
 		return "group"
-	case s.entry != "":
+	case s.Entry != "":
 		return "tenant_model"
 	}
 	return "tenant"
@@ -139,10 +135,10 @@ func (s side) metric() string {
 // sideSet is the keys of one acquire, in chainOrder.
 type sideSet struct {
 	n int
-	s [maxSides]side
+	s [MaxSides]Side
 }
 
-func (ss *sideSet) add(s side) {
+func (ss *sideSet) add(s Side) {
 	ss.s[ss.n] = s
 	ss.n++
 }
@@ -153,17 +149,17 @@ func (ss *sideSet) add(s side) {
 // model-scoped key and no pool.
 func (r *Router) sidesOf(tenant, model string, ss *sideSet) {
 	tk := TenantKey(tenant)
-	ss.add(side{key: tk, kind: KeyTenant, name: tenant})
+	ss.add(Side{Key: tk, Kind: KeyTenant, Name: tenant})
 	if r.cfg.Chain != nil {
 		ch := r.cfg.Chain(tenant, model)
 		if e := ch.Models[0]; e != "" {
-			ss.add(side{key: ModelKey(tk, e), kind: KeyTenant, name: tenant, entry: e})
+			ss.add(Side{Key: ModelKey(tk, e), Kind: KeyTenant, Name: tenant, Entry: e})
 		}
 		for i, g := range ch.Groups[:min(max(ch.NGroups, 0), MaxGroups)] {
 			gk := GroupKey(g)
-			ss.add(side{key: gk, kind: KeyGroup, name: g})
+			ss.add(Side{Key: gk, Kind: KeyGroup, Name: g})
 			if e := ch.Models[i+1]; e != "" {
-				ss.add(side{key: ModelKey(gk, e), kind: KeyGroup, name: g, entry: e})
+				ss.add(Side{Key: ModelKey(gk, e), Kind: KeyGroup, Name: g, Entry: e})
 			}
 		}
 	}
@@ -171,7 +167,7 @@ func (r *Router) sidesOf(tenant, model string, ss *sideSet) {
 		return
 	}
 	if pool, ok := r.cfg.PoolFor(model); ok {
-		ss.add(side{key: PoolKey(pool), kind: KeyPool, name: pool})
+		ss.add(Side{Key: PoolKey(pool), Kind: KeyPool, Name: pool})
 	}
 }
 
@@ -187,7 +183,42 @@ func (r *Router) chained(tenant, model string) bool {
 // maxChainAttempts bounds the attempts of one waiting acquire (admit).
 const maxChainAttempts = 8
 
-// admit runs a validated acquire over every key of its chain (sidesOf),
+// Admission is a validated acquire: its tenant, its model ("" names none)
+// and what it asks of every key of its chain.
+type Admission struct {
+	Tenant, Model string
+	Req           limiter.Request
+}
+
+// Verdict is what an acquire came to across the keys of its chain.
+type Verdict struct {
+	// Allowed is true when every key admitted the acquire.
+	Allowed bool
+	// Lease names every key charged, with its lease id, in chainOrder
+	// (admitted only): what the client's signed lease carries.
+	Lease Lease
+	// Reserved is the tokens every key reserved (admitted only).
+	Reserved int64
+	// Reason names the dimension that refused (limiter.Dimension's
+	// String), RetryAfter is the refusing key's retry-after and RefusedBy
+	// the refusing key (refused only).
+	Reason     string
+	RetryAfter time.Duration
+	RefusedBy  Side
+	// Status is the tenant's status as its own answer reported it, and
+	// Owner its owner (the refusing key's when the tenant was not asked).
+	Status limiter.Status
+	Owner  string
+	// Pool is the pool's name and PoolStatus its status when the pool
+	// admitted the acquire or refused it; "" otherwise.
+	Pool       string
+	PoolStatus limiter.Status
+	// Fallback is true when the fallback decided a key, its owner being
+	// unreachable.
+	Fallback bool
+}
+
+// Admit runs a validated acquire over every key of its chain (sidesOf),
 // all or nothing: it reserves them one after the other in chainOrder, and
 // when one refuses (or its owner cannot answer) it cancels, in reverse
 // order, every reservation it made, so that nothing stays charged.
@@ -210,22 +241,22 @@ const maxChainAttempts = 8
 // while it queues for another (which could starve that level's other
 // tenants for as long as the wait), and a chain of one key waits exactly
 // as a tenant always did.
-func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, error) {
+func (r *Router) Admit(ctx context.Context, adm Admission) (Verdict, error) {
 	var ss sideSet
-	r.sidesOf(adm.tenant, adm.model, &ss)
-	if adm.req.Wait <= 0 {
-		res, _, err := r.reserveAll(ctx, adm.req, &ss, 0)
-		return res, err
+	r.sidesOf(adm.Tenant, adm.Model, &ss)
+	if adm.Req.Wait <= 0 {
+		v, _, err := r.reserveAll(ctx, adm.Req, &ss, 0)
+		return v, err
 	}
-	deadline := r.cfg.Now().Add(adm.req.Wait)
-	first, req := 0, adm.req
+	deadline := r.cfg.Now().Add(adm.Req.Wait)
+	first, req := 0, adm.Req
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			req.Wait = max(0, deadline.Sub(r.cfg.Now()))
 		}
-		res, refusedAt, err := r.reserveAll(ctx, req, &ss, first)
-		if err != nil || res.Allowed || refusedAt == first || attempt == maxChainAttempts || req.Wait == 0 {
-			return res, err
+		v, refusedAt, err := r.reserveAll(ctx, req, &ss, first)
+		if err != nil || v.Allowed || refusedAt == first || attempt == maxChainAttempts || req.Wait == 0 {
+			return v, err
 		}
 		first = refusedAt
 	}
@@ -236,9 +267,9 @@ func (r *Router) admit(ctx context.Context, adm admission) (acquireResponse, err
 // at first. Every key reserves the tokens the first one did. On a refusal
 // it cancels what it reserved and returns the refusal and the index of
 // the key that refused; on an error, what it reserved is cancelled too.
-func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSet, first int) (res acquireResponse, refusedAt int, err error) {
-	var held [maxSides]outcome
-	var order [maxSides]int
+func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSet, first int) (v Verdict, refusedAt int, err error) {
+	var held [MaxSides]outcome
+	var order [MaxSides]int
 	order[0] = first
 	for i, j := 0, 1; i < ss.n; i++ {
 		if i != first {
@@ -248,7 +279,7 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 	}
 	tokens := req.PromptTokens + req.MaxTokens
 	for k, i := range order[:ss.n] {
-		c := node.Call{Op: node.OpAcquire, Key: ss.s[i].key, Req: req}
+		c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req}
 		if k > 0 {
 			c.Req.Wait = 0
 		}
@@ -256,7 +287,7 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 		if err != nil || !o.answer.Decision.Allowed {
 			r.rollback(ss, &held, order[:k])
 			if err != nil {
-				return acquireResponse{}, i, err
+				return Verdict{}, i, err
 			}
 			return r.refusal(ss, &held, order[:k], i, o), i, nil
 		}
@@ -270,53 +301,52 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 
 // rollback cancels the reservations of ss's keys at indexes done, the
 // last reserved first.
-func (r *Router) rollback(ss *sideSet, held *[maxSides]outcome, done []int) {
+func (r *Router) rollback(ss *sideSet, held *[MaxSides]outcome, done []int) {
 	for k := len(done) - 1; k >= 0; k-- {
 		i := done[k]
-		r.undo(ss.s[i].key, held[i], node.OpCancel)
+		r.undo(ss.s[i].Key, held[i], node.OpCancel)
 	}
 }
 
-// refusal is the answer of an acquire that key at bad refused with o,
+// refusal is the verdict on an acquire that key at bad refused with o,
 // the keys at done having been reserved (and cancelled since): the reason
-// and retry-after are the refusing key's, "limits" the tenant's status as
-// its own answer reported it (the refusing key's when the tenant was not
-// asked), "pool" the pool's when the pool refused.
-func (r *Router) refusal(ss *sideSet, held *[maxSides]outcome, done []int, bad int, o outcome) acquireResponse {
+// and retry-after are the refusing key's, the status the tenant's as its
+// own answer reported it (the refusing key's when the tenant was not
+// asked), the pool's status there when the pool refused.
+func (r *Router) refusal(ss *sideSet, held *[MaxSides]outcome, done []int, bad int, o outcome) Verdict {
 	d := o.answer.Decision
 	by := ss.s[bad]
-	res := acquireResponse{Limits: limitsOf(d.Status), Owner: o.answer.Owner, Fallback: o.fallback,
-		Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter)), RefusedBy: by.label(), refused: by}
+	v := Verdict{Status: d.Status, Owner: o.answer.Owner, Fallback: o.fallback,
+		Reason: d.Reason.String(), RetryAfter: d.RetryAfter, RefusedBy: by}
 	for _, i := range done {
 		if i == 0 {
-			res.Limits, res.Owner = limitsOf(held[0].answer.Decision.Status), held[0].answer.Owner
+			v.Status, v.Owner = held[0].answer.Decision.Status, held[0].answer.Owner
 		}
-		res.Fallback = res.Fallback || held[i].fallback
+		v.Fallback = v.Fallback || held[i].fallback
 	}
-	if by.kind == KeyPool {
-		res.Pool = &poolJSON{Name: by.name, Limits: limitsOf(d.Status)}
+	if by.Kind == KeyPool {
+		v.Pool, v.PoolStatus = by.Name, d.Status
 	}
-	r.metrics.decision(by.metric(), res.Reason, o.fallback)
-	return res
+	r.metrics.decision(by.metric(), v.Reason, o.fallback)
+	return v
 }
 
-// admitted is the answer of an acquire every key of ss admitted: the
+// admitted is the verdict on an acquire every key of ss admitted: the
 // lease names every key with its lease id, in chainOrder.
-func (r *Router) admitted(ss *sideSet, held *[maxSides]outcome, reserved int64) acquireResponse {
+func (r *Router) admitted(ss *sideSet, held *[MaxSides]outcome, reserved int64) Verdict {
 	t := held[0].answer
-	res := acquireResponse{Allowed: true, Limits: limitsOf(t.Decision.Status), Owner: t.Owner, ReservedTokens: reserved}
-	l := lease{Tenant: ss.s[0].name, Node: r.cluster.Name()}
+	v := Verdict{Allowed: true, Status: t.Decision.Status, Owner: t.Owner, Reserved: reserved,
+		Lease: Lease{Tenant: ss.s[0].Name, Node: r.cluster.Name()}}
 	for i := range ss.n {
 		o := held[i]
-		l.add(ss.s[i].key, o.answer.Decision.Lease, o.fallback)
-		res.Fallback = res.Fallback || o.fallback
-		if ss.s[i].kind == KeyPool {
-			res.Pool = &poolJSON{Name: ss.s[i].name, Limits: limitsOf(o.answer.Decision.Status)}
+		v.Lease.Add(ss.s[i].Key, o.answer.Decision.Lease, o.fallback)
+		v.Fallback = v.Fallback || o.fallback
+		if ss.s[i].Kind == KeyPool {
+			v.Pool, v.PoolStatus = ss.s[i].Name, o.answer.Decision.Status
 		}
 	}
-	res.Lease, res.lease = r.leases.sign(l), l
-	r.metrics.decision("none", "", res.Fallback) // allowed: no side refused
-	return res
+	r.metrics.decision("none", "", v.Fallback) // allowed: no side refused
+	return v
 }
 
 // undo rolls back (or releases) one side of an admission.
@@ -331,42 +361,42 @@ func (r *Router) undo(key string, o outcome, op node.Op) {
 	}
 }
 
-// levelJSON is one level of GET /v1/tenants/{t}'s "levels".
-type levelJSON struct {
-	Level  string     `json:"level"`
-	Owner  string     `json:"owner"`
-	Limits limitsJSON `json:"limits"`
+// Level is one key an acquire charges, with its owner's status of it.
+type Level struct {
+	Label  string // Side.Label
+	Owner  string
+	Status limiter.Status
 }
 
-// levelsStatus returns the status of every key an acquire of tenant for
-// model would charge (sidesOf), in chainOrder, or the error or the side
-// whose owner could not be reached (fallback true).
-func (r *Router) levelsStatus(ctx context.Context, tenant, model string) (out []levelJSON, unreachable string, err error) {
+// Levels returns the status of every key an acquire of tenant for model
+// would charge (sidesOf), in chainOrder, or the error or the label of the
+// key whose owner could not be reached.
+func (r *Router) Levels(ctx context.Context, tenant, model string) (out []Level, unreachable string, err error) {
 	var ss sideSet
 	r.sidesOf(tenant, model, &ss)
-	out = make([]levelJSON, 0, ss.n)
+	out = make([]Level, 0, ss.n)
 	for _, s := range ss.s[:ss.n] {
-		c := node.Call{Op: node.OpStatus, Key: s.key}
+		c := node.Call{Op: node.OpStatus, Key: s.Key}
 		o, err := r.decide(ctx, &c, 0)
 		if err != nil {
 			return nil, "", err
 		}
 		if o.fallback {
-			return nil, s.label(), nil
+			return nil, s.Label(), nil
 		}
-		out = append(out, levelJSON{Level: s.label(), Owner: o.answer.Owner, Limits: limitsOf(o.answer.Decision.Status)})
+		out = append(out, Level{Label: s.Label(), Owner: o.answer.Owner, Status: o.answer.Decision.Status})
 	}
 	return out, "", nil
 }
 
-// renewInterval is a third of the shortest lease TTL of the lease's keys.
-func (r *Router) renewInterval(tl limiter.Limits, l lease) time.Duration {
+// RenewInterval is a third of the shortest lease TTL of the lease's keys.
+func (r *Router) RenewInterval(tl limiter.Limits, l Lease) time.Duration {
 	ttl := tl.LeaseTTL
 	if ttl <= 0 {
 		ttl = limiter.DefaultLeaseTTL
 	}
-	for _, s := range l.all()[1:] {
-		if t := r.cfg.Limits(s.key).LeaseTTL; t > 0 {
+	for _, s := range l.Sides()[1:] {
+		if t := r.cfg.Limits(s.Key).LeaseTTL; t > 0 {
 			ttl = min(ttl, t)
 		}
 	}

@@ -16,21 +16,21 @@ import (
 
 // v2Lease is a lease of the shape every lease had before chains: a tenant
 // and, when pool is not "", its pool.
-func v2Lease(tenant string, tid uint64, tfb bool, pool string, pid uint64, pfb bool, node string) lease {
-	l := lease{Tenant: tenant, Node: node}
-	l.add(TenantKey(tenant), tid, tfb)
+func v2Lease(tenant string, tid uint64, tfb bool, pool string, pid uint64, pfb bool, node string) Lease {
+	l := Lease{Tenant: tenant, Node: node}
+	l.Add(TenantKey(tenant), tid, tfb)
 	if pool != "" {
-		l.add(PoolKey(pool), pid, pfb)
+		l.Add(PoolKey(pool), pid, pfb)
 	}
 	return l
 }
 
 // chainLease is a lease of a four-level chain with per-model keys and a pool.
-func chainLease() lease {
-	l := lease{Tenant: "key-7f3a", Node: "n2"}
+func chainLease() Lease {
+	l := Lease{Tenant: "key-7f3a", Node: "n2"}
 	tk, gk, ok := TenantKey("key-7f3a"), GroupKey("team-research"), GroupKey("org-acme")
 	for i, k := range []string{tk, ModelKey(tk, "gpt-4o"), gk, ModelKey(gk, "gpt-4o-*"), ok, GroupKey("root"), PoolKey("gpt-4o")} {
-		l.add(k, uint64(i+1)<<40|uint64(i), i == 3)
+		l.Add(k, uint64(i+1)<<40|uint64(i), i == 3)
 	}
 	return l
 }
@@ -278,8 +278,8 @@ func TestChainV2LeaseStillCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := []byte{2, 0}
-	old = binary.AppendUvarint(old, l.sides[0].id)
-	old = binary.AppendUvarint(old, l.sides[1].id)
+	old = binary.AppendUvarint(old, l.sides[0].ID)
+	old = binary.AppendUvarint(old, l.sides[1].ID)
 	for _, str := range []string{"a", "gpt", "n1"} {
 		old = append(binary.AppendUvarint(old, uint64(len(str))), str...)
 	}

@@ -11,38 +11,38 @@ import (
 	"sync"
 )
 
-// lease is what the opaque lease string handed to clients carries: every
+// Lease is what the opaque Lease string handed to clients carries: every
 // key the acquire charged (the tenant's first, then the others in
-// chainOrder) with its lease id, enough to route complete and renew to each
+// chainOrder) with its Lease id, enough to route complete and renew to each
 // key's owner.
-type lease struct {
+type Lease struct {
 	Tenant string
 	// Node is the node that admitted it: the only one that holds its
 	// sides admitted by the fallback.
 	Node  string
 	n     int
-	sides [maxSides]leaseSide
+	sides [MaxSides]LeaseSide
 }
 
-// leaseSide is one key of a lease.
-type leaseSide struct {
-	key string
-	id  uint64
-	// fallback marks a side admitted by the fallback limiter of node Node
+// LeaseSide is one key of a lease.
+type LeaseSide struct {
+	Key string
+	ID  uint64
+	// Fallback marks a side admitted by the Fallback limiter of node Node
 	// while its owner was unreachable.
-	fallback bool
+	Fallback bool
 }
 
-// add appends a side; a lease holds at most maxSides.
-func (l *lease) add(key string, id uint64, fallback bool) {
-	if l.n < maxSides {
-		l.sides[l.n] = leaseSide{key, id, fallback}
+// Add appends a side; a lease holds at most MaxSides.
+func (l *Lease) Add(key string, id uint64, fallback bool) {
+	if l.n < MaxSides {
+		l.sides[l.n] = LeaseSide{key, id, fallback}
 		l.n++
 	}
 }
 
-// all returns l's sides, the tenant's first.
-func (l *lease) all() []leaseSide { return l.sides[:l.n] }
+// Sides returns l's sides, the tenant's first.
+func (l *Lease) Sides() []LeaseSide { return l.sides[:l.n] }
 
 // The lease text is base64url (no padding) of a payload and an HMAC-SHA256
 // tag (leaseTagLen bytes) over the payload. The tag binds every field
@@ -56,7 +56,7 @@ func (l *lease) all() []leaseSide { return l.sides[:l.n] }
 // is a fallback's, 2: the pool's), the tenant's and the pool's lease ids as
 // uvarints, the tenant, pool and node names as uvarint length + bytes (the
 // pool "" for none). Version 3 (any other chain): the version byte, the
-// number of sides n (1 to maxSides), then per side a flags byte (1:
+// number of sides n (1 to MaxSides), then per side a flags byte (1:
 // fallback) and its lease id as a uvarint, then the tenant and node names
 // and the keys of sides 2 to n as uvarint length + bytes (the first side's
 // key is always the tenant's). Both are read back, so leases handed out
@@ -74,48 +74,48 @@ var (
 
 // v2 reports whether l is written as version 2: a tenant alone or a
 // tenant and a pool.
-func (l *lease) v2() bool {
-	return l.n == 1 || (l.n == 2 && len(l.sides[1].key) > 2 && strings.HasPrefix(l.sides[1].key, "p:"))
+func (l *Lease) v2() bool {
+	return l.n == 1 || (l.n == 2 && len(l.sides[1].Key) > 2 && strings.HasPrefix(l.sides[1].Key, "p:"))
 }
 
 // appendPayload appends l's fields, without the tag.
-func (l *lease) appendPayload(b []byte) []byte {
+func (l *Lease) appendPayload(b []byte) []byte {
 	if l.v2() {
 		return l.appendV2(b)
 	}
 	b = append(b, leaseV3, byte(l.n))
-	for _, s := range l.all() {
+	for _, s := range l.Sides() {
 		var flags byte
-		if s.fallback {
+		if s.Fallback {
 			flags = 1
 		}
-		b = binary.AppendUvarint(append(b, flags), s.id)
+		b = binary.AppendUvarint(append(b, flags), s.ID)
 	}
 	b = appendLeaseString(b, l.Tenant)
 	b = appendLeaseString(b, l.Node)
-	for _, s := range l.all()[1:] {
-		b = appendLeaseString(b, s.key)
+	for _, s := range l.Sides()[1:] {
+		b = appendLeaseString(b, s.Key)
 	}
 	return b
 }
 
-func (l *lease) appendV2(b []byte) []byte {
+func (l *Lease) appendV2(b []byte) []byte {
 	var flags byte
-	var pool leaseSide
+	var pool LeaseSide
 	if l.n == 2 {
 		pool = l.sides[1]
 	}
-	if l.sides[0].fallback {
+	if l.sides[0].Fallback {
 		flags |= 1
 	}
-	if pool.fallback {
+	if pool.Fallback {
 		flags |= 2
 	}
 	b = append(b, leaseV2, flags)
-	b = binary.AppendUvarint(b, l.sides[0].id)
-	b = binary.AppendUvarint(b, pool.id)
+	b = binary.AppendUvarint(b, l.sides[0].ID)
+	b = binary.AppendUvarint(b, pool.ID)
 	b = appendLeaseString(b, l.Tenant)
-	b = appendLeaseString(b, strings.TrimPrefix(pool.key, "p:"))
+	b = appendLeaseString(b, strings.TrimPrefix(pool.Key, "p:"))
 	return appendLeaseString(b, l.Node)
 }
 
@@ -164,44 +164,44 @@ func (p *payloadReader) string() string {
 
 // parsePayload is the inverse of appendPayload: the payload must hold
 // exactly the fields, with a tenant.
-func parsePayload(b []byte) (lease, error) {
+func parsePayload(b []byte) (Lease, error) {
 	if len(b) < 2 {
-		return lease{}, errLease
+		return Lease{}, errLease
 	}
 	p := payloadReader{b[2:]}
-	var l lease
+	var l Lease
 	switch {
 	case b[0] == leaseV2 && b[1]&^3 == 0:
 		tid, pid := p.uvarint(), p.uvarint()
 		l.Tenant = p.string()
 		pool := p.string()
 		l.Node = p.string()
-		l.add(TenantKey(l.Tenant), tid, b[1]&1 != 0)
+		l.Add(TenantKey(l.Tenant), tid, b[1]&1 != 0)
 		if pool != "" {
-			l.add(PoolKey(pool), pid, b[1]&2 != 0)
+			l.Add(PoolKey(pool), pid, b[1]&2 != 0)
 		}
-	case b[0] == leaseV3 && b[1] >= 1 && b[1] <= maxSides:
+	case b[0] == leaseV3 && b[1] >= 1 && b[1] <= MaxSides:
 		l.n = int(b[1])
 		for i := range l.n {
 			flags := p.byte()
-			l.sides[i] = leaseSide{id: p.uvarint(), fallback: flags == 1}
+			l.sides[i] = LeaseSide{ID: p.uvarint(), Fallback: flags == 1}
 			if flags&^1 != 0 {
-				return lease{}, errLease
+				return Lease{}, errLease
 			}
 		}
 		l.Tenant = p.string()
 		l.Node = p.string()
-		l.sides[0].key = TenantKey(l.Tenant)
+		l.sides[0].Key = TenantKey(l.Tenant)
 		for i := 1; i < l.n; i++ {
-			if l.sides[i].key = p.string(); l.sides[i].key == "" {
-				return lease{}, errLease
+			if l.sides[i].Key = p.string(); l.sides[i].Key == "" {
+				return Lease{}, errLease
 			}
 		}
 	default:
-		return lease{}, errLease
+		return Lease{}, errLease
 	}
 	if p.b == nil || len(p.b) != 0 || l.Tenant == "" {
-		return lease{}, errLease
+		return Lease{}, errLease
 	}
 	return l, nil
 }
@@ -249,7 +249,7 @@ func (s *leaseSigner) tag(dst []byte, i int, payload []byte) []byte {
 }
 
 // sign returns l's lease text, tagged with the first key.
-func (s *leaseSigner) sign(l lease) string {
+func (s *leaseSigner) sign(l Lease) string {
 	bp := bodyBuffers.Get().(*[]byte)
 	defer putBody(bp)
 	b := l.appendPayload((*bp)[:0])
@@ -262,18 +262,18 @@ func (s *leaseSigner) sign(l lease) string {
 
 // open returns the lease of text: errLease when it is not a lease at all,
 // errLeaseSignature when its tag matches none of the keys.
-func (s *leaseSigner) open(text string) (lease, error) {
+func (s *leaseSigner) open(text string) (Lease, error) {
 	if len(text) == 0 || len(text) > maxLeaseText {
-		return lease{}, errLease
+		return Lease{}, errLease
 	}
 	b, err := base64.RawURLEncoding.DecodeString(text)
 	if err != nil || len(b) < 2+leaseTagLen {
-		return lease{}, errLease
+		return Lease{}, errLease
 	}
 	payload, got := b[:len(b)-leaseTagLen], b[len(b)-leaseTagLen:]
 	l, err := parsePayload(payload)
 	if err != nil {
-		return lease{}, err
+		return Lease{}, err
 	}
 	var want [leaseTagLen]byte
 	for i := range s.macs {
@@ -281,5 +281,5 @@ func (s *leaseSigner) open(text string) (lease, error) {
 			return l, nil
 		}
 	}
-	return lease{}, errLeaseSignature
+	return Lease{}, errLeaseSignature
 }

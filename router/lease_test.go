@@ -18,7 +18,7 @@ var (
 
 func TestLeaseRoundTrip(t *testing.T) {
 	s := newLeaseSigner([][]byte{secretA})
-	for _, l := range []lease{
+	for _, l := range []Lease{
 		v2Lease("acme", 1, false, "", 0, false, ""),
 		v2Lease("a", 1<<60, false, "gpt-4o-mini", 7, true, "n2"),
 	} {
@@ -109,7 +109,7 @@ func FuzzOpenLease(f *testing.F) {
 
 // forge returns the lease text an attacker without the key makes: the
 // fields encoded as the node does, tagged under a key of the attacker's.
-func forge(l lease) string {
+func forge(l Lease) string {
 	return newLeaseSigner([][]byte{[]byte("attacker's guess of the secret!!")}).sign(l)
 }
 
@@ -135,7 +135,7 @@ func TestForgedLeasesChangeNothing(t *testing.T) {
 	el, _ := s.router.leases.open(eve.Lease)
 	before := s.status(t, "bob").Limits
 	evePointedAtBob := el
-	evePointedAtBob.sides[1].id = bl.sides[1].id
+	evePointedAtBob.sides[1].ID = bl.sides[1].ID
 	raw, _ := base64.RawURLEncoding.DecodeString(bob.Lease)
 	raw[3] ^= 1 // inside the payload
 	foreign := start(t, setup{pools: pools, secrets: [][]byte{secretB}}).acquire(t, `{"tenant":"bob","model":"gpt","prompt_tokens":1}`)

@@ -21,8 +21,7 @@ import (
 // the Date, Content-Length and Connection that the server writes) and body.
 // Any other request it declines (returns false) having changed nothing. A
 // call with wait_ms is declined because only net/http notices a client that
-// hangs up while the call waits. It also serves the LLM proxy's requests
-// that do not ask for a stream (proxyPlain).
+// hangs up while the call waits.
 func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
 	return r.servePlain(ctx, req, resp, false)
 }
@@ -80,10 +79,6 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 		} else {
 			a = r.batchAnswer(ctx, set, &in, pre)
 		}
-	case "/v1/chat/completions":
-		return !quick && r.proxyPlain(req, resp, openAI{})
-	case "/v1/messages":
-		return !quick && r.proxyPlain(req, resp, anthropic{})
 	default:
 		return false
 	}

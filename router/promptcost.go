@@ -5,7 +5,7 @@ package router
 // caller before it is known to be allowed (its token, then its tenant), a
 // prompt is counted only up to Config.MaxPromptBytes, and a tenant that
 // cannot admit any request now is refused without counting
-// (refuseExhausted).
+// (RefuseExhausted).
 
 import (
 	"context"
@@ -28,11 +28,11 @@ func promptBytes(in *acquireRequest) int {
 	if in.Prompt != nil {
 		return len(*in.Prompt)
 	}
-	return messagesBytes(in.Messages)
+	return MessagesBytes(in.Messages)
 }
 
-// messagesBytes is the bytes of msgs' fields that a count reads.
-func messagesBytes(msgs []prompt.Message) int {
+// MessagesBytes is the bytes of msgs' fields that a count reads.
+func MessagesBytes(msgs []prompt.Message) int {
 	n := 0
 	for i := range msgs {
 		m := &msgs[i]
@@ -56,11 +56,11 @@ func (r *Router) countAcquirePrompt(in *acquireRequest) int64 {
 	return int64(r.cfg.Counter.Messages(in.Model, in.Messages))
 }
 
-// exhaustedProbeWait bounds refuseExhausted's call to the owner; a probe
+// exhaustedProbeWait bounds RefuseExhausted's call to the owner; a probe
 // that takes longer is given up and the acquire runs as usual.
 const exhaustedProbeWait = 500 * time.Millisecond
 
-// refuseExhausted answers, before the prompt of adm is counted, an acquire
+// RefuseExhausted answers, before the prompt of adm is counted, an acquire
 // (without wait_ms) whose tenant cannot admit any request now: its
 // request window is full or every concurrency slot held. It is cheap: it
 // asks the owner only when what this node already knows says so (the
@@ -82,12 +82,12 @@ const exhaustedProbeWait = 500 * time.Millisecond
 //     acquire itself.
 //
 // refused is false when the acquire must run as usual.
-func (r *Router) refuseExhausted(ctx context.Context, adm admission) (res acquireResponse, refused bool) {
-	key := TenantKey(adm.tenant)
-	if adm.req.Wait > 0 || !r.looksExhausted(key) {
-		return res, false
+func (r *Router) RefuseExhausted(ctx context.Context, adm Admission) (v Verdict, refused bool) {
+	key := TenantKey(adm.Tenant)
+	if adm.Req.Wait > 0 || !r.looksExhausted(key) {
+		return v, false
 	}
-	probe := adm.req
+	probe := adm.Req
 	probe.PromptTokens = 0
 	cctx, cancel := lazyctx.WithTimeout(ctx, exhaustedProbeWait)
 	a, err := r.cluster.Do(cctx, node.Call{Op: node.OpAcquire, Key: key, Req: probe})
@@ -95,23 +95,22 @@ func (r *Router) refuseExhausted(ctx context.Context, adm admission) (res acquir
 	d := a.Decision
 	switch {
 	case err != nil || d.Reason == limiter.TableFull:
-		return res, false
+		return v, false
 	case d.Allowed:
 		cctx, cancel := lazyctx.WithTimeout(context.WithoutCancel(ctx), r.cfg.ForwardMaxWait)
 		defer cancel()
 		if _, err := r.cluster.Do(cctx, node.Call{Op: node.OpCancel, Key: key, Lease: d.Lease}); err != nil {
 			r.log.Warn("cancelling a probe's admission failed; the slot expires by its TTL", "key", key, "err", err)
 		}
-		return res, false
+		return v, false
 	}
 	if a.Owner != r.cluster.Name() {
 		r.degraded.Report(key, d.Status, r.cfg.Now())
 	}
-	by := side{key: key, kind: KeyTenant, name: adm.tenant}
-	res = acquireResponse{Limits: limitsOf(d.Status), Owner: a.Owner, Reason: d.Reason.String(), RetryAfterMS: max(1, ceilMS(d.RetryAfter)),
-		RefusedBy: by.label(), refused: by}
-	r.metrics.decision("tenant", res.Reason, false)
-	return res, true
+	v = Verdict{Status: d.Status, Owner: a.Owner, Reason: d.Reason.String(), RetryAfter: d.RetryAfter,
+		RefusedBy: Side{Key: key, Kind: KeyTenant, Name: adm.Tenant}}
+	r.metrics.decision("tenant", v.Reason, false)
+	return v, true
 }
 
 // looksExhausted reports whether what this node knows of key, without

@@ -47,7 +47,7 @@ func (r *Router) immediateAcquire(tenant, model string) bool {
 	var ss sideSet
 	r.sidesOf(tenant, model, &ss)
 	for _, s := range ss.s[:ss.n] {
-		if !r.quick.Immediate(s.key) {
+		if !r.quick.Immediate(s.Key) {
 			return false
 		}
 	}
@@ -67,7 +67,7 @@ func (r *Router) ownedAcquire(tenant, model string) bool {
 	var ss sideSet
 	r.sidesOf(tenant, model, &ss)
 	for _, s := range ss.s[:ss.n] {
-		if !r.ownedHere(s.key) {
+		if !r.ownedHere(s.Key) {
 			return false
 		}
 	}
@@ -82,8 +82,8 @@ func (r *Router) immediateLease(in *completeRequest) bool {
 	if err != nil {
 		return true
 	}
-	for _, s := range l.all() {
-		if !s.fallback && !r.quick.Immediate(s.key) {
+	for _, s := range l.Sides() {
+		if !s.Fallback && !r.quick.Immediate(s.Key) {
 			return false
 		}
 	}

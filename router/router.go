@@ -16,7 +16,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tokenring/tokenring/fallback"
-	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -103,9 +102,6 @@ type Config struct {
 	DebtInterval time.Duration
 	// Logger receives the router's logs. Nil discards them.
 	Logger *slog.Logger
-	// Proxy configures the LLM proxy (POST /v1/chat/completions and
-	// /v1/messages; see proxy.go). The zero value answers 401 to every key.
-	Proxy ProxyConfig
 	// MaxPromptBytes bounds the bytes of a prompt (or of messages: every
 	// role, name, content and tool field) the router counts with Counter:
 	// the decision API answers a larger one 413, naming the cap, and the
@@ -140,15 +136,8 @@ type Router struct {
 	log      *slog.Logger
 	handler  http.Handler // the decision API's and the proxy's routes
 	leases   *leaseSigner
-	clients  *clientTokens // nil: the decision API is open
-	// upstreams are the LLM proxy's clients, one per upstream, when
-	// Config.Proxy.Client is nil.
-	upstreams map[Upstream]*http.Client
-	// alarms bound the proxy's waits on upstreams (ResponseHeader,
-	// StreamIdle) and time its leases' renewals, without a runtime timer
-	// a call; on the wall clock, as the connections' deadlines are.
-	alarms *alarm.Clock
-	warn   rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	clients  *clientTokens  // nil: the decision API is open
+	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 	// maxPromptBytes is Config.MaxPromptBytes, its default applied.
 	maxPromptBytes int
 }
@@ -196,24 +185,17 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		}
 	}
 	r := &Router{
-		cfg:       cfg,
-		cluster:   cluster,
-		degraded:  fallback.NewState(cfg.Now, cfg.MaxFallbackKeys),
-		metrics:   m,
-		timeouts:  timeouts,
-		log:       cfg.Logger,
-		warn:      rate.Sometimes{Interval: time.Second},
-		leases:    newLeaseSigner(cfg.ClusterSecrets),
-		clients:   newClientTokens(cfg.Clients, cfg.ClientCerts),
-		upstreams: map[Upstream]*http.Client{},
-		alarms:    alarm.New(alarm.Config{}),
+		cfg:      cfg,
+		cluster:  cluster,
+		degraded: fallback.NewState(cfg.Now, cfg.MaxFallbackKeys),
+		metrics:  m,
+		timeouts: timeouts,
+		log:      cfg.Logger,
+		warn:     rate.Sometimes{Interval: time.Second},
+		leases:   newLeaseSigner(cfg.ClusterSecrets),
+		clients:  newClientTokens(cfg.Clients, cfg.ClientCerts),
 
 		maxPromptBytes: cfg.MaxPromptBytes,
-	}
-	if cfg.Proxy.Client == nil {
-		for _, u := range []Upstream{cfg.Proxy.OpenAI, cfg.Proxy.Anthropic} {
-			r.upstreams[u] = NewUpstreamClient(u.Timeouts)
-		}
 	}
 	if r.debts, err = fallback.NewDebts(r.degraded, fallback.DebtsConfig{
 		Charge: r.charge, Limits: cfg.Limits, Now: cfg.Now, MaxWait: cfg.ForwardMaxWait,
@@ -256,14 +238,6 @@ func (r *Router) reportHeld(key string) {
 	}
 }
 
-// upstreamClient is the client that sends requests to u.
-func (r *Router) upstreamClient(u Upstream) *http.Client {
-	if c := r.cfg.Proxy.Client; c != nil {
-		return c
-	}
-	return r.upstreams[u]
-}
-
 // ServeHTTP implements http.Handler.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.handler.ServeHTTP(w, req) }
 
@@ -294,24 +268,24 @@ type outcome struct {
 	fallback bool // decided locally because the owner was unreachable
 }
 
-// ownerTimeoutRetry is the retry-after of a 503 for an owner that did not
+// OwnerTimeoutRetry is the retry-after of a 503 for an owner that did not
 // answer within the cap: it is alive, but too busy to be asked again at once.
-const ownerTimeoutRetry = time.Second
+const OwnerTimeoutRetry = time.Second
 
-// ownerTimeoutError is decide's error for an owner that is alive (its
+// OwnerTimeoutError is decide's error for an owner that is alive (its
 // connection is not silent) but did not answer within ForwardMaxWait. Nothing
 // was admitted: the HTTP answer is a 503 (writeOwnerTimeout).
-type ownerTimeoutError struct {
+type OwnerTimeoutError struct {
 	key  string
 	wait time.Duration
 }
 
-func (e *ownerTimeoutError) Error() string {
+func (e *OwnerTimeoutError) Error() string {
 	return fmt.Sprintf("owner of %s did not answer within %v", e.key, e.wait)
 }
 
 // writeOwnerTimeout writes the decision API's 503 for err if it is an owner
-// timeout or a full table (*tableFullError), and reports whether it did.
+// timeout or a full table (*TableFullError), and reports whether it did.
 func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
 	a, ok := ownerTimeoutAnswer(err)
 	if ok {
@@ -327,7 +301,7 @@ func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
 // then decide applies the fallback policy, as it does for
 // node.ErrTransferPending. The cap passing means the owner is alive but slow:
 // no fallback, since the owner may still count the call; decide returns an
-// *ownerTimeoutError and admits nothing. ctx's own end (client gone) is
+// *OwnerTimeoutError and admits nothing. ctx's own end (client gone) is
 // returned as an error.
 //
 // Other errors (node.ErrNoOwner while rings disagree, an error text from a
@@ -351,7 +325,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 	end := r.cfg.Now()
 	r.metrics.observe(c.Op, where, end.Sub(start))
 	if err == nil && a.Decision.Reason == limiter.TableFull {
-		return outcome{}, &tableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
+		return outcome{}, &TableFullError{owner: a.Owner, retry: a.Decision.RetryAfter}
 	}
 	if err == nil {
 		// Every answer carries the key's status: remember what another
@@ -373,7 +347,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		r.warn.Do(func() {
 			r.log.Warn("owner alive but slow: refused without fallback (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "cap", wait, "err", err)
 		})
-		return outcome{}, &ownerTimeoutError{key: c.Key, wait: wait}
+		return outcome{}, &OwnerTimeoutError{key: c.Key, wait: wait}
 	}
 	r.warn.Do(func() {
 		r.log.Warn("owner unreachable, falling back (logged at most once a second)", "op", c.Op.String(), "key", c.Key, "policy", string(r.cfg.Fallback), "err", err)
@@ -410,7 +384,7 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 		}
 		if d.Reason == limiter.TableFull && !d.Allowed {
 			r.metrics.fallback(r.cfg.Fallback, false)
-			return outcome{}, &tableFullError{owner: "this node's fallback", retry: d.RetryAfter}
+			return outcome{}, &TableFullError{owner: "this node's fallback", retry: d.RetryAfter}
 		}
 		if d.Allowed {
 			d.Reserved = tokens
@@ -431,20 +405,15 @@ func (r *Router) charge(ctx context.Context, key string, c fallback.Charge) (lim
 }
 
 // Close stops the router's background work: the loop charging fallback
-// debts (which runs only while some are owed) and the proxy's timeouts and
-// lease renewals (an upstream call still waiting then is no longer cut nor
-// its lease renewed), and closes the
-// LLM proxy's idle upstream connections. Debts still owed then are never charged.
-// Close does not stop serving HTTP. It is safe to call more
-// than once.
+// debts (which runs only while some are owed). Debts still owed then are
+// never charged. It is safe to call more than once.
 func (r *Router) Close() error {
 	r.debts.Close()
-	r.alarms.Close()
-	for _, c := range r.upstreams {
-		c.CloseIdleConnections()
-	}
 	return nil
 }
+
+// Limits gives the limits of key (Config.Limits).
+func (r *Router) Limits(key string) limiter.Limits { return r.cfg.Limits(key) }
 
 // Owe records requests and tokens admitted for key at at that its owner has
 // not counted: what a member fenced off on the minority side of a network

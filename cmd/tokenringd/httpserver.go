@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/internal/http1"
-	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/proxy"
 )
 
 // maxHeaderBytes bounds a request's line and headers. Beyond it net/http
@@ -344,12 +344,12 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// proxyAccount is the LLM proxy's router.ProxyConfig.Account of cfg: the
+// proxyAccount is the LLM proxy's proxy.Config.Account of cfg: the
 // OpenAI organisation and project of each API key written with them under
 // keys:.
-func proxyAccount(cfg config.Config) func(apiKey string) router.Account {
-	return func(apiKey string) router.Account {
+func proxyAccount(cfg config.Config) func(apiKey string) proxy.Account {
+	return func(apiKey string) proxy.Account {
 		a := cfg.KeyAccounts[apiKey]
-		return router.Account{OpenAIOrganization: a.OpenAIOrganization, OpenAIProject: a.OpenAIProject}
+		return proxy.Account{OpenAIOrganization: a.OpenAIOrganization, OpenAIProject: a.OpenAIProject}
 	}
 }

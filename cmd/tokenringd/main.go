@@ -36,6 +36,7 @@ import (
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/router"
 
 	"github.com/hashicorp/go-sockaddr"
@@ -382,12 +383,12 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 		Clients:         clientTokens(cfg),
 		ClientCerts:     clientCerts(cfg),
 		MaxFallbackKeys: cfg.MaxKeys,
-		Proxy: router.ProxyConfig{
+		Proxy: proxy.Config{
 			Tenant:    cfg.Tenant,
 			Account:   proxyAccount(cfg),
 			OpenAI:    proxyUpstream(cfg.Upstream),
 			Anthropic: proxyUpstream(anth),
-			// Client nil: each upstream gets router.NewUpstreamClient
+			// Client nil: each upstream gets proxy.NewUpstreamClient
 			// with its timeouts (no overall timeout: streams run long).
 		},
 	})
@@ -406,8 +407,8 @@ func newCounter(cfg config.Config) (*prompt.Counter, error) {
 }
 
 // proxyUpstream is u as the LLM proxy takes it.
-func proxyUpstream(u config.Upstream) router.Upstream {
-	return router.Upstream{BaseURL: u.BaseURL, APIKey: u.APIKey, Timeouts: router.UpstreamTimeouts{
+func proxyUpstream(u config.Upstream) proxy.Upstream {
+	return proxy.Upstream{BaseURL: u.BaseURL, APIKey: u.APIKey, Timeouts: proxy.UpstreamTimeouts{
 		Dial: u.DialTimeout, TLS: u.TLSTimeout, ResponseHeader: u.ResponseHeaderTimeout, StreamIdle: u.StreamIdleTimeout,
 	}}
 }

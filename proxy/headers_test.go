@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"math/rand/v2"

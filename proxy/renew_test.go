@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // renewCluster answers every call OK and counts the renewals; when block
@@ -51,27 +51,23 @@ func (c *renewCluster) count() int {
 	return c.renews
 }
 
-func newRenewRouter(t *testing.T, c *renewCluster) *Router {
+func newRenewServer(t *testing.T, c *renewCluster) *Server {
 	t.Helper()
-	r, err := New(c, Config{Limits: func(string) limiter.Limits { return limiter.Limits{} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	s, _ := newServer(t, c, router.Config{}, Config{}, nil)
+	return s
 }
 
 // TestRenewEvery: renewals come every interval while the lease lives, none
 // before the first interval and none after stop.
 func TestRenewEvery(t *testing.T) {
 	c := &renewCluster{}
-	r := newRenewRouter(t, c)
-	stop := r.renewEvery(v2Lease("acme", 1, false, "", 0, false, ""), time.Hour)
+	s := newRenewServer(t, c)
+	stop := s.renewEvery(tenantLease("acme", 1), time.Hour)
 	stop()
 	if n := c.count(); n != 0 {
 		t.Fatalf("%d renewals of a lease stopped before its first interval, want 0", n)
 	}
-	stop = r.renewEvery(v2Lease("acme", 2, false, "", 0, false, ""), 5*time.Millisecond)
+	stop = s.renewEvery(tenantLease("acme", 2), 5*time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second)
 	for c.count() < 3 {
 		if time.Now().After(deadline) {
@@ -91,8 +87,8 @@ func TestRenewEvery(t *testing.T) {
 // once it has returned (goleak would see it otherwise).
 func TestRenewStopWaits(t *testing.T) {
 	c := &renewCluster{block: true, started: make(chan struct{}, 1)}
-	r := newRenewRouter(t, c)
-	stop := r.renewEvery(v2Lease("acme", 1, false, "", 0, false, ""), time.Millisecond)
+	s := newRenewServer(t, c)
+	stop := s.renewEvery(tenantLease("acme", 1), time.Millisecond)
 	<-c.started
 	stop()
 	c.mu.Lock()

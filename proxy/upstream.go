@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"errors"
@@ -57,7 +57,7 @@ func (t UpstreamTimeouts) withDefaults() UpstreamTimeouts {
 }
 
 // NewUpstreamClient returns the client the proxy uses for an upstream when
-// ProxyConfig.Client is nil: t's dial and TLS timeouts, keep-alive with up
+// Config.Client is nil: t's dial and TLS timeouts, keep-alive with up
 // to 256 idle connections per host, and no overall timeout (streams run
 // long; forward bounds the wait for headers and each silence itself).
 // Requests to an http:// upstream go over internal/http1's Client (each

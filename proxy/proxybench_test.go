@@ -1,4 +1,4 @@
-package router_test
+package proxy_test
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/test/fakeupstream"
 )
 
@@ -44,12 +45,12 @@ func BenchmarkProxyAdded(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer n.Close()
-	r, err := router.New(n, router.Config{
+	r, err := frontdoor.New(n, frontdoor.Config{
 		Limits:  limits,
 		Counter: counter,
-		Proxy: router.ProxyConfig{
+		Proxy: proxy.Config{
 			Tenant: func(key string) (string, bool) { return "bench", key == clientKey },
-			OpenAI: router.Upstream{BaseURL: up.URL + "/v1"},
+			OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1"},
 		},
 	})
 	if err != nil {

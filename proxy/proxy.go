@@ -1,8 +1,8 @@
-package router
+package proxy
 
 // The LLM proxy (README.md, "LLM proxy"): OpenAI's POST /v1/chat/completions
 // and Anthropic's POST /v1/messages, admitted through the same path as the
-// decision API (Router.admit), forwarded to the upstream, and settled with
+// decision API (router.Router.Admit), forwarded to the upstream, and settled with
 // the usage the upstream reported.
 //
 // How each way a request can end settles its lease. The lease is finished
@@ -33,7 +33,7 @@ package router
 //
 // Each provider (openai.go, anthropic.go) is a value the shared path calls
 // (provider.go); the upstream call is in forward.go, the stream relay in
-// sse.go, the lease renewal in renew.go.
+// sse.go, the lease renewal in renew.go, the fast path in plainproxy.go.
 
 import (
 	"context"
@@ -46,8 +46,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // Upstream is an LLM provider the proxy forwards to.
@@ -65,9 +67,9 @@ type Upstream struct {
 	Timeouts UpstreamTimeouts
 }
 
-// ProxyConfig configures the LLM proxy. The zero value serves the endpoints
+// Config configures the LLM proxy. The zero value serves the endpoints
 // and answers 401 to every request.
-type ProxyConfig struct {
+type Config struct {
 	// Tenant maps a client's API key (Authorization: Bearer <key>, or
 	// x-api-key: <key>) to its tenant; false means unknown (401). Nil knows
 	// no key. It is called concurrently.
@@ -88,33 +90,90 @@ type ProxyConfig struct {
 	Client *http.Client
 }
 
-// proxyRoutes serves each provider at its endpoint.
-func (r *Router) proxyRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { r.proxy(w, req, openAI{}) })
-	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, req *http.Request) { r.proxy(w, req, anthropic{}) })
+// Server is the LLM proxy of one node, admitting through its router.
+// Safe for concurrent use.
+type Server struct {
+	r              *router.Router
+	cfg            Config
+	counter        router.Counter // nil: prompts are estimated
+	maxPromptBytes int
+	log            *slog.Logger
+	// upstreams are the proxy's clients, one per upstream, when
+	// Config.Client is nil.
+	upstreams map[Upstream]*http.Client
+	// alarms bound the proxy's waits on upstreams (ResponseHeader,
+	// StreamIdle) and time its leases' renewals, without a runtime timer
+	// a call; on the wall clock, as the connections' deadlines are.
+	alarms *alarm.Clock
+}
+
+// New returns the LLM proxy admitting through r. Prompts are counted with
+// counter (nil: estimated at a token per three bytes) up to maxPromptBytes
+// bytes (0: router.DefaultMaxPromptBytes), beyond which they are
+// estimated too; log receives the logs (nil discards them).
+func New(r *router.Router, cfg Config, counter router.Counter, maxPromptBytes int, log *slog.Logger) *Server {
+	if maxPromptBytes <= 0 {
+		maxPromptBytes = router.DefaultMaxPromptBytes
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{r: r, cfg: cfg, counter: counter, maxPromptBytes: maxPromptBytes, log: log,
+		upstreams: map[Upstream]*http.Client{}, alarms: alarm.New(alarm.Config{})}
+	if cfg.Client == nil {
+		for _, u := range []Upstream{cfg.OpenAI, cfg.Anthropic} {
+			s.upstreams[u] = NewUpstreamClient(u.Timeouts)
+		}
+	}
+	return s
+}
+
+// Close stops the proxy's timeouts and lease renewals (an upstream call
+// still waiting then is no longer cut nor its lease renewed), and closes
+// its idle upstream connections. It does not stop serving HTTP, and is
+// safe to call more than once.
+func (s *Server) Close() {
+	s.alarms.Close()
+	for _, c := range s.upstreams {
+		c.CloseIdleConnections()
+	}
+}
+
+// upstreamClient is the client that sends requests to u.
+func (s *Server) upstreamClient(u Upstream) *http.Client {
+	if c := s.cfg.Client; c != nil {
+		return c
+	}
+	return s.upstreams[u]
+}
+
+// Routes serves each provider at its endpoint on mux.
+func (s *Server) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, openAI{}) })
+	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, anthropic{}) })
 }
 
 // proxy serves one provider's endpoint: authenticate, parse and count, admit
 // (or refuse in the provider's shape), then forward and settle (forward.go).
-func (r *Router) proxy(w http.ResponseWriter, req *http.Request, p provider) {
-	r.proxyParsed(w, req, p, nil)
+func (s *Server) proxy(w http.ResponseWriter, req *http.Request, p provider) {
+	s.proxyParsed(w, req, p, nil)
 }
 
 // proxyParsed is proxy for a request whose body parsed is (nil: the body
 // is still to be read and parsed).
-func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provider, parsed *proxyCall) {
+func (s *Server) proxyParsed(w http.ResponseWriter, req *http.Request, p provider, parsed *proxyCall) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		p.fail(w, apiError{http.StatusMethodNotAllowed, errInvalid, "method " + req.Method + " not allowed, use POST"})
 		return
 	}
-	tenant, apiKey, ok := r.proxyTenant(req.Header)
+	tenant, apiKey, ok := s.proxyTenant(req.Header)
 	if !ok {
 		p.fail(w, apiError{http.StatusUnauthorized, errAuth,
 			"invalid or missing API key: send Authorization: Bearer <key> or x-api-key: <key>"})
 		return
 	}
-	up, path := p.upstream(r.cfg.Proxy)
+	up, path := p.upstream(s.cfg)
 	if up.BaseURL == "" {
 		p.fail(w, apiError{http.StatusBadGateway, errServer, "no upstream is configured for " + p.name()})
 		return
@@ -126,32 +185,32 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		return
 	}
 	c.tenant = tenant
-	if r.cfg.Proxy.Account != nil {
-		c.account = r.cfg.Proxy.Account(apiKey)
+	if s.cfg.Account != nil {
+		c.account = s.cfg.Account(apiKey)
 	}
 	var err error
-	adm := admission{tenant: tenant, model: c.model, req: limiter.Request{MaxTokens: c.maxTokens}}
-	if adm.req.Priority, adm.req.Wait, err = proxyQueue(req.Header); err != nil {
+	adm := router.Admission{Tenant: tenant, Model: c.model, Req: limiter.Request{MaxTokens: c.maxTokens}}
+	if adm.Req.Priority, adm.Req.Wait, err = proxyQueue(req.Header); err != nil {
 		p.fail(w, badRequest("%v", err))
 		return
 	}
-	tl := r.cfg.Limits(TenantKey(tenant))
-	if res, refused := r.refuseExhausted(req.Context(), adm); refused { // before counting: see refuseExhausted
-		setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window)
-		r.refuse(w, &c, res)
+	tl := s.r.Limits(router.TenantKey(tenant))
+	if v, refused := s.r.RefuseExhausted(req.Context(), adm); refused { // before counting: see RefuseExhausted
+		setRateLimitHeaders(w.Header(), v.Status, tl.Window)
+		s.refuse(w, &c, &v)
 		return
 	}
-	r.countProxyPrompt(&c)
-	adm.req.PromptTokens = c.promptTokens
-	res, err := r.admit(req.Context(), adm)
-	if full := (*tableFullError)(nil); errors.As(err, &full) { // the owner holds max_keys keys: nothing admitted
-		setRetryHeaders(w.Header(), full.retryMS())
+	s.countProxyPrompt(&c)
+	adm.Req.PromptTokens = c.promptTokens
+	v, err := s.r.Admit(req.Context(), adm)
+	if full := (*router.TableFullError)(nil); errors.As(err, &full) { // the owner holds max_keys keys: nothing admitted
+		setRetryHeaders(w.Header(), full.RetryMS())
 		p.fail(w, apiError{http.StatusServiceUnavailable, errOverloaded, full.Error()})
 		return
 	}
-	var slow *ownerTimeoutError
+	var slow *router.OwnerTimeoutError
 	if errors.As(err, &slow) { // the owner is alive but slow: nothing admitted, nothing forwarded
-		setRetryHeaders(w.Header(), ownerTimeoutRetry.Milliseconds())
+		setRetryHeaders(w.Header(), router.OwnerTimeoutRetry.Milliseconds())
 		p.fail(w, apiError{http.StatusServiceUnavailable, errOverloaded, slow.Error()})
 		return
 	}
@@ -159,15 +218,15 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		p.fail(w, apiError{499, errInvalid, "request cancelled: " + err.Error()})
 		return
 	}
-	setRateLimitHeaders(w.Header(), statusOf(res.Limits), tl.Window)
-	if !res.Allowed {
-		r.refuse(w, &c, res)
+	setRateLimitHeaders(w.Header(), v.Status, tl.Window)
+	if !v.Allowed {
+		s.refuse(w, &c, &v)
 		return
 	}
-	l := res.lease
-	x := &exchange{r: r, c: &c, l: l, ctx: context.WithoutCancel(req.Context())}
-	x.seen.countText = textCounter(r.cfg.Counter, c.model)
-	x.stopRenew = r.renewEvery(l, r.renewInterval(tl, l))
+	l := v.Lease
+	x := &exchange{s: s, c: &c, l: l, ctx: context.WithoutCancel(req.Context())}
+	x.seen.countText = textCounter(s.counter, c.model)
+	x.stopRenew = s.renewEvery(l, s.r.RenewInterval(tl, l))
 	defer x.finish(node.OpRelease, limiter.Usage{}) // a safety net: a no-op once finished
 	x.forward(w, req, up, path)
 }
@@ -175,7 +234,7 @@ func (r *Router) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 // readProxyCall reads and parses req's body into c, or answers the 413
 // or 400 and returns false.
 func readProxyCall(w http.ResponseWriter, req *http.Request, p provider, c *proxyCall) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, router.MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -193,34 +252,27 @@ func readProxyCall(w http.ResponseWriter, req *http.Request, p provider, c *prox
 	return true
 }
 
-// statusOf turns a "limits" object back into a limiter.Status.
-func statusOf(l limitsJSON) limiter.Status {
-	d := func(j dimJSON) limiter.DimStatus {
-		return limiter.DimStatus{Limit: j.Limit, Remaining: j.Remaining, Reset: time.Duration(j.ResetMS) * time.Millisecond}
-	}
-	return limiter.Status{Requests: d(l.Requests), Tokens: d(l.Tokens), Concurrency: d(l.Concurrency)}
-}
-
-// refuse writes a 429 in the provider's shape.
-func (r *Router) refuse(w http.ResponseWriter, c *proxyCall, res acquireResponse) {
-	setRetryHeaders(w.Header(), res.RetryAfterMS)
-	w.Header().Set(hdrReason, res.Reason)
-	w.Header().Set(hdrRefusedBy, res.RefusedBy)
+// refuse writes a 429 in the provider's shape for the refusal v.
+func (s *Server) refuse(w http.ResponseWriter, c *proxyCall, v *router.Verdict) {
+	retryMS := max(1, ceilMS(v.RetryAfter))
+	setRetryHeaders(w.Header(), retryMS)
+	w.Header().Set(hdrReason, v.Reason)
+	w.Header().Set(hdrRefusedBy, v.RefusedBy.Label())
 	who := "tenant " + c.tenant
-	switch by := res.refused; {
-	case res.Pool != nil:
-		who = "model " + c.model + " (upstream pool " + res.Pool.Name + ", shared by all tenants)"
-	case by.kind == KeyGroup && by.entry != "":
-		who = "model " + c.model + " in group " + by.name + " (models entry " + by.entry + ", shared by the group's tenants)"
-	case by.kind == KeyGroup:
-		who = "group " + by.name + " (shared by its tenants, tenant " + c.tenant + " among them)"
-	case by.entry != "":
-		who = "model " + c.model + " for tenant " + c.tenant + " (models entry " + by.entry + ")"
+	switch by := v.RefusedBy; {
+	case v.Pool != "":
+		who = "model " + c.model + " (upstream pool " + v.Pool + ", shared by all tenants)"
+	case by.Kind == router.KeyGroup && by.Entry != "":
+		who = "model " + c.model + " in group " + by.Name + " (models entry " + by.Entry + ", shared by the group's tenants)"
+	case by.Kind == router.KeyGroup:
+		who = "group " + by.Name + " (shared by its tenants, tenant " + c.tenant + " among them)"
+	case by.Entry != "":
+		who = "model " + c.model + " for tenant " + c.tenant + " (models entry " + by.Entry + ")"
 	}
 	msg := fmt.Sprintf("Rate limit reached for %s on %s. Please try again in %s.",
-		who, res.Reason, openAIDuration(time.Duration(res.RetryAfterMS)*time.Millisecond))
+		who, v.Reason, openAIDuration(time.Duration(retryMS)*time.Millisecond))
 	kind := errRateRequests // concurrency and queue_full count as requests
-	if res.Reason == limiter.Tokens.String() {
+	if v.Reason == limiter.Tokens.String() {
 		kind = errRateTokens
 	}
 	c.p.fail(w, apiError{http.StatusTooManyRequests, kind, msg})
@@ -228,8 +280,8 @@ func (r *Router) refuse(w http.ResponseWriter, c *proxyCall, res acquireResponse
 
 // proxyTenant finds the tenant of the request's API key (the bearer token,
 // else x-api-key) and returns it with the key.
-func (r *Router) proxyTenant(h http.Header) (tenant, apiKey string, ok bool) {
-	if r.cfg.Proxy.Tenant == nil {
+func (s *Server) proxyTenant(h http.Header) (tenant, apiKey string, ok bool) {
+	if s.cfg.Tenant == nil {
 		return "", "", false
 	}
 	var keys []string
@@ -240,7 +292,7 @@ func (r *Router) proxyTenant(h http.Header) (tenant, apiKey string, ok bool) {
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
-		if t, ok := r.cfg.Proxy.Tenant(k); ok && CheckName("tenant", t, true) == nil {
+		if t, ok := s.cfg.Tenant(k); ok && router.CheckName("tenant", t, true) == nil {
 			return t, k, true
 		}
 	}
@@ -262,8 +314,8 @@ func proxyQueue(h http.Header) (limiter.Priority, time.Duration, error) {
 	var wait time.Duration
 	if v := h.Get(hdrWaitMS); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 || ms > maxWait.Milliseconds() {
-			return 0, 0, fmt.Errorf("%s must be an integer between 0 and %d, got %q", hdrWaitMS, maxWait.Milliseconds(), v)
+		if err != nil || ms < 0 || ms > router.MaxWait.Milliseconds() {
+			return 0, 0, fmt.Errorf("%s must be an integer between 0 and %d, got %q", hdrWaitMS, router.MaxWait.Milliseconds(), v)
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
@@ -273,9 +325,9 @@ func proxyQueue(h http.Header) (limiter.Priority, time.Duration, error) {
 // exchange is one admitted request on its way through the upstream. It is
 // used by the request's handler goroutine only.
 type exchange struct {
-	r         *Router
+	s         *Server
 	c         *proxyCall
-	l         lease
+	l         router.Lease
 	ctx       context.Context // for settling: not cancelled when the client goes
 	stopRenew func()
 	finished  bool
@@ -289,9 +341,9 @@ func (x *exchange) finish(op node.Op, u limiter.Usage) {
 	}
 	x.finished = true
 	x.stopRenew()
-	ok, _, _ := x.r.leaseCall(x.ctx, x.l, op, u)
-	if x.r.log.Enabled(x.ctx, slog.LevelDebug) { // the arguments cost allocations even when not logged
-		x.r.log.Debug("proxy: finished", "tenant", x.l.Tenant, "op", op.String(), "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "found", ok)
+	ok, _, _ := x.s.r.LeaseCall(x.ctx, x.l, op, u)
+	if x.s.log.Enabled(x.ctx, slog.LevelDebug) { // the arguments cost allocations even when not logged
+		x.s.log.Debug("proxy: finished", "tenant", x.l.Tenant, "op", op.String(), "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens, "found", ok)
 	}
 }
 

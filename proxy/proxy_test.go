@@ -1,10 +1,11 @@
-package router_test
+package proxy_test
 
 // The LLM proxy, in process: a node and its router behind the server
 // tokenringd runs (internal/http1's fast path, net/http for the rest; or
-// net/http alone), forwarding to fakeupstream.Upstream. This is an external test package
-// because test (the fake upstream's home) imports router; it shares the
-// router package's TestMain, so goleak checks these tests too.
+// net/http alone), forwarding to fakeupstream.Upstream. This is an
+// external test package because it serves the proxy behind the whole front
+// door (frontdoor, which imports proxy); it shares the proxy package's
+// TestMain, so goleak checks these tests too.
 
 import (
 	"bufio"
@@ -22,11 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
-	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/test/fakeupstream"
 )
 
@@ -66,7 +68,7 @@ type proxyOpts struct {
 	tenant   limiter.Limits            // acme's limits
 	pools    map[string]limiter.Limits // by model
 	upstream string                    // base URL; empty: the fake upstream
-	timeouts router.UpstreamTimeouts   // of both upstreams
+	timeouts proxy.UpstreamTimeouts    // of both upstreams
 	netHTTP  bool                      // the fake upstream's net/http client, not the router's own (NewUpstreamClient, as tokenringd runs)
 	maxKeys  int                       // the node's MaxKeys; 0: its default
 	netHTTP1 bool                      // serve with net/http alone, not tokenringd's server (the fast path, then net/http)
@@ -96,22 +98,22 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 	if o.netHTTP {
 		client = up.Client()
 	}
-	r, err := router.New(n, router.Config{
+	r, err := frontdoor.New(n, frontdoor.Config{
 		Limits: limits,
 		PoolFor: func(m string) (string, bool) {
 			_, ok := o.pools[m]
 			return m, ok
 		},
 		Counter: counter,
-		Proxy: router.ProxyConfig{
+		Proxy: proxy.Config{
 			Tenant: func(key string) (string, bool) {
 				if key == clientKey {
 					return "acme", true
 				}
 				return "", false
 			},
-			OpenAI:    router.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
-			Anthropic: router.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
+			OpenAI:    proxy.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
+			Anthropic: proxy.Upstream{BaseURL: base, APIKey: upstreamKey, Timeouts: o.timeouts},
 			Client:    client,
 		},
 	})
@@ -132,7 +134,7 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 // serveRouter serves r on loopback as tokenringd does (internal/http1's
 // fast path, r.ServePlain, and net/http for what it declines), or with
 // net/http alone; stop closes the server.
-func serveRouter(t testing.TB, r *router.Router, netHTTPOnly bool) (url string, stop func()) {
+func serveRouter(t testing.TB, r *frontdoor.Door, netHTTPOnly bool) (url string, stop func()) {
 	t.Helper()
 	if netHTTPOnly {
 		hs := httptest.NewServer(r)

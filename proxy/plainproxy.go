@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // The LLM proxy's whole-answer requests on the fast path (internal/http1).
 // net/http costs a sequential request 46-50 µs more than the fast path on
@@ -28,10 +28,23 @@ import (
 // upstream that answers sooner costs no watch at all.
 const clientWatchDelay = 20 * time.Millisecond
 
+// ServePlain is the proxy's http1.Handler: it serves the chat completions
+// and messages that do not ask for a stream (proxyPlain), and declines
+// (false, nothing done) every other request.
+func (s *Server) ServePlain(_ context.Context, req *http1.Request, resp *http1.Response) bool {
+	switch string(req.Path) {
+	case "/v1/chat/completions":
+		return s.proxyPlain(req, resp, openAI{})
+	case "/v1/messages":
+		return s.proxyPlain(req, resp, anthropic{})
+	}
+	return false
+}
+
 // proxyPlain serves a chat completion (or message) taken by ServePlain, as
 // proxy would: every answer, errors included, is the one ServeHTTP gives.
 // It declines (false, nothing done) a request that asks for a stream.
-func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider) bool {
+func (s *Server) proxyPlain(req *http1.Request, resp *http1.Response, p provider) bool {
 	// The body is copied before anything keeps it: once the client watch
 	// starts, req's slices may move in the connection's buffer.
 	body := bytes.Clone(req.Body)
@@ -51,8 +64,8 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	if a := req.RemoteAddr(); a != nil {
 		hreq.RemoteAddr = a.String()
 	}
-	if _, _, known := r.proxyTenant(hreq.Header); known {
-		if up, _ := p.upstream(r.cfg.Proxy); up.BaseURL != "" {
+	if _, _, known := s.proxyTenant(hreq.Header); known {
+		if up, _ := p.upstream(s.cfg); up.BaseURL != "" {
 			c := proxyCall{p: p}
 			if err := p.parse(&c, body); err == nil {
 				if c.stream {
@@ -72,7 +85,7 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	w := &plainWriter{resp: resp, h: make(http.Header)}
 	stop := req.WatchClient(clientWatchDelay, cancel)
 	defer stop()
-	if r.serveRecovered(func() { r.proxyParsed(w, hreq.WithContext(ctx), p, parsed) }) {
+	if s.serveRecovered(func() { s.proxyParsed(w, hreq.WithContext(ctx), p, parsed) }) {
 		w.finish()
 	} else {
 		resp.Abort = true
@@ -85,10 +98,10 @@ func (r *Router) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 // http.ErrAbortHandler (the stream relay's way to show a client that an
 // answer was cut upstream) silently, with anything else logged with its
 // stack, the node serving on.
-func (r *Router) serveRecovered(serve func()) (returned bool) {
+func (s *Server) serveRecovered(serve func()) (returned bool) {
 	defer func() {
 		if v := recover(); v != nil && v != http.ErrAbortHandler {
-			r.log.Error("panic serving a proxied request", "panic", v, "stack", string(debug.Stack()))
+			s.log.Error("panic serving a proxied request", "panic", v, "stack", string(debug.Stack()))
 		}
 	}()
 	serve()

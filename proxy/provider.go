@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
 // provider is an LLM API shape the proxy speaks: how its requests are
@@ -24,7 +25,7 @@ type provider interface {
 	name() string
 	// upstream is where the provider's requests go, from cfg, and the path
 	// appended to its BaseURL.
-	upstream(cfg ProxyConfig) (up Upstream, path string)
+	upstream(cfg Config) (up Upstream, path string)
 	// parse validates a request body and fills c's model, maxTokens,
 	// stream, body and stripUsage, and says how its prompt is counted
 	// (setCount); it counts nothing: the proxy counts once the tenant is
@@ -53,7 +54,7 @@ type errKind uint8
 const (
 	errInvalid      errKind = iota // a malformed request, a wrong method, a request cancelled by the client
 	errAuth                        // no known API key
-	errTooLarge                    // a request body over maxBody
+	errTooLarge                    // a request body over router.MaxBody
 	errOverloaded                  // the key's owner is alive but slow
 	errServer                      // the proxy, its configuration or the upstream failed
 	errRateRequests                // refused on requests, concurrency or a full queue
@@ -67,6 +68,17 @@ type apiError struct {
 	msg    string
 }
 
+// jsonContentType is the Content-Type of JSON bodies (shared: a header
+// value is never modified in place).
+var jsonContentType = []string{"application/json"}
+
+// writeJSON writes v, a provider's error body, as the code answer.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header()["Content-Type"] = jsonContentType
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
 func badRequest(format string, args ...any) apiError {
 	return apiError{http.StatusBadRequest, errInvalid, fmt.Sprintf(format, args...)}
 }
@@ -75,15 +87,15 @@ func badRequest(format string, args ...any) apiError {
 type proxyCall struct {
 	p            provider
 	tenant       string
-	account      Account // the client key's upstream account (ProxyConfig.Account)
+	account      Account // the client key's upstream account (Config.Account)
 	model        string
-	promptTokens int64             // counted locally (countProxyPrompt)
-	count        func(Counter) int // counts the prompt; set by parse (setCount)
-	promptBytes  int               // the bytes count reads
-	maxTokens    int64             // the completion bound the client gave (× n); 0: none
-	stream       bool              // the client asked for a stream
-	stripUsage   bool              // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
-	body         []byte            // what to forward
+	promptTokens int64                    // counted locally (countProxyPrompt)
+	count        func(router.Counter) int // counts the prompt; set by parse (setCount)
+	promptBytes  int                      // the bytes count reads
+	maxTokens    int64                    // the completion bound the client gave (× n); 0: none
+	stream       bool                     // the client asked for a stream
+	stripUsage   bool                     // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
+	body         []byte                   // what to forward
 }
 
 // chatRequest is what every provider's request has in common; a provider's
@@ -107,7 +119,7 @@ func decodeChat(body []byte, in any, common *chatRequest) error {
 
 // checkChat checks the common fields of a decoded request but max_tokens.
 func checkChat(common *chatRequest) error {
-	if err := CheckName("model", common.Model, true); err != nil {
+	if err := router.CheckName("model", common.Model, true); err != nil {
 		return err
 	}
 	if len(common.Messages) == 0 {
@@ -122,7 +134,7 @@ func (c *proxyCall) setMaxTokens(name string, mt *int64) error {
 	if mt == nil {
 		return nil
 	}
-	if err := checkCount(name, *mt); err != nil {
+	if err := router.CheckCount(name, *mt); err != nil {
 		return err
 	}
 	c.maxTokens = *mt
@@ -130,24 +142,24 @@ func (c *proxyCall) setMaxTokens(name string, mt *int64) error {
 }
 
 // setCount records how c's prompt is counted: f, reading n bytes of it.
-func (c *proxyCall) setCount(n int, f func(Counter) int) { c.promptBytes, c.count = n, f }
+func (c *proxyCall) setCount(n int, f func(router.Counter) int) { c.promptBytes, c.count = n, f }
 
 // countProxyPrompt sets c's promptTokens: its prompt counted with the
 // router's Counter, or, without one or when the prompt is over
 // maxPromptBytes (a proxy's caller cannot send its own count), estimated at
 // one token per three bytes of the body (prompt's own fallback: too much
 // rather than too little; the upstream's usage settles it).
-func (r *Router) countProxyPrompt(c *proxyCall) {
-	if r.cfg.Counter == nil || c.count == nil || c.promptBytes > r.maxPromptBytes {
+func (s *Server) countProxyPrompt(c *proxyCall) {
+	if s.counter == nil || c.count == nil || c.promptBytes > s.maxPromptBytes {
 		c.promptTokens = int64(len(c.body)+2) / 3
 		return
 	}
-	c.promptTokens = int64(c.count(r.cfg.Counter))
+	c.promptTokens = int64(c.count(s.counter))
 }
 
 // textCounter counts completion text of model with k, or, without one,
 // estimates one token per three bytes.
-func textCounter(k Counter, model string) func(string) int64 {
+func textCounter(k router.Counter, model string) func(string) int64 {
 	return func(t string) int64 {
 		if t == "" {
 			return 0

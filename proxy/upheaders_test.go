@@ -1,4 +1,4 @@
-package router_test
+package proxy_test
 
 import (
 	"io"
@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
-	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/proxy"
 )
 
 // seenRequest is what the fake upstream received.
@@ -86,18 +87,18 @@ func TestProxyForwardsAllowListedHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := router.New(n, router.Config{
+	r, err := frontdoor.New(n, frontdoor.Config{
 		Limits: limits,
-		Proxy: router.ProxyConfig{
+		Proxy: proxy.Config{
 			Tenant: func(k string) (string, bool) { return "acme", k == "sk-acme" || k == "sk-plain" },
-			Account: func(k string) router.Account {
+			Account: func(k string) proxy.Account {
 				if k == "sk-acme" {
-					return router.Account{OpenAIOrganization: "org-operator", OpenAIProject: "proj-operator"}
+					return proxy.Account{OpenAIOrganization: "org-operator", OpenAIProject: "proj-operator"}
 				}
-				return router.Account{}
+				return proxy.Account{}
 			},
-			OpenAI:    router.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
-			Anthropic: router.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
+			OpenAI:    proxy.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
+			Anthropic: proxy.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
 		},
 	})
 	if err != nil {
@@ -111,7 +112,7 @@ func TestProxyForwardsAllowListedHeaders(t *testing.T) {
 		"Openai-Beta":       "assistants=v2",
 		"Idempotency-Key":   "idem-1",
 		"Content-Type":      "application/json",
-		"User-Agent":        router.ProxyUserAgent,
+		"User-Agent":        proxy.ProxyUserAgent,
 		"X-Forwarded-For":   "127.0.0.1",
 	}
 	with := func(extra ...string) map[string]string {
@@ -198,9 +199,9 @@ func TestProxyExhaustedNotCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	spy := &countingCounter{}
-	r, err := router.New(n, router.Config{Limits: limits, Counter: spy, Proxy: router.ProxyConfig{
+	r, err := frontdoor.New(n, frontdoor.Config{Limits: limits, Counter: spy, Proxy: proxy.Config{
 		Tenant: func(k string) (string, bool) { return "acme", k == "sk-acme" },
-		OpenAI: router.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
+		OpenAI: proxy.Upstream{BaseURL: up.URL + "/v1", APIKey: "sk-upstream"},
 	}})
 	if err != nil {
 		t.Fatal(err)

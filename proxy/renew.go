@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // Renewal of an admitted request's lease while the upstream works on it: a
 // lease that is not renewed expires after its TTL, and a long answer
@@ -12,25 +12,26 @@ import (
 	"github.com/tokenring/tokenring/internal/alarm"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // renewEvery renews l every interval until the returned stop is called; stop
 // returns once no renewal is running and none will start. Between renewals
-// nothing runs: an alarm (r.alarms) calls renewer.renew when one is due, so
+// nothing runs: an alarm (Server.alarms) calls renewer.renew when one is due, so
 // a request that ends within the interval (most do) costs no goroutine and
 // no runtime timer.
-func (r *Router) renewEvery(l lease, every time.Duration) (stop func()) {
-	rn := &renewer{r: r, l: l, every: every}
+func (s *Server) renewEvery(l router.Lease, every time.Duration) (stop func()) {
+	rn := &renewer{s: s, l: l, every: every}
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	rn.t = r.alarms.After(every, rn.renew)
+	rn.t = s.alarms.After(every, rn.renew)
 	return rn.stop
 }
 
-// renewer renews one lease on an alarm (see Router.renewEvery).
+// renewer renews one lease on an alarm (see Server.renewEvery).
 type renewer struct {
-	r     *Router
-	l     lease
+	s     *Server
+	l     router.Lease
 	every time.Duration
 
 	mu      sync.Mutex
@@ -55,13 +56,13 @@ func (rn *renewer) renew() {
 	rn.mu.Unlock()
 	defer rn.running.Done()
 	defer cancel()
-	if ok, _, _ := rn.r.leaseCall(ctx, rn.l, node.OpRenew, limiter.Usage{}); !ok && ctx.Err() == nil {
-		rn.r.log.Warn("proxy: renewing a streaming request's lease failed; its slot may expire", "tenant", rn.l.Tenant)
+	if ok, _, _ := rn.s.r.LeaseCall(ctx, rn.l, node.OpRenew, limiter.Usage{}); !ok && ctx.Err() == nil {
+		rn.s.log.Warn("proxy: renewing a streaming request's lease failed; its slot may expire", "tenant", rn.l.Tenant)
 	}
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if !rn.stopped {
-		rn.t = rn.r.alarms.After(max(time.Until(due.Add(rn.every)), 0), rn.renew)
+		rn.t = rn.s.alarms.After(max(time.Until(due.Add(rn.every)), 0), rn.renew)
 	}
 }
 

@@ -1,7 +1,7 @@
-package router
+package proxy
 
 // The provider seam (provider.go): a third API shape, defined here in the
-// test only, goes through the shared proxy path (Router.proxy, forward,
+// test only, goes through the shared proxy path (Server.proxy, forward,
 // relayBody, relayStream, renewal, settling) with no change to it. The
 // "ledger" provider has its own request shape (engine, input, budget), its
 // own usage field (metering.in_units and out_units), its own stream events
@@ -10,6 +10,7 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,15 +25,16 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
 // ledger is the third provider. The value carries its upstream, which
-// ProxyConfig has no field for.
+// Config has no field for.
 type ledger struct{ up Upstream }
 
 func (ledger) name() string { return "ledger" }
 
-func (l ledger) upstream(ProxyConfig) (Upstream, string) { return l.up, "/generate" }
+func (l ledger) upstream(Config) (Upstream, string) { return l.up, "/generate" }
 
 func (ledger) authorize(h http.Header, key string) { h.Set("X-Ledger-Key", key) }
 
@@ -52,7 +54,7 @@ func (ledger) parse(c *proxyCall, body []byte) error {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return fmt.Errorf("invalid JSON body: %v", err)
 	}
-	if err := CheckName("engine", in.Engine, true); err != nil {
+	if err := router.CheckName("engine", in.Engine, true); err != nil {
 		return err
 	}
 	if len(in.Input) == 0 {
@@ -67,7 +69,7 @@ func (ledger) parse(c *proxyCall, body []byte) error {
 	}
 	c.model, c.stream, c.body = in.Engine, in.Live, body
 	joined := strings.Join(text, "\n")
-	c.setCount(len(joined), func(k Counter) int { return k.Text(in.Engine, joined) })
+	c.setCount(len(joined), func(k router.Counter) int { return k.Text(in.Engine, joined) })
 	return nil
 }
 
@@ -178,7 +180,7 @@ func (f *fakeLedger) requests() []string {
 	return append([]string(nil), f.body...)
 }
 
-// TestProviderSeamThirdShape: the ledger, served through Router.proxy,
+// TestProviderSeamThirdShape: the ledger, served through Server.proxy,
 // is admitted on the tenant's limits, forwarded with its own credentials,
 // settled from its own usage field (whole answers and streams), and refused
 // in its own error shape.
@@ -197,28 +199,20 @@ func TestProviderSeamThirdShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(n, Config{
-		Limits:  limits,
-		Counter: wordCounter{},
-		Proxy: ProxyConfig{
-			Tenant: func(key string) (string, bool) { return "acme", key == clientKey },
-			Client: up.Client(),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { n.Close() })
+	s, r := newServer(t, n, router.Config{Limits: limits}, Config{
+		Tenant: func(key string) (string, bool) { return "acme", key == clientKey },
+		Client: up.Client(),
+	}, wordCounter{})
 	// The only registration there is: a route to the shared path with the
-	// new value (proxyRoutes does the same for openAI{} and anthropic{}).
+	// new value (Routes does the same for openAI{} and anthropic{}).
 	mux := http.NewServeMux()
-	mux.Handle("/", r)
 	p := ledger{up: Upstream{BaseURL: up.URL, APIKey: upKey}}
-	mux.HandleFunc("/v1/ledger", func(w http.ResponseWriter, req *http.Request) { r.proxy(w, req, p) })
+	mux.HandleFunc("/v1/ledger", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, p) })
 	hs := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		hs.Close()
 		up.Close()
-		n.Close()
 	})
 
 	post := func(key, body string) (int, http.Header, string) {
@@ -241,16 +235,12 @@ func TestProviderSeamThirdShape(t *testing.T) {
 	}
 	tokensLeft := func() (requests, tokens, slots int64) {
 		t.Helper()
-		resp, err := hs.Client().Get(hs.URL + "/v1/tenants/acme")
+		levels, _, err := r.Levels(context.Background(), "acme", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		var st struct{ Limits limitsJSON }
-		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Limits.Requests.Remaining, st.Limits.Tokens.Remaining, st.Limits.Concurrency.Remaining
+		st := levels[0].Status
+		return st.Requests.Remaining, st.Tokens.Remaining, st.Concurrency.Remaining
 	}
 	problem := func(body string) (code, detail string) {
 		t.Helper()

@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // OpenAI's chat completions (POST /v1/chat/completions) as a provider.
 //
@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/tokenring/tokenring/router"
 )
 
 // maxChoices bounds OpenAI's n when it multiplies max_tokens.
@@ -24,7 +26,7 @@ type openAI struct{}
 
 func (openAI) name() string { return "openai" }
 
-func (openAI) upstream(cfg ProxyConfig) (Upstream, string) {
+func (openAI) upstream(cfg Config) (Upstream, string) {
 	return cfg.OpenAI, "/chat/completions"
 }
 
@@ -61,9 +63,9 @@ func (openAI) parse(c *proxyCall, body []byte) error {
 		return err
 	}
 	if mt != nil && in.N != nil && *in.N > 1 { // each choice may use max_tokens
-		c.maxTokens = min(c.maxTokens*min(*in.N, maxChoices), maxTokens)
+		c.maxTokens = min(c.maxTokens*min(*in.N, maxChoices), router.MaxTokens)
 	}
-	c.setCount(messagesBytes(in.Messages), func(k Counter) int { return k.Messages(in.Model, in.Messages) })
+	c.setCount(router.MessagesBytes(in.Messages), func(k router.Counter) int { return k.Messages(in.Model, in.Messages) })
 	if in.Stream && (in.StreamOptions == nil || !in.StreamOptions.IncludeUsage) {
 		b, err := withIncludeUsage(body, in.StreamOptions == nil)
 		if err != nil {

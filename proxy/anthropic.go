@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // Anthropic's Messages API (POST /v1/messages) as a provider.
 
@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
 // anthropic is the Anthropic Messages provider.
@@ -18,7 +19,7 @@ type anthropic struct{}
 
 func (anthropic) name() string { return "anthropic" }
 
-func (anthropic) upstream(cfg ProxyConfig) (Upstream, string) {
+func (anthropic) upstream(cfg Config) (Upstream, string) {
 	return cfg.Anthropic, "/messages"
 }
 
@@ -52,7 +53,7 @@ func (anthropic) parse(c *proxyCall, body []byte) error {
 		return errors.New("system must be a string or an array of content blocks")
 	}
 	c.model, c.stream, c.body = in.Model, in.Stream, body
-	c.setCount(len(system)+messagesBytes(msgs), func(k Counter) int {
+	c.setCount(len(system)+router.MessagesBytes(msgs), func(k router.Counter) int {
 		if ac, ok := k.(interface {
 			AnthropicMessages(model, system string, msgs []prompt.Message) int
 		}); ok {

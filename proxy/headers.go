@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"net/http"
@@ -42,6 +42,7 @@ import (
 // HTTP header names are case-insensitive.
 const (
 	hdrRetryAfterMS    = "retry-after-ms"
+	hdrRefusedBy       = "x-tokenring-refused-by" // the level that refused (router.Side.Label), beside x-tokenring-reason
 	hdrRateLimit       = "RateLimit"
 	hdrRateLimitPolicy = "RateLimit-Policy"
 	hdrReason          = "x-tokenring-reason"
@@ -154,6 +155,14 @@ func setRetryHeaders(h http.Header, ms int64) {
 // duration rounded up to the millisecond, "0s" for none.
 func openAIDuration(d time.Duration) string {
 	return (time.Duration(ceilMS(d)) * time.Millisecond).String()
+}
+
+// ceilMS is d in whole milliseconds, rounded up; 0 for d <= 0.
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.

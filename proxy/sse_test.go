@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"bytes"
@@ -72,8 +72,8 @@ func (f *flushRecorder) waitFlush(t *testing.T, want int) {
 // returns.
 func relayTo(t *testing.T, f *flushRecorder, body io.Reader) (done chan struct{}) {
 	t.Helper()
-	r := newRenewRouter(t, &renewCluster{})
-	x := &exchange{r: r, c: &proxyCall{p: openAI{}, model: "m"}, l: v2Lease("acme", 1, false, "", 0, false, ""),
+	s := newRenewServer(t, &renewCluster{})
+	x := &exchange{s: s, c: &proxyCall{p: openAI{}, model: "m"}, l: tenantLease("acme", 1),
 		ctx: context.Background(), stopRenew: func() {}}
 	x.seen.countText = textCounter(nil, "m")
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)

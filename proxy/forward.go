@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // Forwarding an admitted request to its upstream, and relaying a whole
 // (non-streaming) answer back; streams are relayed by relayStream (sse.go).
@@ -79,8 +79,8 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 		return
 	}
 	up.Header = upstreamHeader(req, c, key) // an allow-list: upheaders.go
-	headers := x.r.alarms.After(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
-	resp, err := x.r.upstreamClient(u).Do(up)
+	headers := x.s.alarms.After(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
+	resp, err := x.s.upstreamClient(u).Do(up)
 	headers.Stop()
 	if err != nil {
 		var op *net.OpError
@@ -102,7 +102,7 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 		c.p.fail(w, apiError{http.StatusBadGateway, errServer, "upstream unreachable: " + err.Error()})
 		return
 	}
-	resp.Body = newIdleBody(resp.Body, x.r.alarms, limits.StreamIdle, stop)
+	resp.Body = newIdleBody(resp.Body, x.s.alarms, limits.StreamIdle, stop)
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header, func(k string) bool { return k == "Content-Length" || isRateLimitHeader(k) })
 	if resp.StatusCode/100 == 2 && strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {

@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import "github.com/tokenring/tokenring/internal/jsonwire"
 

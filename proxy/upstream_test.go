@@ -1,4 +1,4 @@
-package router_test
+package proxy_test
 
 import (
 	"io"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/test/fakeupstream"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestProxyUpstreamTimeouts(t *testing.T) {
 	limits := limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 1}
 	t.Run("no response headers", func(t *testing.T) {
-		e := startProxy(t, proxyOpts{tenant: limits, timeouts: router.UpstreamTimeouts{ResponseHeader: 200 * time.Millisecond}})
+		e := startProxy(t, proxyOpts{tenant: limits, timeouts: proxy.UpstreamTimeouts{ResponseHeader: 200 * time.Millisecond}})
 		hold := make(chan struct{})
 		defer close(hold)
 		e.up.SetReply(fakeupstream.UpstreamReply{Hold: hold, Text: []string{"hi"}})
@@ -35,7 +35,7 @@ func TestProxyUpstreamTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("stream gone silent", func(t *testing.T) {
-		e := startProxy(t, proxyOpts{tenant: limits, timeouts: router.UpstreamTimeouts{StreamIdle: 200 * time.Millisecond}})
+		e := startProxy(t, proxyOpts{tenant: limits, timeouts: proxy.UpstreamTimeouts{StreamIdle: 200 * time.Millisecond}})
 		e.up.SetReply(fakeupstream.UpstreamReply{Text: []string{"alpha", " beta"}, ChunkDelay: 5 * time.Second, PromptTokens: 9, CompletionTokens: 9})
 		start := time.Now()
 		a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":1000,"stream":true`))
@@ -69,7 +69,7 @@ func TestProxyUpstreamTimeouts(t *testing.T) {
 		}()
 		defer func() { ln.Close(); <-done }()
 		e := startProxy(t, proxyOpts{tenant: limits, upstream: "https://" + ln.Addr().String() + "/v1",
-			timeouts: router.UpstreamTimeouts{TLS: 200 * time.Millisecond}})
+			timeouts: proxy.UpstreamTimeouts{TLS: 200 * time.Millisecond}})
 		a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(`,"max_tokens":500`))
 		checkOpenAIError(t, a, 502, "server_error", nil)
 		if !strings.Contains(a.body, "TLS handshake timeout") {
@@ -82,7 +82,7 @@ func TestProxyUpstreamTimeouts(t *testing.T) {
 }
 
 func TestNewUpstreamClientDefaults(t *testing.T) {
-	c := router.NewUpstreamClient(router.UpstreamTimeouts{})
+	c := proxy.NewUpstreamClient(proxy.UpstreamTimeouts{})
 	defer c.CloseIdleConnections()
 	if c.Timeout != 0 {
 		t.Fatalf("client timeout %v would cut long streams", c.Timeout)

@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // The relay of an event stream (text/event-stream) from the upstream to the
 // client, event by event, reading each event's usage through the provider.

@@ -1,4 +1,4 @@
-package router
+package proxy
 
 import (
 	"bufio"
@@ -12,12 +12,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
 // twinUpstream answers deterministically (echoing the OpenAI-Organization
@@ -59,17 +62,35 @@ func twinUpstream(t testing.TB) string {
 	return up.URL
 }
 
-// twinProxy is twinRouter's router of s proxying to upstream for API key
+// twin is a proxy over a node and a router of its own, served by net/http
+// (handler: its routes) and by the fast path (ServePlain).
+type twin struct {
+	*Server
+	router  *router.Router
+	handler http.Handler
+}
+
+// twinProxy is a twin whose every key has the limits lim on the clock now,
+// its node's lease ids counted from 1, proxying to upstream for API key
 // "sk-a" (tenant "a").
-func twinProxy(t testing.TB, s setup, upstream string, counter Counter) *Router {
-	return twinRouter(t, s, func(c *Config) {
-		c.Counter = counter
-		c.Proxy = ProxyConfig{
-			Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
-			OpenAI:    Upstream{BaseURL: upstream + "/v1"},
-			Anthropic: Upstream{BaseURL: upstream + "/v1"},
-		}
-	})
+func twinProxy(t testing.TB, lim limiter.Limits, now func() time.Time, upstream string, counter router.Counter) *twin {
+	t.Helper()
+	limits := func(string) limiter.Limits { return lim }
+	var ids atomic.Uint64
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, Now: now,
+		Policy: limiter.Policy{IDs: func() uint64 { return ids.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	s, r := newServer(t, n, router.Config{Limits: limits, Now: now}, Config{
+		Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
+		OpenAI:    Upstream{BaseURL: upstream + "/v1"},
+		Anthropic: Upstream{BaseURL: upstream + "/v1"},
+	}, counter)
+	mux := http.NewServeMux()
+	s.Routes(mux)
+	return &twin{Server: s, router: r, handler: mux}
 }
 
 // proxyStep is one proxied request: its path, header lines and body.
@@ -116,7 +137,7 @@ func headerLines(h http.Header) string {
 
 // proxyViaPlain serves st through ServePlain from the bytes a client would
 // send, parsed by http1.ParseHead as the server does.
-func proxyViaPlain(t testing.TB, r *Router, st proxyStep) (proxyAnswer, bool) {
+func proxyViaPlain(t testing.TB, r *twin, st proxyStep) (proxyAnswer, bool) {
 	t.Helper()
 	raw := st.raw()
 	var req http1.Request
@@ -149,10 +170,10 @@ func proxyViaPlain(t testing.TB, r *Router, st proxyStep) (proxyAnswer, bool) {
 // only the streams, which then go to ServeHTTP on both.
 func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 	clock := newFakeClock()
-	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 7, Tokens: 100_000, Concurrency: 2, Window: time.Minute}}, now: clock.Now}
+	lim := limiter.Limits{Requests: 7, Tokens: 100_000, Concurrency: 2, Window: time.Minute}
 	up := twinUpstream(t)
 	counter := prompt.NewCounter()
-	plain, ref := twinProxy(t, s, up, counter), twinProxy(t, s, up, counter)
+	plain, ref := twinProxy(t, lim, clock.Now, up, counter), twinProxy(t, lim, clock.Now, up, counter)
 	plainURL, refURL := serveHTTP(t, plain), serveHTTP(t, ref)
 	openAIKey, claudeKey := "Authorization: Bearer sk-a", "X-Api-Key: sk-a"
 	chat := func(extra string) string {
@@ -203,8 +224,8 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 }
 
 // serveHTTP serves r with net/http on loopback until the test ends.
-func serveHTTP(t testing.TB, r *Router) string {
-	hs := httptest.NewServer(r)
+func serveHTTP(t testing.TB, r *twin) string {
+	hs := httptest.NewServer(r.handler)
 	t.Cleanup(func() {
 		http.DefaultClient.CloseIdleConnections()
 		hs.Close()
@@ -212,11 +233,10 @@ func serveHTTP(t testing.TB, r *Router) string {
 	return hs.URL
 }
 
-// tenantAnswer is GET /v1/tenants/a's answer.
-func tenantAnswer(r *Router) string {
-	rec := httptest.NewRecorder()
-	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/tenants/a", nil))
-	return rec.Body.String()
+// tenantAnswer is tenant a's state: its key's status and owner.
+func tenantAnswer(r *twin) string {
+	levels, unreachable, err := r.router.Levels(context.Background(), "a", "")
+	return fmt.Sprint(levels, unreachable, err)
 }
 
 // proxyViaWire sends st's bytes as they are to the net/http server of a
@@ -261,10 +281,10 @@ func FuzzProxyPlain(f *testing.F) {
 	f.Add(false, chat, "Proxy-Authorization", "Bearer sk-b")
 	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"no-ct"}`, "OpenAI-Organization", "org-2")
 	clock := newFakeClock()
-	s := setup{tenants: map[string]limiter.Limits{"": {Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 20, Window: time.Minute}}, now: clock.Now}
+	lim := limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 20, Window: time.Minute}
 	up := twinUpstream(f)
 	counter := prompt.NewCounter()
-	plain, ref := twinProxy(f, s, up, counter), twinProxy(f, s, up, counter)
+	plain, ref := twinProxy(f, lim, clock.Now, up, counter), twinProxy(f, lim, clock.Now, up, counter)
 	plainURL, refURL := serveHTTP(f, plain), serveHTTP(f, ref)
 	f.Fuzz(func(t *testing.T, anthropic bool, body, name, value string) {
 		st := proxyStep{path: "/v1/chat/completions", headers: []string{"Authorization: Bearer sk-a", name + ": " + value}, body: body}

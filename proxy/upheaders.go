@@ -1,4 +1,4 @@
-package router
+package proxy
 
 // The request headers the LLM proxy sends upstream: an allow-list, so that
 // a tenant cannot steer the operator's upstream account (its organisation
@@ -15,7 +15,7 @@ import (
 const ProxyUserAgent = "tokenring-proxy/1"
 
 // Account is what the proxy sets upstream for one client API key
-// (ProxyConfig.Account): the OpenAI organisation and project billed for
+// (Config.Account): the OpenAI organisation and project billed for
 // its requests. Empty fields send nothing: the upstream key's default.
 type Account struct {
 	OpenAIOrganization string

@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/router"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a settable clock shared by the node and the router.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// tenantLease is a lease of tenant's key alone, with lease id id.
+func tenantLease(tenant string, id uint64) router.Lease {
+	l := router.Lease{Tenant: tenant}
+	l.Add(router.TenantKey(tenant), id, false)
+	return l
+}
+
+// newServer returns the proxy of a router deciding through cluster with
+// rcfg (Limits defaulting to none), closed when the test ends.
+func newServer(t testing.TB, cluster router.Cluster, rcfg router.Config, cfg Config, counter router.Counter) (*Server, *router.Router) {
+	t.Helper()
+	if rcfg.Limits == nil {
+		rcfg.Limits = func(string) limiter.Limits { return limiter.Limits{} }
+	}
+	r, err := router.New(cluster, rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(r, cfg, counter, 0, nil)
+	t.Cleanup(func() {
+		s.Close()
+		_ = r.Close()
+	})
+	return s, r
+}
