@@ -13,7 +13,7 @@ import (
 	"github.com/tokenring/tokenring/ring"
 )
 
-// Network splits (see custody/quorum.go for the rule). A member joined through
+// Network splits (see custody.Quorum for the rule). A member joined through
 // gossip keeps two watches on the membership counted:
 //
 //   - The mandate, extended by heartbeats every heartbeatInterval: a member

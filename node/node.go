@@ -1,7 +1,3 @@
-// Package node is one member of a tokenring cluster: it holds the limiter
-// state of the keys it owns, executes decisions for them, forwards decisions
-// for other keys to their owners over the peer protocol, and follows the
-// cluster's membership.
 package node
 
 import (
@@ -55,7 +51,7 @@ type Node struct {
 	peerStats peer.Stats                      // both's traffic
 	counts    counters                        // what the node's own machinery did, for metrics (metrics.go)
 
-	// Splits (fence.go, custody/quorum.go): only for members joined through gossip.
+	// Splits (fence.go, custody.Quorum): only for members joined through gossip.
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
 	quorum        *custody.Quorum             // guarded by tmu
 	born          time.Time                   // the node's start: mono counts from it

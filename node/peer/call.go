@@ -26,7 +26,7 @@ const (
 	OpReplicate                   // replication: keep State as the backup copy of the key
 	OpReplica                     // crash recovery: give the backup copy of the key to the caller
 	OpPing                        // liveness probe, answered at once by the connection's reader
-	OpTransfer                    // custody: State carries encoded custody messages (node/messages.go)
+	OpTransfer                    // custody: State carries the custody machine's messages (custody.AppendMsgs)
 	OpCharge                      // charge a debt (Charge): fallback admissions made elsewhere while the owner was unreachable
 	OpAllot                       // admit Count requests at once for a forwarder to hand out (node/allot): a hot key's slice
 	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, allot.AppendGrant)
