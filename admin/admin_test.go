@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -29,8 +27,7 @@ func (c downCluster) Ring() *ring.Ring { return c.ring }
 func (downCluster) Name() string       { return "n1" }
 
 // serve is the operator's endpoints of cluster behind their guard, as the
-// front door serves them; every other path goes to r (nil: none), the
-// decision API the tests acquire through.
+// front door serves them, reading r's counters (nil: none).
 func serve(cluster router.Cluster, r *router.Router, cfg Config) http.Handler {
 	var counters router.Counters
 	if r != nil {
@@ -39,29 +36,7 @@ func serve(cluster router.Cluster, r *router.Router, cfg Config) http.Handler {
 	a := New(cluster, counters, cfg)
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	if r != nil {
-		mux.Handle("/", r)
-	}
 	return a.Guard(mux)
-}
-
-// acquire posts one acquire body to the server at url and reports whether
-// it was admitted.
-func acquire(t *testing.T, url, body string) bool {
-	t.Helper()
-	resp, err := http.Post(url+"/v1/acquire", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var a struct {
-		Allowed bool `json:"allowed"`
-	}
-	if err := json.Unmarshal(raw, &a); err != nil {
-		t.Fatalf("acquire: %d %q: %v", resp.StatusCode, raw, err)
-	}
-	return a.Allowed
 }
 
 func TestReadyz(t *testing.T) {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,9 +24,9 @@ func uiLimits(string) limiter.Limits {
 	return limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 100}
 }
 
-// uiMember is one member of a hand-built cluster: a node, its router and
-// its HTTP server (the operator's endpoints, and the decision API the
-// tests acquire through).
+// uiMember is one member of a hand-built cluster: a node, its router (the
+// tests acquire through it) and its HTTP server (the operator's
+// endpoints).
 type uiMember struct {
 	node   *node.Node
 	router *router.Router
@@ -211,13 +212,17 @@ func statsReply(t *testing.T, url, auth string) statsJSON {
 	return s
 }
 
-// acquireN sends n acquires for tenant (100 prompt + 50 completion tokens)
-// through m and returns how many were admitted.
+// acquireN makes n acquires for tenant (100 prompt + 50 completion
+// tokens) through m's router and returns how many were admitted.
 func acquireN(t *testing.T, m *uiMember, tenant string, n int) int {
 	t.Helper()
 	got := 0
 	for range n {
-		if acquire(t, m.srv.URL, fmt.Sprintf(`{"tenant":%q,"prompt_tokens":100,"max_tokens":50}`, tenant)) {
+		v, err := m.router.Admit(context.Background(), router.Admission{Tenant: tenant, Req: limiter.Request{PromptTokens: 100, MaxTokens: 50}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Allowed {
 			got++
 		}
 	}

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenring/tokenring/admin"
+	"github.com/tokenring/tokenring/api"
 	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
@@ -45,14 +47,14 @@ type Config struct {
 	AdminToken string
 	// ClusterSecrets are the cluster's secrets: the first signs the leases
 	// this node hands out, every one verifies leases brought back
-	// (router.Config.ClusterSecrets).
+	// (api.Config.ClusterSecrets).
 	ClusterSecrets [][]byte
 	// Clients are the decision API's client tokens, each with the tenants
-	// it may act for (router.AnyTenant for all). Empty leaves the API open.
+	// it may act for (api.AnyTenant for all). Empty leaves the API open.
 	Clients map[string][]string
 	// ClientCerts are the decision API's clients known by a TLS client
-	// certificate, by the identity it must carry (router.Config.ClientCerts).
-	ClientCerts map[string]router.CertClient
+	// certificate, by the identity it must carry (api.Config.ClientCerts).
+	ClientCerts map[string]api.CertClient
 	// Ready reports readiness for /readyz. Nil means always ready.
 	Ready func() bool
 	// Registry receives the metrics; Gatherer serves /metrics. Nil
@@ -70,7 +72,8 @@ type Config struct {
 	// /v1/messages). The zero value answers 401 to every key.
 	Proxy proxy.Config
 	// MaxPromptBytes bounds the bytes of a prompt the node counts with
-	// Counter (router.Config.MaxPromptBytes). Zero means
+	// Counter: the decision API answers a larger one 413, the proxy
+	// estimates it (api.Config.MaxPromptBytes). Zero means
 	// router.DefaultMaxPromptBytes (256 KiB).
 	MaxPromptBytes int
 	// MaxFallbackKeys bounds the keys the fallback remembers
@@ -81,6 +84,7 @@ type Config struct {
 // Door is a node's front door. Safe for concurrent use.
 type Door struct {
 	router  *router.Router
+	api     *api.Server
 	proxy   *proxy.Server
 	handler http.Handler
 }
@@ -91,22 +95,24 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		cfg.Now = time.Now
 	}
 	r, err := router.New(cluster, router.Config{
-		Limits: cfg.Limits, PoolFor: cfg.PoolFor, Chain: cfg.Chain, Counter: cfg.Counter,
+		Limits: cfg.Limits, PoolFor: cfg.PoolFor, Chain: cfg.Chain,
 		Fallback: cfg.Fallback, ForwardTimeout: cfg.ForwardTimeout, ForwardMaxWait: cfg.ForwardMaxWait,
-		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts,
 		Registry: cfg.Registry, Now: cfg.Now, DebtInterval: cfg.DebtInterval, Logger: cfg.Logger,
-		MaxPromptBytes: cfg.MaxPromptBytes, MaxFallbackKeys: cfg.MaxFallbackKeys,
+		MaxFallbackKeys: cfg.MaxFallbackKeys,
 	})
 	if err != nil {
 		return nil, err
 	}
+	decisions := api.New(r, api.Config{Counter: cfg.Counter, MaxPromptBytes: cfg.MaxPromptBytes,
+		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, Now: cfg.Now})
 	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
 	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now})
 	mux := http.NewServeMux()
-	llm.Routes(mux) // /v1/chat/completions, /v1/messages
-	ops.Routes(mux) // /admin/*, /metrics, /healthz, /readyz
-	mux.Handle("/", r)
-	return &Door{router: r, proxy: llm, handler: ops.Guard(mux)}, nil
+	decisions.Routes(mux) // /v1/acquire, /v1/complete, /v1/renew, /v1/batch, /v1/tenants/{tenant}
+	llm.Routes(mux)       // /v1/chat/completions, /v1/messages
+	ops.Routes(mux)       // /admin/*, /metrics, /healthz, /readyz
+	mux.HandleFunc("/", notFound)
+	return &Door{router: r, api: decisions, proxy: llm, handler: ops.Guard(mux)}, nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -117,14 +123,14 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, req *http.Request) { d.handler.S
 // ServeHTTP would; any other request it declines (false) having changed
 // nothing.
 func (d *Door) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
-	return d.router.ServePlain(ctx, req, resp) || d.proxy.ServePlain(ctx, req, resp)
+	return d.api.ServePlain(ctx, req, resp) || d.proxy.ServePlain(ctx, req, resp)
 }
 
 // ServeQuick is the fast path's http1 Quick handler, run on an event
 // loop's thread: it takes what ServePlain takes when every key it touches
 // is decided at this node at once, and declines everything else.
 func (d *Door) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
-	return d.router.ServeQuick(ctx, req, resp)
+	return d.api.ServeQuick(ctx, req, resp)
 }
 
 // Close stops the background work: the router's (router.Router.Close)
@@ -144,3 +150,11 @@ func (d *Door) Owe(key string, requests, tokens int64, at time.Time) {
 // PayDebts charges every debt still owed until none is left or ctx ends,
 // and returns how many keys still owe (router.Router.PayDebts).
 func (d *Door) PayDebts(ctx context.Context) (owing int) { return d.router.PayDebts(ctx) }
+
+// notFound answers a path no endpoint serves: a 404 in the decision API's
+// error shape.
+func notFound(w http.ResponseWriter, req *http.Request) {
+	w.Header()["Content-Type"] = []string{"application/json"}
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint: " + req.URL.Path})
+}

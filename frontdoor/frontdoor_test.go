@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/api"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/router"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -136,7 +136,7 @@ func TestAdminTokenGuardsAllOfAdmin(t *testing.T) {
 // With client tokens configured, the decision API needs one, but /healthz
 // and /readyz do not.
 func TestHealthNeedsNoClientToken(t *testing.T) {
-	s := start(t, Config{Clients: map[string][]string{"gw-all": {router.AnyTenant}}})
+	s := start(t, Config{Clients: map[string][]string{"gw-all": {api.AnyTenant}}})
 	if r := s.do(t, "POST", "/v1/acquire", `{"tenant":"bob","prompt_tokens":1}`); r.Code != http.StatusUnauthorized {
 		t.Fatalf("acquire without a token: %d, want 401", r.Code)
 	}
@@ -144,5 +144,13 @@ func TestHealthNeedsNoClientToken(t *testing.T) {
 		if r := s.do(t, "GET", p, ""); r.Code != http.StatusOK {
 			t.Errorf("GET %s without a token: %d", p, r.Code)
 		}
+	}
+}
+
+// A path no endpoint serves is a 404 in the decision API's error shape.
+func TestUnknownPathIs404(t *testing.T) {
+	s := start(t, Config{})
+	if r := s.do(t, "GET", "/v1/nothing", ""); r.Code != http.StatusNotFound || r.Error != "no such endpoint: /v1/nothing" {
+		t.Fatalf("GET /v1/nothing: %d %q, want 404 with its error text", r.Code, r.Error)
 	}
 }

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +106,7 @@ func (f *fakeOwner) charged() []node.Charge {
 
 // startFake starts a router on f whose debt loop does not tick within a
 // test: the test runs rounds with round(r).
-func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Time) (*Router, *server, *prometheus.Registry) {
+func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Time) (*Router, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	r, err := New(f, Config{Limits: func(string) limiter.Limits { return l }, Registry: reg, Now: now, DebtInterval: time.Hour})
@@ -115,9 +114,7 @@ func startFake(t *testing.T, f *fakeOwner, l limiter.Limits, now func() time.Tim
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	hs := httptest.NewServer(r)
-	t.Cleanup(hs.Close)
-	return r, &server{Server: hs}, reg
+	return r, reg
 }
 
 // round runs one round of r's debts (PayDebts with a context already
@@ -138,17 +135,22 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return ms[0].GetGauge().GetValue()
 }
 
-// admitted sends n acquires of body and counts the admissions, checking
-// every answer is a 200 or a 429 and, when fallback, flagged.
-func admitted(t *testing.T, s *server, n int, body string, fallback bool) int {
+// acme is an acquire of tenant acme for prompt and maxTokens tokens.
+func acme(prompt, maxTokens int64) Admission {
+	return Admission{Tenant: "acme", Req: limiter.Request{PromptTokens: prompt, MaxTokens: maxTokens}}
+}
+
+// admitted makes n acquires adm and counts the admissions, checking every
+// one is decided (admitted or refused) and, when fallback, flagged.
+func admitted(t *testing.T, r *Router, n int, adm Admission, fallback bool) int {
 	t.Helper()
 	got := 0
 	for range n {
-		r := s.acquire(t, body)
-		if (r.Code != 200 && r.Code != 429) || r.Fallback != fallback {
-			t.Fatalf("answer %+v, want 200 or 429 with fallback=%v", r, fallback)
+		v, err := r.Admit(context.Background(), adm)
+		if err != nil || v.Fallback != fallback {
+			t.Fatalf("verdict %+v %v, want a decision with fallback=%v", v, err, fallback)
 		}
-		if r.Allowed {
+		if v.Allowed {
 			got++
 		}
 	}
@@ -165,18 +167,18 @@ func TestDegradedSpendsCachedRemaining(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
-	_, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	const body = `{"tenant":"acme","prompt_tokens":1}`
-	if got := admitted(t, s, 1, body, false); got != 1 {
+	r, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	body := acme(1, 0)
+	if got := admitted(t, r, 1, body, false); got != 1 {
 		t.Fatal("the owner did not admit")
 	}
 	f.set(func(f *fakeOwner) { f.down = true })
-	if got := admitted(t, s, 100, body, true); got != 5 {
+	if got := admitted(t, r, 100, body, true); got != 5 {
 		t.Fatalf("fallback admitted %d with 10 remaining and 2 members, want 5", got)
 	}
-	r := s.acquire(t, body)
-	if r.Allowed || r.Reason != "requests" || r.RetryAfterMS != 30_000 {
-		t.Fatalf("refusal %+v, want requests with retry-after 30 s (the report's reset)", r)
+	v, err := r.Admit(context.Background(), body)
+	if err != nil || v.Allowed || v.Reason != "requests" || v.RetryAfter != 30*time.Second {
+		t.Fatalf("refusal %+v %v, want requests with retry-after 30 s (the report's reset)", v, err)
 	}
 	if got := counter(t, reg, "tokenring_fallback_debts_recorded_total"); got != 5 {
 		t.Fatalf("debts recorded %v, want 5", got)
@@ -185,18 +187,18 @@ func TestDegradedSpendsCachedRemaining(t *testing.T) {
 		t.Fatalf("debts outstanding %v, want 5", got)
 	}
 	clock.Advance(30 * time.Second)
-	if got := admitted(t, s, 100, body, true); got != 45 {
+	if got := admitted(t, r, 100, body, true); got != 45 {
 		t.Fatalf("after the report's reset admitted %d, want 100/2 - 5 = 45", got)
 	}
 
 	// Tokens: 1000 remaining, 2 members, 100 per request: 5 admitted.
 	f = newFakeOwner(t, "n1", "n2")
 	f.status = limiter.Status{Tokens: limiter.DimStatus{Limit: 100_000, Remaining: 1000, Reset: 30 * time.Second}}
-	_, s, _ = startFake(t, f, limiter.Limits{Tokens: 100_000, Window: time.Minute}, clock.Now)
-	const tbody = `{"tenant":"acme","prompt_tokens":100}`
-	admitted(t, s, 1, tbody, false)
+	r, _ = startFake(t, f, limiter.Limits{Tokens: 100_000, Window: time.Minute}, clock.Now)
+	tbody := acme(100, 0)
+	admitted(t, r, 1, tbody, false)
 	f.set(func(f *fakeOwner) { f.down = true })
-	if got := admitted(t, s, 100, tbody, true); got != 5 {
+	if got := admitted(t, r, 100, tbody, true); got != 5 {
 		t.Fatalf("fallback admitted %d requests of 100 tokens with 1000 remaining and 2 members, want 5", got)
 	}
 }
@@ -213,9 +215,9 @@ func TestDegradedStartsFromTheStatusReleased(t *testing.T) {
 	// Its answers say no request is left: reported, the fallback would
 	// take the key as exhausted.
 	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 0, Reset: 30 * time.Second}}
-	r, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	const body = `{"tenant":"acme","prompt_tokens":1}`
-	if got := admitted(t, s, 3, body, false); got != 3 {
+	r, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	body := acme(1, 0)
+	if got := admitted(t, r, 3, body, false); got != 3 {
 		t.Fatal("this node, the owner, did not admit")
 	}
 	if r.degraded.Exhausted(TenantKey("acme"), clock.Now()) {
@@ -227,7 +229,7 @@ func TestDegradedStartsFromTheStatusReleased(t *testing.T) {
 	}
 	f.release(TenantKey("acme"), f.status, clock.Now()) // the key handed on
 	f.set(func(f *fakeOwner) { f.down, f.local = true, false })
-	if got := admitted(t, s, 100, body, true); got != 5 {
+	if got := admitted(t, r, 100, body, true); got != 5 {
 		t.Fatalf("fallback admitted %d with 10 left at the release and 2 members, want 5", got)
 	}
 }
@@ -239,13 +241,13 @@ func TestDegradedStartsFromItsOwnCountWhileHeld(t *testing.T) {
 	f := newFakeOwner(t, "n1", "n2")
 	f.local = true
 	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 10, Reset: 30 * time.Second}}
-	_, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
-	const body = `{"tenant":"acme","prompt_tokens":1}`
-	if got := admitted(t, s, 3, body, false); got != 3 {
+	r, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
+	body := acme(1, 0)
+	if got := admitted(t, r, 3, body, false); got != 3 {
 		t.Fatal("this node, the owner, did not admit")
 	}
 	f.set(func(f *fakeOwner) { f.down, f.held = true, true })
-	if got := admitted(t, s, 100, body, true); got != 5 {
+	if got := admitted(t, r, 100, body, true); got != 5 {
 		t.Fatalf("fallback admitted %d with 10 left in this node's table and 2 members, want 5", got)
 	}
 }
@@ -254,8 +256,8 @@ func TestDegradedStartsFromItsOwnCountWhileHeld(t *testing.T) {
 func TestDegradedNeverSeenKeyUsesLimitShare(t *testing.T) {
 	f := newFakeOwner(t, "n1", "n2")
 	f.down = true
-	_, s, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
-	if got := admitted(t, s, 200, `{"tenant":"acme","prompt_tokens":1}`, true); got != 50 {
+	r, _ := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, newFakeClock().Now)
+	if got := admitted(t, r, 200, acme(1, 0), true); got != 50 {
 		t.Fatalf("fallback admitted %d for a key never seen, want 100/2 = 50", got)
 	}
 }
@@ -268,13 +270,13 @@ func TestDebtsRepaidOnceWhenOwnerReturns(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.down = true
-	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":40}`, true); got != 3 {
+	r, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	if got := admitted(t, r, 3, acme(40, 0), true); got != 3 {
 		t.Fatalf("admitted %d", got)
 	}
 	clock.Advance(time.Second)
 	last := clock.Now()
-	if got := admitted(t, s, 2, `{"tenant":"acme","prompt_tokens":40,"max_tokens":10}`, true); got != 2 {
+	if got := admitted(t, r, 2, acme(40, 10), true); got != 2 {
 		t.Fatalf("admitted %d", got)
 	}
 	for range 3 {
@@ -315,8 +317,8 @@ func TestDebtRetriedAfterFailedCharge(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.down = true
-	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	admitted(t, s, 2, `{"tenant":"acme","prompt_tokens":7}`, true)
+	r, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	admitted(t, r, 2, acme(7, 0), true)
 	f.set(func(f *fakeOwner) { f.down, f.failCharges = false, 1 })
 	round(r)
 	if got := f.charged(); len(got) != 0 {
@@ -355,8 +357,8 @@ func TestDebtExpiresAfterWindow(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.down = true
-	r, s, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
-	admitted(t, s, 4, `{"tenant":"acme","prompt_tokens":1}`, true)
+	r, reg := startFake(t, f, limiter.Limits{Requests: 100, Window: time.Minute}, clock.Now)
+	admitted(t, r, 4, acme(1, 0), true)
 	clock.Advance(time.Minute)
 	f.set(func(f *fakeOwner) { f.down = false })
 	round(r)
@@ -409,8 +411,8 @@ func TestOweFromAFenceIsChargedOnce(t *testing.T) {
 	clock := newFakeClock()
 	f := newFakeOwner(t, "n1", "n2")
 	f.status = limiter.Status{Requests: limiter.DimStatus{Limit: 10, Remaining: 8, Reset: time.Minute}}
-	r, s, reg := startFake(t, f, limiter.Limits{Requests: 10, Window: time.Minute}, clock.Now)
-	if got := admitted(t, s, 1, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, false); got != 1 {
+	r, reg := startFake(t, f, limiter.Limits{Requests: 10, Window: time.Minute}, clock.Now)
+	if got := admitted(t, r, 1, acme(1, 1), false); got != 1 {
 		t.Fatalf("admitted %d by the owner, want 1", got)
 	}
 	f.set(func(f *fakeOwner) { f.down = true })
@@ -422,7 +424,7 @@ func TestOweFromAFenceIsChargedOnce(t *testing.T) {
 	}
 	// The owner reported 8 remaining; with 2 members the share is 4, and
 	// the 3 owed spend it: one more admission, then refusals.
-	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 1 {
+	if got := admitted(t, r, 3, acme(1, 1), true); got != 1 {
 		t.Fatalf("admitted %d on the degraded share after owing 3 of its 4, want 1", got)
 	}
 	round(r)
@@ -453,10 +455,7 @@ func TestPayDebtsBeforeLeaving(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	hs := httptest.NewServer(r)
-	t.Cleanup(hs.Close)
-	s := &server{Server: hs}
-	if got := admitted(t, s, 3, `{"tenant":"acme","prompt_tokens":1,"max_tokens":1}`, true); got != 3 {
+	if got := admitted(t, r, 3, acme(1, 1), true); got != 3 {
 		t.Fatalf("admitted %d", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

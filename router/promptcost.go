@@ -3,13 +3,12 @@ package router
 // What a prompt costs before it is admitted. Counting a prompt with
 // tiktoken takes 0.3-0.5 s of CPU a MiB, so nothing is counted for a
 // caller before it is known to be allowed (its token, then its tenant), a
-// prompt is counted only up to Config.MaxPromptBytes, and a tenant that
-// cannot admit any request now is refused without counting
-// (RefuseExhausted).
+// prompt is counted only up to a cap (DefaultMaxPromptBytes), and a
+// tenant that cannot admit any request now is refused without counting
+// (RefuseExhausted). The front ends count; the router only refuses.
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/tokenring/tokenring/internal/lazyctx"
@@ -18,18 +17,19 @@ import (
 	"github.com/tokenring/tokenring/prompt"
 )
 
-// DefaultMaxPromptBytes is Config.MaxPromptBytes's default: 256 KiB, about
+// Counter counts prompt tokens: the front ends count with it, each
+// prompt once its caller is known to be allowed. *prompt.Counter
+// implements it.
+type Counter interface {
+	Text(model, text string) int
+	Messages(model string, msgs []prompt.Message) int
+}
+
+// DefaultMaxPromptBytes is the front ends' cap on the bytes of a prompt
+// they count (api.Config.MaxPromptBytes, the proxy's): 256 KiB, about
 // 64,000 tokens of English and 0.1 s of one core to count at most. Larger
 // prompts are rare enough that their callers can count them themselves.
 const DefaultMaxPromptBytes = 256 << 10
-
-// promptBytes is the size of what countAcquirePrompt would count for in.
-func promptBytes(in *acquireRequest) int {
-	if in.Prompt != nil {
-		return len(*in.Prompt)
-	}
-	return MessagesBytes(in.Messages)
-}
 
 // MessagesBytes is the bytes of msgs' fields that a count reads.
 func MessagesBytes(msgs []prompt.Message) int {
@@ -39,21 +39,6 @@ func MessagesBytes(msgs []prompt.Message) int {
 		n += len(m.Role) + len(m.Name) + len(m.Content) + len(m.ToolCalls) + len(m.ToolCallID)
 	}
 	return n
-}
-
-// promptCapMessage is the 413's error for a prompt of n bytes.
-func (r *Router) promptCapMessage(n int) string {
-	return fmt.Sprintf("prompt of %d bytes is over this node's cap of %d bytes counted (limits.max_prompt_bytes): count it yourself and send prompt_tokens",
-		n, r.maxPromptBytes)
-}
-
-// countAcquirePrompt counts in's prompt or messages (parseAcquire checked
-// that there is a Counter and that messages are not empty).
-func (r *Router) countAcquirePrompt(in *acquireRequest) int64 {
-	if in.Prompt != nil {
-		return int64(r.cfg.Counter.Text(in.Model, *in.Prompt))
-	}
-	return int64(r.cfg.Counter.Messages(in.Model, in.Messages))
 }
 
 // exhaustedProbeWait bounds RefuseExhausted's call to the owner; a probe

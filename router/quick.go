@@ -1,14 +1,8 @@
 package router
 
-// The decision API on an event loop (internal/http1's Config.Quick): a
-// call is answered on the loop's thread only when nothing it does can
-// wait, which is when every key it touches is decided at this node, now.
-
-import (
-	"context"
-
-	"github.com/tokenring/tokenring/internal/http1"
-)
+// Which calls are decided at this node at once: the decision API answers
+// those on an event loop's thread (api.Server.ServeQuick), and runs the
+// acquires a batch decides here on the batch's own goroutine.
 
 // immediate is a Cluster that tells which keys it decides at once
 // (*node.Node).
@@ -18,25 +12,14 @@ type immediate interface {
 	Immediate(key string) bool
 }
 
-// ServeQuick is the decision API's http1 Quick handler, run on an event
-// loop's thread. It takes what ServePlain takes, and answers it exactly
-// as ServePlain does, when every key the request touches is decided at
-// this node at once (node.Node.Immediate): every key of an acquire's chain;
-// a complete's or renew's lease's sides; every call of a batch that holds
-// acquires only. It declines, having changed nothing, everything else: a
-// call forwarded to its owner, the LLM proxy's requests, a batch with a
-// complete or a renew (their calls run on goroutines of their own), and
-// every request when the cluster cannot tell (no Immediate).
-func (r *Router) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
-	if r.quick == nil {
-		return false
-	}
-	return r.servePlain(ctx, req, resp, true)
-}
+// Quick reports whether the cluster tells which keys it decides at once
+// (node.Node.Immediate); when it does not, no call is known to be.
+func (r *Router) Quick() bool { return r.quick != nil }
 
-// immediateAcquire reports whether an acquire of tenant for model touches
-// only keys (every key of its chain, sidesOf) decided here at once.
-func (r *Router) immediateAcquire(tenant, model string) bool {
+// ImmediateAcquire reports whether an acquire of tenant for model touches
+// only keys (every key of its chain, sidesOf) decided here at once. Quick
+// must be true.
+func (r *Router) ImmediateAcquire(tenant, model string) bool {
 	if !r.chained(tenant, model) { // as before chains: no key stored, none allocated twice
 		if !r.quick.Immediate(TenantKey(tenant)) {
 			return false
@@ -54,9 +37,9 @@ func (r *Router) immediateAcquire(tenant, model string) bool {
 	return true
 }
 
-// ownedAcquire reports whether this node's ring owns every key an
+// OwnedAcquire reports whether this node's ring owns every key an
 // acquire of tenant for model touches (ownedHere).
-func (r *Router) ownedAcquire(tenant, model string) bool {
+func (r *Router) OwnedAcquire(tenant, model string) bool {
 	if !r.chained(tenant, model) {
 		if !r.ownedHere(TenantKey(tenant)) {
 			return false
@@ -74,14 +57,10 @@ func (r *Router) ownedAcquire(tenant, model string) bool {
 	return true
 }
 
-// immediateLease reports whether a complete or renew of in touches only
-// keys decided here at once. A call whose lease does not parse is a 4xx
-// answered at once.
-func (r *Router) immediateLease(in *completeRequest) bool {
-	l, err := r.parseLeaseRequest(in)
-	if err != nil {
-		return true
-	}
+// ImmediateLease reports whether a complete or renew of l touches only
+// keys decided here at once (the fallback's sides are always). Quick must
+// be true.
+func (r *Router) ImmediateLease(l Lease) bool {
 	for _, s := range l.Sides() {
 		if !s.Fallback && !r.quick.Immediate(s.Key) {
 			return false
@@ -90,16 +69,13 @@ func (r *Router) immediateLease(in *completeRequest) bool {
 	return true
 }
 
-// immediateBatch reports whether a batch whose calls the fast decoder read
-// (pre) holds acquires only, each decided here at once (and, as
-// acquireHere asks, owned here by this node's ring).
-func (r *Router) immediateBatch(pre []decodedCall) bool {
-	for i := range pre {
-		c := &pre[i]
-		if !c.ok || c.acquire.Op != "acquire" || c.acquire.WaitMS != 0 || !r.ownedAcquire(c.acquire.Tenant, c.acquire.Model) ||
-			!r.immediateAcquire(c.acquire.Tenant, c.acquire.Model) {
-			return false
-		}
+// ownedHere reports whether this node owns key by its current ring (a node
+// without a ring owns every key).
+func (r *Router) ownedHere(key string) bool {
+	rg := r.cluster.Ring()
+	if rg == nil {
+		return true
 	}
-	return true
+	m, ok := rg.Owner(key)
+	return ok && m.Name == r.cluster.Name()
 }

@@ -1,7 +1,3 @@
-// Package router is tokenring's front door: it identifies the tenant and the
-// pool of a request, counts its prompt, asks the owners of their keys for a
-// decision (locally or forwarded by the node), falls back when an owner cannot
-// be reached, and serves the decision API, admin and metrics over HTTP.
 package router
 
 import (
@@ -9,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +14,6 @@ import (
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
-	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -39,12 +33,6 @@ type Cluster interface {
 	Name() string
 }
 
-// Counter counts prompt tokens. *prompt.Counter implements it.
-type Counter interface {
-	Text(model, text string) int
-	Messages(model string, msgs []prompt.Message) int
-}
-
 // Config configures a Router. Zero fields take the documented defaults.
 type Config struct {
 	// Limits gives the limits of a limiter key (TenantKey, PoolKey,
@@ -58,8 +46,6 @@ type Config struct {
 	// must then give the limits of GroupKey and ModelKey keys too. It is
 	// called on every acquire, concurrently.
 	Chain func(tenant, model string) Chain
-	// Counter counts prompts sent as text or messages. Nil refuses them (400).
-	Counter Counter
 	// Fallback is the policy when an owner is unreachable. Empty means
 	// fallback.Degraded.
 	Fallback fallback.Policy
@@ -77,21 +63,6 @@ type Config struct {
 	// the request is refused with a 503 and admits nothing, since the owner
 	// may yet count it. Zero means 2s.
 	ForwardMaxWait time.Duration
-	// ClusterSecrets are the cluster's secrets: the first signs the leases
-	// this node hands out (HMAC-SHA256), every one verifies leases brought
-	// back, so a secret being rotated is accepted on both sides of the
-	// rotation. Empty signs with a fixed public key (see leaseSigner).
-	ClusterSecrets [][]byte
-	// Clients are the decision API's client tokens, each with the tenants
-	// it may act for (AnyTenant for all). Empty leaves the API open; see
-	// clientTokens.
-	Clients map[string][]string
-	// ClientCerts are the decision API's clients known by a TLS client
-	// certificate, by the identity it must carry (its subject common name,
-	// a DNS SAN or a URI SAN, matched exactly): over TLS, a request
-	// without a token whose verified certificate carries one acts as that
-	// client. Such a client has no token. See clientTokens.
-	ClientCerts map[string]CertClient
 	// Registry receives the router's metrics. Nil registers nothing.
 	Registry prometheus.Registerer
 	// Now is the clock. Nil means time.Now.
@@ -102,14 +73,6 @@ type Config struct {
 	DebtInterval time.Duration
 	// Logger receives the router's logs. Nil discards them.
 	Logger *slog.Logger
-	// MaxPromptBytes bounds the bytes of a prompt (or of messages: every
-	// role, name, content and tool field) the router counts with Counter:
-	// the decision API answers a larger one 413, naming the cap, and the
-	// caller sends prompt_tokens instead; the LLM proxy, whose callers
-	// cannot, reserves an estimate of a token per three bytes of the body
-	// (settled later with the upstream's usage). Counting costs about
-	// 0.3-0.5 s of CPU a MiB. Zero means DefaultMaxPromptBytes (256 KiB).
-	MaxPromptBytes int
 	// MaxFallbackKeys bounds the keys the fallback remembers (owner
 	// reports, local windows, debts). A new key past it takes the place of
 	// one that holds nothing, or its fallback acquire is refused with a
@@ -124,22 +87,18 @@ func TenantKey(tenant string) string { return "t:" + tenant }
 // PoolKey is the limiter key of a pool.
 func PoolKey(pool string) string { return "p:" + pool }
 
-// Router serves HTTP and turns requests into decisions. Safe for concurrent use.
+// Router turns the front ends' requests into decisions across the keys
+// they charge. Safe for concurrent use.
 type Router struct {
 	cfg      Config
 	cluster  Cluster
-	quick    immediate       // cluster, when it tells which keys it decides at once (ServeQuick)
+	quick    immediate       // cluster, when it tells which keys it decides at once (Quick)
 	degraded *fallback.State // per key: the owner's last report, the local fallback window, the debts
 	debts    *fallback.Debts // charges the debts to the keys' owners
 	metrics  *metrics
 	timeouts prometheus.Counter // tokenring_owner_timeouts_total
 	log      *slog.Logger
-	handler  http.Handler // the decision API's and the proxy's routes
-	leases   *leaseSigner
-	clients  *clientTokens  // nil: the decision API is open
 	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
-	// maxPromptBytes is Config.MaxPromptBytes, its default applied.
-	maxPromptBytes int
 }
 
 // New returns a Router deciding through cluster.
@@ -165,9 +124,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxPromptBytes <= 0 {
-		cfg.MaxPromptBytes = DefaultMaxPromptBytes
-	}
 	if cfg.DebtInterval <= 0 {
 		cfg.DebtInterval = fallback.DefaultDebtInterval
 	}
@@ -192,10 +148,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		timeouts: timeouts,
 		log:      cfg.Logger,
 		warn:     rate.Sometimes{Interval: time.Second},
-		leases:   newLeaseSigner(cfg.ClusterSecrets),
-		clients:  newClientTokens(cfg.Clients, cfg.ClientCerts),
-
-		maxPromptBytes: cfg.MaxPromptBytes,
 	}
 	if r.debts, err = fallback.NewDebts(r.degraded, fallback.DebtsConfig{
 		Charge: r.charge, Limits: cfg.Limits, Now: cfg.Now, MaxWait: cfg.ForwardMaxWait,
@@ -210,7 +162,6 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		rs.OnRelease(r.degraded.Report)
 	}
 	r.quick, _ = cluster.(immediate)
-	r.routes()
 	return r, nil
 }
 
@@ -237,9 +188,6 @@ func (r *Router) reportHeld(key string) {
 		}
 	}
 }
-
-// ServeHTTP implements http.Handler.
-func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.handler.ServeHTTP(w, req) }
 
 // sharers is implemented by a Cluster that knows how many members may
 // fall back at once (*node.Node: the membership its majority rule counts,
@@ -274,7 +222,7 @@ const OwnerTimeoutRetry = time.Second
 
 // OwnerTimeoutError is decide's error for an owner that is alive (its
 // connection is not silent) but did not answer within ForwardMaxWait. Nothing
-// was admitted: the HTTP answer is a 503 (writeOwnerTimeout).
+// was admitted: the HTTP answer is a 503.
 type OwnerTimeoutError struct {
 	key  string
 	wait time.Duration
@@ -282,16 +230,6 @@ type OwnerTimeoutError struct {
 
 func (e *OwnerTimeoutError) Error() string {
 	return fmt.Sprintf("owner of %s did not answer within %v", e.key, e.wait)
-}
-
-// writeOwnerTimeout writes the decision API's 503 for err if it is an owner
-// timeout or a full table (*TableFullError), and reports whether it did.
-func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
-	a, ok := ownerTimeoutAnswer(err)
-	if ok {
-		a.write(w)
-	}
-	return ok
 }
 
 // decide executes c at its owner. It waits for a live owner up to the hard

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/admin"
+	"github.com/tokenring/tokenring/api"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/fallback"
 	"github.com/tokenring/tokenring/frontdoor"
@@ -37,7 +38,6 @@ import (
 	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/proxy"
-	"github.com/tokenring/tokenring/router"
 
 	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -428,11 +428,11 @@ func clientTokens(cfg config.Config) map[string][]string {
 // clientCerts are the config's certificate clients (clients: entries with
 // a cert) as the router takes them: by the identity the certificate
 // carries.
-func clientCerts(cfg config.Config) map[string]router.CertClient {
-	m := map[string]router.CertClient{}
+func clientCerts(cfg config.Config) map[string]api.CertClient {
+	m := map[string]api.CertClient{}
 	for name, c := range cfg.Clients {
 		if c.Cert != "" {
-			m[c.Cert] = router.CertClient{Name: name, Tenants: c.Tenants}
+			m[c.Cert] = api.CertClient{Name: name, Tenants: c.Tenants}
 		}
 	}
 	return m

@@ -1,4 +1,4 @@
-package router
+package api
 
 // The decision API's three calls (acquire, complete, renew) as functions of
 // a decoded request: the single endpoints (POST /v1/acquire, /v1/complete,
@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // apiAnswer is one decision-API answer before it is written: the HTTP
@@ -42,17 +43,17 @@ func errorAnswer(code int, msg string) apiAnswer {
 }
 
 // ownerTimeoutAnswer is the decision API's 503 for err if it is an owner
-// timeout (*OwnerTimeoutError) or a full table (*TableFullError); ok is
+// timeout (*router.OwnerTimeoutError) or a full table (*router.TableFullError); ok is
 // false for any other error.
 func ownerTimeoutAnswer(err error) (a apiAnswer, ok bool) {
-	var full *TableFullError
+	var full *router.TableFullError
 	if errors.As(err, &full) {
 		ms := full.RetryMS()
 		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": full.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
 	}
-	var ot *OwnerTimeoutError
+	var ot *router.OwnerTimeoutError
 	if errors.As(err, &ot) {
-		ms := OwnerTimeoutRetry.Milliseconds()
+		ms := router.OwnerTimeoutRetry.Milliseconds()
 		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": ot.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
 	}
 	return apiAnswer{}, false
@@ -92,8 +93,8 @@ func leaseErrorAnswer(err error) apiAnswer {
 // 503 or 499 when no decision was made. A prompt or messages are counted
 // only once the caller may act for the tenant, the prompt is within the
 // cap and the tenant is not known to be out of requests (RefuseExhausted).
-func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
-	a, res, decided := r.acquireDecision(ctx, set, in)
+func (s *Server) acquireCall(ctx context.Context, set tenantSet, in *acquireRequest) apiAnswer {
+	a, res, decided := s.acquireDecision(ctx, set, in)
 	if decided {
 		a.body = &res
 	}
@@ -103,8 +104,8 @@ func (r *Router) acquireCall(ctx context.Context, set tenantSet, in *acquireRequ
 // acquireDecision is acquireCall with a decision's body (a 200 or a 429,
 // decided true) returned apart, by value: ServePlain writes it from its
 // own stack, with no answer on the heap. Undecided, a is the whole answer.
-func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquireRequest) (a apiAnswer, res acquireResponse, decided bool) {
-	adm, err := r.parseAcquire(in)
+func (s *Server) acquireDecision(ctx context.Context, set tenantSet, in *acquireRequest) (a apiAnswer, res acquireResponse, decided bool) {
+	adm, err := s.parseAcquire(in)
 	if err != nil {
 		return errorAnswer(http.StatusBadRequest, err.Error()), res, false
 	}
@@ -112,22 +113,22 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 		return a, res, false // before the prompt is counted: nothing computed for a caller not allowed
 	}
 	if in.Prompt != nil || in.Messages != nil {
-		if n := promptBytes(in); n > r.maxPromptBytes {
-			return errorAnswer(http.StatusRequestEntityTooLarge, r.promptCapMessage(n)), res, false
+		if n := promptBytes(in); n > s.cfg.MaxPromptBytes {
+			return errorAnswer(http.StatusRequestEntityTooLarge, s.promptCapMessage(n)), res, false
 		}
-		if v, refused := r.RefuseExhausted(ctx, adm); refused {
+		if v, refused := s.r.RefuseExhausted(ctx, adm); refused {
 			res = answerOf(&v, "")
 			return apiAnswer{status: http.StatusTooManyRequests, retryAfterMS: res.RetryAfterMS}, res, true
 		}
-		adm.Req.PromptTokens = r.countAcquirePrompt(in)
+		adm.Req.PromptTokens = s.countAcquirePrompt(in)
 	}
-	v, err := r.Admit(ctx, adm)
+	v, err := s.r.Admit(ctx, adm)
 	if err != nil {
 		return decideErrorAnswer(err), res, false // an owner alive but slow: nothing admitted
 	}
 	var lease string
 	if v.Allowed {
-		lease = r.leases.sign(v.Lease)
+		lease = s.leases.sign(v.Lease)
 	}
 	res = answerOf(&v, lease)
 	if !res.Allowed {
@@ -137,11 +138,11 @@ func (r *Router) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 }
 
 // completeCall settles (with usage) or releases (without) one lease.
-func (r *Router) completeCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
+func (s *Server) completeCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
 	if a, refused := forbidden(set, in.Tenant); refused {
 		return a
 	}
-	l, err := r.parseLeaseRequest(in)
+	l, err := s.parseLeaseRequest(in)
 	if err != nil {
 		return leaseErrorAnswer(err)
 	}
@@ -153,52 +154,62 @@ func (r *Router) completeCall(ctx context.Context, set tenantSet, in *completeRe
 			name string
 			v    int64
 		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
-			if err := CheckCount(f.name, f.v); err != nil {
+			if err := router.CheckCount(f.name, f.v); err != nil {
 				return errorAnswer(http.StatusBadRequest, err.Error())
 			}
 		}
 		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 	}
-	ok, status, _ := r.LeaseCall(ctx, l, op, usage)
+	ok, status, _ := s.r.LeaseCall(ctx, l, op, usage)
 	return apiAnswer{status: http.StatusOK, body: &settleAnswer{Settled: ok, Limits: limitsOf(status)}}
 }
 
 // renewCall extends one lease's expiry: 404 when it is no longer held.
-func (r *Router) renewCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
+func (s *Server) renewCall(ctx context.Context, set tenantSet, in *completeRequest) apiAnswer {
 	if in.Usage != nil {
 		return errorAnswer(http.StatusBadRequest, "renew takes no usage")
 	}
 	if a, refused := forbidden(set, in.Tenant); refused {
 		return a
 	}
-	l, err := r.parseLeaseRequest(in)
+	l, err := s.parseLeaseRequest(in)
 	if err != nil {
 		return leaseErrorAnswer(err)
 	}
-	ok, status, expires := r.LeaseCall(ctx, l, node.OpRenew, limiter.Usage{})
+	ok, status, expires := s.r.LeaseCall(ctx, l, node.OpRenew, limiter.Usage{})
 	if !ok {
 		return errorAnswer(http.StatusNotFound, "lease not found: completed, expired or unknown")
 	}
 	out := map[string]any{"renewed": true, "limits": limitsOf(status)}
 	if !expires.IsZero() {
-		out["expires_in_ms"] = ceilMS(expires.Sub(r.cfg.Now()))
+		out["expires_in_ms"] = ceilMS(expires.Sub(s.cfg.Now()))
 	}
 	return apiAnswer{status: http.StatusOK, body: out}
 }
 
 // endpoint serves one decision call on its own endpoint: decode the body
 // into a fresh In, check the caller's token, run call, write its answer.
-func endpoint[In any](r *Router, call func(context.Context, tenantSet, *In) apiAnswer) http.HandlerFunc {
+func endpoint[In any](s *Server, call func(context.Context, tenantSet, *In) apiAnswer) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		var in In
 		if !decodeBody(w, req, &in) {
 			return
 		}
-		set, deny := r.callerTenants(req)
+		set, deny := s.callerTenants(req)
 		if deny != nil {
 			deny.write(w)
 			return
 		}
 		call(req.Context(), set, &in).write(w)
 	}
+}
+
+// writeOwnerTimeout writes the decision API's 503 for err if it is an owner
+// timeout or a full table (*TableFullError), and reports whether it did.
+func writeOwnerTimeout(w http.ResponseWriter, err error) bool {
+	a, ok := ownerTimeoutAnswer(err)
+	if ok {
+		a.write(w)
+	}
+	return ok
 }

@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // TestClientTokens: with clients configured, the decision API needs a known
@@ -73,7 +74,7 @@ func TestClientTokens(t *testing.T) {
 // certRouter is a router with one token client (tok-1: acme) and three
 // certificate clients: gw-1 by a URI SAN (acme), gw-2 by a DNS SAN (beta),
 // gw-3 by a subject common name (gamma).
-func certRouter(t *testing.T) *Router {
+func certRouter(t *testing.T) *testAPI {
 	t.Helper()
 	lim := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 100, Tokens: 1 << 20, Concurrency: 100, Window: time.Minute, LeaseTTL: time.Minute}
@@ -82,18 +83,14 @@ func certRouter(t *testing.T) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(n, Config{Limits: lim,
+	t.Cleanup(func() { n.Close() })
+	return newAPI(t, n, router.Config{Limits: lim}, Config{
 		Clients: map[string][]string{"tok-1": {"acme"}},
 		ClientCerts: map[string]CertClient{
 			"spiffe://acme/gw-1": {Name: "gw-1", Tenants: []string{"acme"}},
 			"gw-2.acme.test":     {Name: "gw-2", Tenants: []string{"beta"}},
 			"gw-3":               {Name: "gw-3", Tenants: []string{"gamma"}},
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(); n.Close() })
-	return r
 }
 
 // leaf is a client certificate with common name cn, DNS SANs dns and URI

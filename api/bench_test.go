@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -15,11 +15,12 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // benchRouter is one node alone and its router, with limits no benchmark
 // reaches; the node closes when b ends.
-func benchRouter(b testing.TB) *Router {
+func benchRouter(b testing.TB) *testAPI {
 	b.Helper()
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Minute}
@@ -29,11 +30,7 @@ func benchRouter(b testing.TB) *Router {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { n.Close() })
-	r, err := New(n, Config{Limits: limits})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return r
+	return newAPI(b, n, router.Config{Limits: limits}, Config{})
 }
 
 // BenchmarkHTTPAcquireComplete measures the decision API's handler cost
@@ -66,7 +63,7 @@ func BenchmarkHTTPAcquireComplete(b *testing.B) {
 
 // benchAcquire sends one acquire of 100 prompt and 100 completion tokens
 // for tenant through r's handler, without sockets.
-func benchAcquire(r *Router, tenant string) *httptest.ResponseRecorder {
+func benchAcquire(r *testAPI, tenant string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/acquire",
 		strings.NewReader(`{"tenant":"`+tenant+`","prompt_tokens":100,"max_tokens":100}`)))
@@ -81,12 +78,9 @@ func BenchmarkFallbackAcquire(b *testing.B) {
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30}
 	}
-	run := func(b *testing.B, cluster Cluster) {
-		r, err := New(cluster, Config{Limits: limits})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer r.Close()
+	run := func(b *testing.B, cluster router.Cluster) {
+		r := newAPI(b, cluster, router.Config{Limits: limits}, Config{})
+		defer r.router.Close()
 		var seq atomic.Int64
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -123,7 +117,7 @@ func BenchmarkLeaseCodec(b *testing.B) {
 	b.Run("unsigned", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			text := base64.RawURLEncoding.EncodeToString(l.appendPayload(nil))
+			text := base64.RawURLEncoding.EncodeToString(appendPayload(nil, &l))
 			raw, err := base64.RawURLEncoding.DecodeString(text)
 			if err != nil {
 				b.Fatal(err)

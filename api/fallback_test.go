@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // downCluster is a three-member cluster whose other owners are unreachable:
@@ -40,16 +41,12 @@ func startDown(t *testing.T, policy fallback.Policy, l limiter.Limits, now func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	r, err := New(downCluster{rg}, Config{
+	r := newAPI(t, downCluster{rg}, router.Config{
 		Limits:   func(string) limiter.Limits { return l },
 		Fallback: policy,
 		Registry: reg,
 		Now:      now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	}, Config{Now: now})
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	return &server{Server: hs}, reg
@@ -361,16 +358,13 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 	n.SetRing(rg)
 	tenant := ""
 	for i := 0; tenant == ""; i++ {
-		if m, _ := rg.Owner(TenantKey(fmt.Sprint("t", i))); m.Name == "n2" {
+		if m, _ := rg.Owner(router.TenantKey(fmt.Sprint("t", i))); m.Name == "n2" {
 			tenant = fmt.Sprint("t", i)
 		}
 	}
 	reg := prometheus.NewRegistry()
-	r, err := New(n, Config{Limits: limits, ForwardTimeout: probeAfter, Now: clk.Now, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newAPI(t, n, router.Config{Limits: limits, ForwardTimeout: probeAfter, Now: clk.Now, Registry: reg}, Config{Now: clk.Now})
+	defer r.router.Close()
 	hs := httptest.NewServer(r)
 	defer hs.Close()
 	s := &server{Server: hs}
@@ -380,7 +374,7 @@ func TestFallbackHungOwnerCostsProbeAndLiveness(t *testing.T) {
 
 	// The acquire reached the owner's connection: its first check is armed.
 	waitFor(t, "the acquire at the hung owner", func() bool {
-		return strings.Contains(sawKey.Load().(string), TenantKey(tenant))
+		return strings.Contains(sawKey.Load().(string), router.TenantKey(tenant))
 	})
 	if _, at := clk.armed(t0.Add(probeAfter)); at == 0 {
 		t.Fatal("no check armed at ProbeAfter")
@@ -452,15 +446,11 @@ func startErr(t *testing.T, do func(context.Context) error, maxWait time.Duratio
 	}
 	reg := prometheus.NewRegistry()
 	c := &errCluster{ring: rg, do: do}
-	r, err := New(c, Config{
+	r := newAPI(t, c, router.Config{
 		Limits:         func(string) limiter.Limits { return limiter.Limits{Requests: 30} },
 		ForwardMaxWait: maxWait,
 		Registry:       reg,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	}, Config{})
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	return &server{Server: hs}, reg, c

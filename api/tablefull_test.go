@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/router"
 )
 
 // TestOwnerTableFullIs503: a new tenant at an owner holding MaxKeys keys
@@ -23,11 +24,7 @@ func TestOwnerTableFullIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	r, err := New(n, Config{Limits: func(string) limiter.Limits { return l }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := newAPI(t, n, router.Config{Limits: func(string) limiter.Limits { return l }}, Config{})
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	s := &server{Server: hs, node: n}
@@ -63,11 +60,7 @@ func TestFallbackKeysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := limiter.Limits{Requests: 30, Concurrency: 30}
-	r, err := New(downCluster{rg}, Config{Limits: func(string) limiter.Limits { return l }, MaxFallbackKeys: fallbackKeys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := newAPI(t, downCluster{rg}, router.Config{Limits: func(string) limiter.Limits { return l }, MaxFallbackKeys: fallbackKeys}, Config{})
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
 	s := &server{Server: hs}

@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // The chain property test drives one node's router with random chains
@@ -50,7 +51,7 @@ type chainModel struct {
 // in chainOrder, built from the spec without the router's code.
 func (m *chainModel) chainKeys(tenant, model string) []string {
 	var out []string
-	level, label := TenantKey(tenant), "tenant:"+tenant
+	level, label := router.TenantKey(tenant), "tenant:"+tenant
 	for {
 		out = append(out, level)
 		m.label(level, label)
@@ -109,20 +110,20 @@ func (m *chainModel) refuser(keys []string, tok int64) (string, string) {
 // limited in every dimension.
 func drawSpec(t *rapid.T) chainSpec {
 	spec := chainSpec{limits: map[string]limiter.Limits{}, parent: map[string]string{}, models: map[string][]string{}, pools: map[string]bool{}}
-	n := rapid.IntRange(0, MaxGroups).Draw(t, "groups")
-	levels := []string{TenantKey("a"), TenantKey("b")}
+	n := rapid.IntRange(0, router.MaxGroups).Draw(t, "groups")
+	levels := []string{router.TenantKey("a"), router.TenantKey("b")}
 	for i := range n {
 		g := fmt.Sprintf("g%d", i)
 		if i == 0 {
-			spec.parent[TenantKey("a")] = g
+			spec.parent[router.TenantKey("a")] = g
 		} else {
-			spec.parent[GroupKey(fmt.Sprintf("g%d", i-1))] = g
+			spec.parent[router.GroupKey(fmt.Sprintf("g%d", i-1))] = g
 		}
-		levels = append(levels, GroupKey(g))
+		levels = append(levels, router.GroupKey(g))
 	}
 	if n > 0 {
 		if j := rapid.IntRange(-1, n-1).Draw(t, "b's parent"); j >= 0 {
-			spec.parent[TenantKey("b")] = fmt.Sprintf("g%d", j)
+			spec.parent[router.TenantKey("b")] = fmt.Sprintf("g%d", j)
 		}
 	}
 	lim := func(name string) limiter.Limits {
@@ -134,21 +135,21 @@ func drawSpec(t *rapid.T) chainSpec {
 		for _, model := range []string{"m0", "m1", "m2"} {
 			if rapid.Bool().Draw(t, l+" has "+model) {
 				spec.models[l] = append(spec.models[l], model)
-				spec.limits[ModelKey(l, model)] = lim(ModelKey(l, model))
+				spec.limits[router.ModelKey(l, model)] = lim(router.ModelKey(l, model))
 			}
 		}
 	}
 	for _, model := range []string{"m0", "m1"} {
 		if rapid.Bool().Draw(t, model+" is a pool") {
 			spec.pools[model] = true
-			spec.limits[PoolKey(model)] = lim(PoolKey(model))
+			spec.limits[router.PoolKey(model)] = lim(router.PoolKey(model))
 		}
 	}
 	return spec
 }
 
 // call serves one request through r's handler.
-func call(r *Router, method, path, body string) (int, []byte) {
+func call(r *testAPI, method, path, body string) (int, []byte) {
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
 	return rec.Code, rec.Body.Bytes()
@@ -163,12 +164,13 @@ func TestChainProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer n.Close()
-		r, err := New(n, Config{Limits: spec.limitsOf, Chain: spec.chain, Now: clock.Now,
+		rt, err := router.New(n, router.Config{Limits: spec.limitsOf, Chain: spec.chain, Now: clock.Now,
 			PoolFor: func(model string) (string, bool) { return model, spec.pools[model] }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer r.Close()
+		defer rt.Close()
+		r := apiOf(rt, Config{Now: clock.Now})
 		m := &chainModel{spec: spec, keys: map[string]*pkey{}}
 		tenants, models := []string{"a", "b"}, []string{"", "m0", "m1", "m2"}
 		pickOpen := func(t *rapid.T) *padm {
@@ -250,7 +252,7 @@ func TestChainProperty(t *testing.T) {
 }
 
 // check compares every level of every (tenant, model) with the model.
-func (m *chainModel) check(t *rapid.T, r *Router, tenants, models []string) {
+func (m *chainModel) check(t *rapid.T, r *testAPI, tenants, models []string) {
 	for _, tenant := range tenants {
 		for _, model := range models {
 			keys := m.chainKeys(tenant, model)

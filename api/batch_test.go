@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // slot is one decoded result of POST /v1/batch.
@@ -196,7 +197,7 @@ func TestBatchCallCap(t *testing.T) {
 	if st := s.status(t, "acme"); st.Limits.Requests.Remaining != 4000 {
 		t.Fatalf("1000 calls left %d requests, want 4000", st.Limits.Requests.Remaining)
 	}
-	big := `{"op":"acquire","tenant":"acme","prompt":"` + strings.Repeat("a", MaxBody) + `"}`
+	big := `{"op":"acquire","tenant":"acme","prompt":"` + strings.Repeat("a", router.MaxBody) + `"}`
 	if r, _ := s.batch(t, big); r.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a body over 1 MiB: %d %q, want 413", r.Code, r.Error)
 	}
@@ -271,10 +272,7 @@ func FuzzBatchBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { n.Close() })
-	rt, err := New(n, Config{Limits: limits})
-	if err != nil {
-		f.Fatal(err)
-	}
+	rt := newAPI(f, n, router.Config{Limits: limits}, Config{})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, _ := http.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(body))
 		rec := httptest.NewRecorder()

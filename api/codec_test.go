@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func TestDecodeFastTakesGatewayBodies(t *testing.T) {
 			Tenant: "t-1", Model: "gpt-4o", PromptTokens: i64(0), MaxTokens: i64(1), Priority: "batch", WaitMS: 250},
 		`{}`:                                {},
 		`{"tenant":"a","wait_ms":-0}`:       {Tenant: "a"},
-		`{"tenant":"a","prompt_tokens":-5}`: {Tenant: "a", PromptTokens: i64(-5)}, // decoded; refused later by CheckCount
+		`{"tenant":"a","prompt_tokens":-5}`: {Tenant: "a", PromptTokens: i64(-5)}, // decoded; refused later by router.CheckCount
 	}
 	for body, want := range acquires {
 		var got, ref acquireRequest

@@ -1,59 +1,99 @@
-package router
+package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tokenring/tokenring/limiter"
-	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
-// Input bounds. Anything outside is refused with a 400 and changes nothing.
-const (
-	MaxBody      = 1 << 20          // bytes of a request body
-	maxName      = 256              // bytes of a tenant or model name
-	MaxTokens    = 100_000_000      // prompt_tokens, max_tokens, usage fields
-	MaxWait      = 10 * time.Minute // wait_ms
-	maxLeaseText = 8192             // bytes of a lease's text: 9 keys of 256-byte names fit
-)
+// maxLeaseText bounds the bytes of a lease's text: 9 keys of 256-byte
+// names fit.
+const maxLeaseText = 8192
 
-func (r *Router) routes() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/acquire", r.authenticated(r.post(endpoint(r, r.acquireCall))))
-	mux.HandleFunc("/v1/complete", r.authenticated(r.post(endpoint(r, r.completeCall))))
-	mux.HandleFunc("/v1/renew", r.authenticated(r.post(endpoint(r, r.renewCall))))
-	mux.HandleFunc("/v1/batch", r.authenticated(r.post(r.batch)))
-	mux.HandleFunc("/v1/tenants/{tenant}", r.authenticated(r.get(r.tenant)))
-	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+req.URL.Path)
-	})
-	r.handler = mux
+// Config configures the decision API. Zero fields take the documented
+// defaults.
+type Config struct {
+	// router.Counter counts prompts sent as text or messages. Nil refuses them
+	// (400).
+	Counter router.Counter
+	// MaxPromptBytes bounds the bytes of a prompt (or of messages: every
+	// role, name, content and tool field) counted with Counter: a larger
+	// one is answered 413, naming the cap, and the caller sends
+	// prompt_tokens instead. Counting costs about 0.3-0.5 s of CPU a MiB.
+	// Zero means router.DefaultMaxPromptBytes (256 KiB).
+	MaxPromptBytes int
+	// ClusterSecrets are the cluster's secrets: the first signs the leases
+	// this node hands out (HMAC-SHA256), every one verifies leases brought
+	// back, so a secret being rotated is accepted on both sides of the
+	// rotation. Empty signs with a fixed public key (see leaseSigner).
+	ClusterSecrets [][]byte
+	// Clients are the client tokens, each with the tenants it may act for
+	// (AnyTenant for all). Empty leaves the API open; see clientTokens.
+	Clients map[string][]string
+	// ClientCerts are the clients known by a TLS client certificate, by
+	// the identity it must carry (its subject common name, a DNS SAN or a
+	// URI SAN, matched exactly): over TLS, a request without a token whose
+	// verified certificate carries one acts as that client. Such a client
+	// has no token. See clientTokens.
+	ClientCerts map[string]CertClient
+	// Now is the clock (a renewed lease's expires_in_ms). Nil means
+	// time.Now.
+	Now func() time.Time
 }
 
-func (r *Router) post(h http.HandlerFunc) http.HandlerFunc {
+// Server is the decision API of one node, deciding through its router.
+// Safe for concurrent use.
+type Server struct {
+	r       *router.Router
+	cfg     Config
+	leases  *leaseSigner
+	clients *clientTokens // nil: the API is open
+}
+
+// New returns the decision API deciding through r.
+func New(r *router.Router, cfg Config) *Server {
+	if cfg.MaxPromptBytes <= 0 {
+		cfg.MaxPromptBytes = router.DefaultMaxPromptBytes
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{r: r, cfg: cfg, leases: newLeaseSigner(cfg.ClusterSecrets), clients: newClientTokens(cfg.Clients, cfg.ClientCerts)}
+}
+
+// Routes serves the decision API on mux: POST /v1/acquire, /v1/complete,
+// /v1/renew and /v1/batch, GET /v1/tenants/{tenant}.
+func (s *Server) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("/v1/acquire", s.authenticated(post(endpoint(s, s.acquireCall))))
+	mux.HandleFunc("/v1/complete", s.authenticated(post(endpoint(s, s.completeCall))))
+	mux.HandleFunc("/v1/renew", s.authenticated(post(endpoint(s, s.renewCall))))
+	mux.HandleFunc("/v1/batch", s.authenticated(post(s.batch)))
+	mux.HandleFunc("/v1/tenants/{tenant}", s.authenticated(get(s.tenant)))
+}
+
+func post(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed, use POST")
 			return
 		}
-		req.Body = http.MaxBytesReader(w, req.Body, MaxBody)
+		req.Body = http.MaxBytesReader(w, req.Body, router.MaxBody)
 		h(w, req)
 	}
 }
 
-func (r *Router) get(h http.HandlerFunc) http.HandlerFunc {
+func get(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", http.MethodGet)
@@ -137,38 +177,6 @@ func readBody(dst []byte, r io.Reader) ([]byte, error) {
 	}
 }
 
-// CheckName checks a tenant, model, group or pool name given as field:
-// required or not, at most maxName bytes of valid UTF-8 without U+FFFD or
-// a control character. No name it accepts holds U+001F, the separator of
-// a model-scoped key (chain.go).
-func CheckName(field, s string, required bool) error {
-	switch {
-	case s == "" && required:
-		return fmt.Errorf("%s is required", field)
-	case len(s) > maxName:
-		return fmt.Errorf("%s longer than %d bytes", field, maxName)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	case strings.ContainsRune(s, utf8.RuneError):
-		// encoding/json turns invalid UTF-8 and lone surrogates (\ud800)
-		// into U+FFFD: different byte strings would share one tenant.
-		return fmt.Errorf("%s contains U+FFFD (invalid UTF-8 or a lone surrogate)", field)
-	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%s contains a control character", field)
-		}
-	}
-	return nil
-}
-
-func CheckCount(field string, v int64) error {
-	if v < 0 || v > MaxTokens {
-		return fmt.Errorf("%s must be between 0 and %d, got %d", field, MaxTokens, v)
-	}
-	return nil
-}
-
 // acquireRequest is the body of POST /v1/acquire.
 type acquireRequest struct {
 	Tenant       string           `json:"tenant"`
@@ -183,12 +191,12 @@ type acquireRequest struct {
 
 // parseAcquire validates an acquire without counting its prompt: a prompt
 // or messages leave PromptTokens 0, for countAcquirePrompt to fill.
-func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
-	a := Admission{Tenant: in.Tenant, Model: in.Model}
-	if err := CheckName("tenant", in.Tenant, true); err != nil {
+func (s *Server) parseAcquire(in *acquireRequest) (router.Admission, error) {
+	a := router.Admission{Tenant: in.Tenant, Model: in.Model}
+	if err := router.CheckName("tenant", in.Tenant, true); err != nil {
 		return a, err
 	}
-	if err := CheckName("model", in.Model, false); err != nil {
+	if err := router.CheckName("model", in.Model, false); err != nil {
 		return a, err
 	}
 	given := 0
@@ -202,7 +210,7 @@ func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
 	}
 	switch {
 	case in.PromptTokens != nil:
-		if err := CheckCount("prompt_tokens", *in.PromptTokens); err != nil {
+		if err := router.CheckCount("prompt_tokens", *in.PromptTokens); err != nil {
 			return a, err
 		}
 		a.Req.PromptTokens = *in.PromptTokens
@@ -210,7 +218,7 @@ func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
 		// Counted later, by countAcquirePrompt, once the caller is known to be
 		// allowed (acquireDecision): nothing is computed for a caller
 		// before that.
-		if r.cfg.Counter == nil {
+		if s.cfg.Counter == nil {
 			return a, errors.New("this node cannot count prompts; send prompt_tokens")
 		}
 		if in.Prompt == nil && len(in.Messages) == 0 {
@@ -218,7 +226,7 @@ func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
 		}
 	}
 	if in.MaxTokens != nil {
-		if err := CheckCount("max_tokens", *in.MaxTokens); err != nil {
+		if err := router.CheckCount("max_tokens", *in.MaxTokens); err != nil {
 			return a, err
 		}
 		if *in.MaxTokens == 0 {
@@ -234,8 +242,8 @@ func (r *Router) parseAcquire(in *acquireRequest) (Admission, error) {
 	default:
 		return a, fmt.Errorf("priority must be interactive or batch, got %q", in.Priority)
 	}
-	if in.WaitMS < 0 || in.WaitMS > MaxWait.Milliseconds() {
-		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", MaxWait.Milliseconds(), in.WaitMS)
+	if in.WaitMS < 0 || in.WaitMS > router.MaxWait.Milliseconds() {
+		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", router.MaxWait.Milliseconds(), in.WaitMS)
 	}
 	a.Req.Wait = time.Duration(in.WaitMS) * time.Millisecond
 	return a, nil
@@ -281,7 +289,7 @@ type acquireResponse struct {
 	Pool           *poolJSON  `json:"pool,omitempty"`
 	Fallback       bool       `json:"fallback,omitempty"`
 	Owner          string     `json:"owner,omitempty"`
-	// RefusedBy names the level that refused (Side.Label): "tenant:acme",
+	// RefusedBy names the level that refused (router.Side.Label): "tenant:acme",
 	// "tenant:acme|model:gpt-4o", "group:team-research",
 	// "group:org-acme|model:gpt-4o-*", "pool:gpt-4o".
 	RefusedBy string `json:"refused_by,omitempty"`
@@ -289,7 +297,7 @@ type acquireResponse struct {
 
 // answerOf is the answer of an acquire whose verdict is v: lease is v's
 // lease signed (admitted), else "".
-func answerOf(v *Verdict, lease string) acquireResponse {
+func answerOf(v *router.Verdict, lease string) acquireResponse {
 	res := acquireResponse{Allowed: v.Allowed, Lease: lease, ReservedTokens: v.Reserved, Reason: v.Reason,
 		Limits: limitsOf(v.Status), Fallback: v.Fallback, Owner: v.Owner}
 	if !v.Allowed {
@@ -334,74 +342,45 @@ type usageJSON struct {
 	TotalTokens int64 `json:"total_tokens"`
 }
 
-func (r *Router) parseLeaseRequest(in *completeRequest) (Lease, error) {
-	if err := CheckName("tenant", in.Tenant, true); err != nil {
-		return Lease{}, err
+func (s *Server) parseLeaseRequest(in *completeRequest) (router.Lease, error) {
+	if err := router.CheckName("tenant", in.Tenant, true); err != nil {
+		return router.Lease{}, err
 	}
 	if in.Lease == "" {
-		return Lease{}, errors.New("lease is required")
+		return router.Lease{}, errors.New("lease is required")
 	}
 	if len(in.Lease) > maxLeaseText {
-		return Lease{}, errors.New("lease is too long")
+		return router.Lease{}, errors.New("lease is too long")
 	}
-	l, err := r.leases.open(in.Lease)
+	l, err := s.leases.open(in.Lease)
 	if err != nil {
-		return Lease{}, err
+		return router.Lease{}, err
 	}
 	if l.Tenant != in.Tenant {
-		return Lease{}, errors.New("lease belongs to another tenant")
+		return router.Lease{}, errors.New("lease belongs to another tenant")
 	}
 	return l, nil
-}
-
-// LeaseCall runs op for every side of l, one after the other: settles
-// each key with the same usage, renews or releases or cancels each. ok is
-// true when every side found its lease. Status and expiry are the
-// tenant's.
-func (r *Router) LeaseCall(ctx context.Context, l Lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
-	ok = true
-	for i, s := range l.Sides() {
-		var found bool
-		var a node.Answer
-		switch {
-		case s.Fallback && op == node.OpRenew:
-			found = true // local slots live one lease TTL; a degraded period is short
-		case s.Fallback:
-			// Only the node that admitted it holds a fallback slot; elsewhere
-			// it expires there by its TTL.
-			found = l.Node == r.cluster.Name() && r.degraded.Release(s.Key, s.ID)
-		default:
-			c := node.Call{Op: op, Key: s.Key, Lease: s.ID, Usage: usage}
-			o, err := r.decide(ctx, &c, 0)
-			found, a = err == nil && !o.fallback && o.answer.OK, o.answer
-		}
-		ok = ok && found
-		if i == 0 {
-			status, expires = a.Decision.Status, a.Expires
-		}
-	}
-	return ok, status, expires
 }
 
 // tenant answers GET /v1/tenants/{t}[?model=m]: the tenant's "owner" and
 // "limits", and "levels": every key an acquire of the tenant charges
 // (sidesOf; with ?model=, its model-scoped keys and its pool too), in the
 // order they are reserved, each with its label, owner and status.
-func (r *Router) tenant(w http.ResponseWriter, req *http.Request) {
+func (s *Server) tenant(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("tenant")
-	if err := CheckName("tenant", name, true); err != nil {
+	if err := router.CheckName("tenant", name, true); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if !r.authorize(w, req, name) {
+	if !s.authorize(w, req, name) {
 		return
 	}
 	model := req.URL.Query().Get("model")
-	if err := CheckName("model", model, false); err != nil {
+	if err := router.CheckName("model", model, false); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	levels, unreachable, err := r.Levels(req.Context(), name, model)
+	levels, unreachable, err := s.r.Levels(req.Context(), name, model)
 	if err != nil {
 		if writeOwnerTimeout(w, err) {
 			return

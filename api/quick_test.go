@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // picky is a node that decides at once only the keys in now.
@@ -42,13 +43,10 @@ func TestServeQuickDeclinesWhatWouldWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nd.Close() })
-	p := &picky{Node: nd, now: map[string]bool{TenantKey("here"): true, TenantKey("here2"): true}}
-	r, err := New(p, Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets,
-		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	p := &picky{Node: nd, now: map[string]bool{router.TenantKey("here"): true, router.TenantKey("here2"): true}}
+	r := newAPI(t, p, router.Config{Limits: s.limits, Now: s.now,
+		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }},
+		Config{Now: s.now, ClusterSecrets: s.secrets})
 	acq := func(tenant, model string) string {
 		return fmt.Sprintf(`{"tenant":%q,"model":%q,"prompt_tokens":1,"max_tokens":1}`, tenant, model)
 	}
@@ -80,7 +78,7 @@ func TestServeQuickDeclinesWhatWouldWait(t *testing.T) {
 	if _, taken := quick("/v1/complete", fmt.Sprintf(`{"tenant":"here","lease":%q}`, lease)); !taken {
 		t.Fatal("a complete of a lease decided at once: declined")
 	}
-	delete(p.now, TenantKey("here"))
+	delete(p.now, router.TenantKey("here"))
 	a, _ = via(r.ServePlain, plainStep{path: "/v1/acquire"}, acq("here", ""))
 	lease = leaseInAnswer.FindStringSubmatch(a.body)[1]
 	before = p.calls.Load()
@@ -97,11 +95,7 @@ func TestServeQuickDeclinesWhatWouldWait(t *testing.T) {
 		t.Fatalf("the 4th admission of 5: %s", a.body)
 	}
 
-	blind, err := New(struct{ Cluster }{nd}, Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets}) // no Immediate
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { blind.Close() })
+	blind := newAPI(t, struct{ router.Cluster }{nd}, router.Config{Limits: s.limits, Now: s.now}, Config{Now: s.now, ClusterSecrets: s.secrets}) // no Immediate
 	if _, taken := via(blind.ServeQuick, plainStep{path: "/v1/acquire"}, acq("here", "")); taken {
 		t.Fatal("a cluster without Immediate: taken")
 	}

@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -15,12 +15,14 @@ import (
 	"github.com/tokenring/tokenring/internal/http1"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
-// twinRouter builds a node and router of s (its Config then changed by
-// each of more) whose lease ids count 1, 2, 3...: two twins given the
-// same calls hold the same state and answer the same bytes.
-func twinRouter(t testing.TB, s setup, more ...func(*Config)) *Router {
+// twinRouter builds a node and router of s and its decision API (its
+// Config then changed by each of more) whose lease ids count 1, 2, 3...:
+// two twins given the same calls hold the same state and answer the same
+// bytes.
+func twinRouter(t testing.TB, s setup, more ...func(*Config)) *testAPI {
 	t.Helper()
 	var ids atomic.Uint64
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: s.limits, Now: s.now,
@@ -29,17 +31,12 @@ func twinRouter(t testing.TB, s setup, more ...func(*Config)) *Router {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	cfg := Config{Limits: s.limits, Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients,
-		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }}
+	cfg := Config{Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients}
 	for _, f := range more {
 		f(&cfg)
 	}
-	r, err := New(n, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return newAPI(t, n, router.Config{Limits: s.limits, Now: s.now,
+		PoolFor: func(model string) (string, bool) { _, ok := s.pools[model]; return model, ok }}, cfg)
 }
 
 // plainStep is one request; "$LEASE" in its body is the last lease
@@ -59,7 +56,7 @@ type answer struct {
 
 var answerHeaders = []string{"Content-Type", "Retry-After", "Www-Authenticate"}
 
-func viaHTTP(r *Router, st plainStep, body string) answer {
+func viaHTTP(r *testAPI, st plainStep, body string) answer {
 	req := httptest.NewRequest(http.MethodPost, st.path, strings.NewReader(body))
 	if st.token != "" {
 		req.Header.Set("Authorization", "Bearer "+st.token)
@@ -75,7 +72,7 @@ func viaHTTP(r *Router, st plainStep, body string) answer {
 	return a
 }
 
-func viaPlain(r *Router, st plainStep, body string) (answer, bool) {
+func viaPlain(r *testAPI, st plainStep, body string) (answer, bool) {
 	return via(r.ServePlain, st, body)
 }
 
@@ -327,7 +324,7 @@ func BenchmarkServePlainBatch(b *testing.B) {
 
 // benchServePlain serves bodies in turn to path through r.ServePlain, as
 // internal/http1 calls it, each answer a 200.
-func benchServePlain(b *testing.B, r *Router, path string, bodies [][]byte) {
+func benchServePlain(b *testing.B, r *testAPI, path string, bodies [][]byte) {
 	b.ReportAllocs()
 	var resp http1.Response
 	req := http1.Request{Path: []byte(path)}

@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/prompt"
+	"github.com/tokenring/tokenring/router"
 )
 
 // spyCounter is the router's prompt counter in these tests: it counts one
@@ -32,7 +33,7 @@ func costSetup() setup {
 
 // costRouter is a router of costSetup counting with spy, with more
 // applied to its Config.
-func costRouter(t *testing.T, spy *spyCounter, more ...func(*Config)) *Router {
+func costRouter(t *testing.T, spy *spyCounter, more ...func(*Config)) *testAPI {
 	t.Helper()
 	return twinRouter(t, costSetup(), append([]func(*Config){func(c *Config) { c.Counter = spy }}, more...)...)
 }
@@ -130,7 +131,7 @@ func TestPromptOverCap(t *testing.T) {
 		t.Fatalf("at the cap: %d %s, %d counts", a.status, a.body, spy.calls.Load())
 	}
 	def := costRouter(t, &spyCounter{})
-	if a := viaHTTP(def, st, bigPrompt("alpha", DefaultMaxPromptBytes+1)); a.status != 413 || !strings.Contains(a.body, "cap of 262144 bytes") {
+	if a := viaHTTP(def, st, bigPrompt("alpha", router.DefaultMaxPromptBytes+1)); a.status != 413 || !strings.Contains(a.body, "cap of 262144 bytes") {
 		t.Fatalf("over the default cap: %d %.300s", a.status, a.body)
 	}
 }

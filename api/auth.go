@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"crypto/sha256"
@@ -177,15 +177,15 @@ func verifiedLeaf(cs *tls.ConnectionState) *x509.Certificate {
 
 // callerTenants returns the tenants req's client (its token or, over TLS,
 // its certificate) may act for, or the 401 to answer.
-func (r *Router) callerTenants(req *http.Request) (tenantSet, *apiAnswer) {
-	return r.clients.answer(req.Header.Get("Authorization"), req.TLS)
+func (s *Server) callerTenants(req *http.Request) (tenantSet, *apiAnswer) {
+	return s.clients.answer(req.Header.Get("Authorization"), req.TLS)
 }
 
 // tenantsOf returns the tenants the client token in an Authorization
 // header's value may act for, or the 401 to answer: the fast path's
 // callers, never over TLS.
-func (r *Router) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
-	return r.clients.answer(authorization, nil)
+func (s *Server) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
+	return s.clients.answer(authorization, nil)
 }
 
 // answer is of as an apiAnswer (nil c allows all).
@@ -207,8 +207,8 @@ func (s tenantSet) allows(tenant string) bool { return s.all || s.names[tenant] 
 
 // authorize checks that req's client may act for tenant, writing the 401
 // or 403 and returning false when not.
-func (r *Router) authorize(w http.ResponseWriter, req *http.Request, tenant string) bool {
-	set, err := r.clients.client(req)
+func (s *Server) authorize(w http.ResponseWriter, req *http.Request, tenant string) bool {
+	set, err := s.clients.client(req)
 	if err == nil && !set.allows(tenant) {
 		err = &authError{http.StatusForbidden, "this client may not act for tenant " + quote(tenant)}
 	}
@@ -225,9 +225,9 @@ func (r *Router) authorize(w http.ResponseWriter, req *http.Request, tenant stri
 // authenticated wraps h so that, when clients are configured, a request
 // from no known client is refused with a 401 before its body is
 // read; the per-tenant check (authorize) follows once the tenant is known.
-func (r *Router) authenticated(h http.HandlerFunc) http.HandlerFunc {
+func (s *Server) authenticated(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if _, err := r.clients.client(req); err != nil {
+		if _, err := s.clients.client(req); err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenring"`)
 			writeError(w, err.code, err.msg)
 			return

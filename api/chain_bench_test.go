@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // BenchmarkChainDecision is one acquire and its complete through the
@@ -29,14 +30,11 @@ func BenchmarkChainDecision(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer n.Close()
-			chain := func(string, string) Chain {
-				return Chain{Groups: [MaxGroups]string{"team", "org"}, NGroups: levels - 1}
+			chain := func(string, string) router.Chain {
+				return router.Chain{Groups: [router.MaxGroups]string{"team", "org"}, NGroups: levels - 1}
 			}
-			r, err := New(n, Config{Limits: limits, Chain: chain})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
+			r := newAPI(b, n, router.Config{Limits: limits, Chain: chain}, Config{})
+			defer r.router.Close()
 			var seq atomic.Int64
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

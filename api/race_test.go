@@ -1,5 +1,5 @@
 //go:build race
 
-package router
+package api
 
 const raceEnabled = true

@@ -1,4 +1,4 @@
-package router
+package api
 
 // The decision API's JSON without reflection. Decoding: a small scanner
 // reads the bodies gateways send (flat objects of known keys, plain ASCII

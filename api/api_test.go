@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,20 +41,49 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// server is one node with its router behind an httptest server.
+// testAPI is a router and its decision API, served by net/http (Handler:
+// the API's routes) and by the fast path (ServePlain, ServeQuick).
+type testAPI struct {
+	*Server
+	http.Handler
+	router *router.Router
+}
+
+// apiOf is the decision API of r, configured by c.
+func apiOf(r *router.Router, c Config) *testAPI {
+	s := New(r, c)
+	mux := http.NewServeMux()
+	s.Routes(mux)
+	return &testAPI{Server: s, Handler: mux, router: r}
+}
+
+// newAPI is the decision API (configured by c) of a router deciding
+// through cluster, configured by rc; the router closes when t ends.
+func newAPI(t testing.TB, cluster router.Cluster, rc router.Config, c Config) *testAPI {
+	t.Helper()
+	r, err := router.New(cluster, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return apiOf(r, c)
+}
+
+// server is one node with its router's decision API behind an httptest
+// server.
 type server struct {
 	*httptest.Server
-	node   *node.Node
-	router *Router
-	token  string // sent as Authorization: Bearer by do, when set
+	node  *node.Node
+	api   *testAPI
+	token string // sent as Authorization: Bearer by do, when set
 }
 
 type setup struct {
 	tenants map[string]limiter.Limits // by tenant; "" is the default
 	pools   map[string]limiter.Limits // by model (= pool name)
 	now     func() time.Time
-	secrets [][]byte            // router.Config.ClusterSecrets
-	clients map[string][]string // router.Config.Clients
+	secrets [][]byte            // Config.ClusterSecrets
+	clients map[string][]string // Config.Clients
 }
 
 func (s setup) limits(key string) limiter.Limits {
@@ -77,25 +107,18 @@ func start(t *testing.T, s setup) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(n, Config{
+	t.Cleanup(func() { n.Close() })
+	r := newAPI(t, n, router.Config{
 		Limits: s.limits,
 		PoolFor: func(model string) (string, bool) {
 			_, ok := s.pools[model]
 			return model, ok
 		},
-		Now:            s.now,
-		ClusterSecrets: s.secrets,
-		Clients:        s.clients,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+		Now: s.now,
+	}, Config{Now: s.now, ClusterSecrets: s.secrets, Clients: s.clients})
 	hs := httptest.NewServer(r)
-	t.Cleanup(func() {
-		hs.Close()
-		n.Close()
-	})
-	return &server{Server: hs, node: n, router: r}
+	t.Cleanup(hs.Close)
+	return &server{Server: hs, node: n, api: r}
 }
 
 // reply is a decoded answer of any endpoint.
@@ -459,8 +482,8 @@ func TestPoolLimitsHoldAcrossTenants(t *testing.T) {
 	// window holds only its admitted requests.
 	perTenant := map[string]int64{}
 	for _, a := range allowed {
-		l, err := s.router.leases.open(a.Lease)
-		if err != nil || l.n != 2 || l.sides[1].Key != PoolKey("gpt-4o-mini") {
+		l, err := s.api.leases.open(a.Lease)
+		if err != nil || len(l.Sides()) != 2 || l.Sides()[1].Key != router.PoolKey("gpt-4o-mini") {
 			t.Fatalf("lease %+v %v", l, err)
 		}
 		perTenant[l.Tenant]++
@@ -531,7 +554,6 @@ func TestBadInput(t *testing.T) {
 		{"complete absurd usage", "POST", "/v1/complete", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{"prompt_tokens":1,"completion_tokens":1e12}}`, good.Lease), 400},
 		{"renew with usage", "POST", "/v1/renew", fmt.Sprintf(`{"tenant":"acme","lease":%q,"usage":{}}`, good.Lease), 400},
 		{"renew missing tenant", "POST", "/v1/renew", fmt.Sprintf(`{"lease":%q}`, good.Lease), 400},
-		{"unknown path", "GET", "/v1/nothing", ``, 404},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -554,7 +576,7 @@ func FuzzAcquireBody(f *testing.F) {
 	f.Add([]byte(`{"tenant":"acme","prompt_tokens":10,"max_tokens":5,"priority":"batch","wait_ms":0}`))
 	f.Add([]byte(`{"tenant":"acme","messages":[{"role":"user","content":"hi"}]}`))
 	f.Add([]byte(`{"tenant":1}`))
-	r := &Router{cfg: Config{}}
+	r := &Server{}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var in acquireRequest
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -566,7 +588,7 @@ func FuzzAcquireBody(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if a.Tenant == "" || a.Req.PromptTokens < 0 || a.Req.MaxTokens < 0 || a.Req.Wait < 0 || a.Req.Wait > MaxWait {
+		if a.Tenant == "" || a.Req.PromptTokens < 0 || a.Req.MaxTokens < 0 || a.Req.Wait < 0 || a.Req.Wait > router.MaxWait {
 			t.Fatalf("accepted invalid input %q: %+v", b, a)
 		}
 	})

@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"encoding/base64"
@@ -12,24 +12,25 @@ import (
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // v2Lease is a lease of the shape every lease had before chains: a tenant
 // and, when pool is not "", its pool.
-func v2Lease(tenant string, tid uint64, tfb bool, pool string, pid uint64, pfb bool, node string) Lease {
-	l := Lease{Tenant: tenant, Node: node}
-	l.Add(TenantKey(tenant), tid, tfb)
+func v2Lease(tenant string, tid uint64, tfb bool, pool string, pid uint64, pfb bool, node string) router.Lease {
+	l := router.Lease{Tenant: tenant, Node: node}
+	l.Add(router.TenantKey(tenant), tid, tfb)
 	if pool != "" {
-		l.Add(PoolKey(pool), pid, pfb)
+		l.Add(router.PoolKey(pool), pid, pfb)
 	}
 	return l
 }
 
 // chainLease is a lease of a four-level chain with per-model keys and a pool.
-func chainLease() Lease {
-	l := Lease{Tenant: "key-7f3a", Node: "n2"}
-	tk, gk, ok := TenantKey("key-7f3a"), GroupKey("team-research"), GroupKey("org-acme")
-	for i, k := range []string{tk, ModelKey(tk, "gpt-4o"), gk, ModelKey(gk, "gpt-4o-*"), ok, GroupKey("root"), PoolKey("gpt-4o")} {
+func chainLease() router.Lease {
+	l := router.Lease{Tenant: "key-7f3a", Node: "n2"}
+	tk, gk, ok := router.TenantKey("key-7f3a"), router.GroupKey("team-research"), router.GroupKey("org-acme")
+	for i, k := range []string{tk, router.ModelKey(tk, "gpt-4o"), gk, router.ModelKey(gk, "gpt-4o-*"), ok, router.GroupKey("root"), router.PoolKey("gpt-4o")} {
 		l.Add(k, uint64(i+1)<<40|uint64(i), i == 3)
 	}
 	return l
@@ -48,9 +49,9 @@ type chainSpec struct {
 
 func (c chainSpec) limitsOf(key string) limiter.Limits { return c.limits[key] }
 
-func (c chainSpec) chain(tenant, model string) Chain {
-	var ch Chain
-	level := TenantKey(tenant)
+func (c chainSpec) chain(tenant, model string) router.Chain {
+	var ch router.Chain
+	level := router.TenantKey(tenant)
 	for i := 0; ; i++ {
 		for _, e := range c.models[level] {
 			if e == model {
@@ -58,11 +59,11 @@ func (c chainSpec) chain(tenant, model string) Chain {
 			}
 		}
 		g, ok := c.parent[level]
-		if !ok || i == MaxGroups {
+		if !ok || i == router.MaxGroups {
 			return ch
 		}
 		ch.Groups[i], ch.NGroups = g, i+1
-		level = GroupKey(g)
+		level = router.GroupKey(g)
 	}
 }
 
@@ -77,21 +78,16 @@ func startChain(t testing.TB, spec chainSpec, now func() time.Time) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(n, Config{
+	t.Cleanup(func() { n.Close() })
+	r := newAPI(t, n, router.Config{
 		Limits:  spec.limitsOf,
 		Chain:   spec.chain,
 		PoolFor: func(model string) (string, bool) { return model, spec.pools[model] },
 		Now:     now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, Config{Now: now})
 	hs := httptest.NewServer(r)
-	t.Cleanup(func() {
-		hs.Close()
-		n.Close()
-	})
-	return &server{Server: hs, node: n, router: r}
+	t.Cleanup(hs.Close)
+	return &server{Server: hs, node: n, api: r}
 }
 
 // chainReply is a decoded acquire answer with refused_by.
@@ -133,10 +129,10 @@ func (s *server) levels(t testing.TB, tenant, model string) map[string]limitsJSO
 // limits for gpt-4o at the tenant and the team, the model's pool. Each
 // level's limit is set by the test.
 func researchSpec() chainSpec {
-	tk, team := TenantKey("k"), GroupKey("team-research")
+	tk, team := router.TenantKey("k"), router.GroupKey("team-research")
 	return chainSpec{
 		limits: map[string]limiter.Limits{},
-		parent: map[string]string{tk: "team-research", TenantKey("k2"): "team-research", team: "org-acme"},
+		parent: map[string]string{tk: "team-research", router.TenantKey("k2"): "team-research", team: "org-acme"},
 		models: map[string][]string{tk: {"gpt-4o"}, team: {"gpt-4o"}},
 		pools:  map[string]bool{"gpt-4o": true},
 	}
@@ -146,21 +142,21 @@ func researchSpec() chainSpec {
 // full, refuses with its own name, its reason and its retry-after, and
 // every other level is left exactly as it was (the rollback).
 func TestChainRefusedByEachLevel(t *testing.T) {
-	tk, team, org := TenantKey("k"), GroupKey("team-research"), GroupKey("org-acme")
+	tk, team, org := router.TenantKey("k"), router.GroupKey("team-research"), router.GroupKey("org-acme")
 	for _, tc := range []struct {
 		key, label, reason string
 		lim                limiter.Limits
 	}{
 		{tk, "tenant:k", "requests", limiter.Limits{Requests: 1}},
-		{ModelKey(tk, "gpt-4o"), "tenant:k|model:gpt-4o", "tokens", limiter.Limits{Tokens: 150}},
+		{router.ModelKey(tk, "gpt-4o"), "tenant:k|model:gpt-4o", "tokens", limiter.Limits{Tokens: 150}},
 		{team, "group:team-research", "concurrency", limiter.Limits{Concurrency: 1}},
-		{ModelKey(team, "gpt-4o"), "group:team-research|model:gpt-4o", "requests", limiter.Limits{Requests: 1}},
+		{router.ModelKey(team, "gpt-4o"), "group:team-research|model:gpt-4o", "requests", limiter.Limits{Requests: 1}},
 		{org, "group:org-acme", "tokens", limiter.Limits{Tokens: 150}},
-		{PoolKey("gpt-4o"), "pool:gpt-4o", "requests", limiter.Limits{Requests: 1}},
+		{router.PoolKey("gpt-4o"), "pool:gpt-4o", "requests", limiter.Limits{Requests: 1}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			spec := researchSpec()
-			for _, k := range []string{tk, ModelKey(tk, "gpt-4o"), team, ModelKey(team, "gpt-4o"), org, PoolKey("gpt-4o")} {
+			for _, k := range []string{tk, router.ModelKey(tk, "gpt-4o"), team, router.ModelKey(team, "gpt-4o"), org, router.PoolKey("gpt-4o")} {
 				spec.limits[k] = limiter.Limits{Requests: 100, Tokens: 100_000, Concurrency: 100}
 			}
 			spec.limits[tc.key] = tc.lim
@@ -192,7 +188,7 @@ func TestChainRefusedByEachLevel(t *testing.T) {
 // with the real usage and frees every slot.
 func TestChainCompleteRenewSettleEveryLevel(t *testing.T) {
 	spec := researchSpec()
-	for _, k := range []string{TenantKey("k"), ModelKey(TenantKey("k"), "gpt-4o"), GroupKey("team-research"), GroupKey("org-acme"), PoolKey("gpt-4o")} {
+	for _, k := range []string{router.TenantKey("k"), router.ModelKey(router.TenantKey("k"), "gpt-4o"), router.GroupKey("team-research"), router.GroupKey("org-acme"), router.PoolKey("gpt-4o")} {
 		spec.limits[k] = limiter.Limits{Requests: 10, Tokens: 10_000, Concurrency: 5}
 	}
 	s := startChain(t, spec, newFakeClock().Now)
@@ -234,7 +230,7 @@ func (l limitsJSON) Limit() int64 { return l.Requests.Limit + l.Tokens.Limit + l
 // limit binds both, and a refusal by the group charges neither tenant.
 func TestChainSharedGroup(t *testing.T) {
 	spec := researchSpec()
-	spec.limits[GroupKey("team-research")] = limiter.Limits{Requests: 3}
+	spec.limits[router.GroupKey("team-research")] = limiter.Limits{Requests: 3}
 	s := startChain(t, spec, nil)
 	got := map[string]int{}
 	for i := range 6 {
@@ -261,7 +257,7 @@ func TestChainSharedGroup(t *testing.T) {
 // keys, and a chain's lease carries every key.
 func TestChainV2LeaseStillCompletes(t *testing.T) {
 	spec := chainSpec{limits: map[string]limiter.Limits{
-		TenantKey("a"): {Concurrency: 1}, PoolKey("gpt"): {Concurrency: 1},
+		router.TenantKey("a"): {Concurrency: 1}, router.PoolKey("gpt"): {Concurrency: 1},
 	}, pools: map[string]bool{"gpt": true}}
 	s := startChain(t, spec, nil)
 	a := s.chainAcquire(t, "a", "gpt", 10)
@@ -273,17 +269,17 @@ func TestChainV2LeaseStillCompletes(t *testing.T) {
 		t.Fatalf("a tenant+pool lease is written as version %d, want 2", raw[0])
 	}
 	// The same lease, re-encoded by hand in the old format's layout.
-	l, err := s.router.leases.open(a.Lease)
+	l, err := s.api.leases.open(a.Lease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := []byte{2, 0}
-	old = binary.AppendUvarint(old, l.sides[0].ID)
-	old = binary.AppendUvarint(old, l.sides[1].ID)
+	old = binary.AppendUvarint(old, l.Sides()[0].ID)
+	old = binary.AppendUvarint(old, l.Sides()[1].ID)
 	for _, str := range []string{"a", "gpt", "n1"} {
 		old = append(binary.AppendUvarint(old, uint64(len(str))), str...)
 	}
-	text := base64.RawURLEncoding.EncodeToString(s.router.leases.tag(old, 0, old))
+	text := base64.RawURLEncoding.EncodeToString(s.api.leases.tag(old, 0, old))
 	if r := s.complete(t, "a", text, `{"prompt_tokens":1,"completion_tokens":1}`); !r.Settled {
 		t.Fatalf("old lease: %+v", r)
 	}
@@ -292,7 +288,7 @@ func TestChainV2LeaseStillCompletes(t *testing.T) {
 	}
 	// A chain's lease (version 3) round-trips every key.
 	cl := chainLease()
-	got, err := s.router.leases.open(s.router.leases.sign(cl))
+	got, err := s.api.leases.open(s.api.leases.sign(cl))
 	if err != nil || got != cl {
 		t.Fatalf("chain lease: %+v %v", got, err)
 	}
@@ -303,8 +299,8 @@ func TestChainV2LeaseStillCompletes(t *testing.T) {
 // org frees.
 func TestChainWaitHoldsNothing(t *testing.T) {
 	spec := researchSpec()
-	spec.limits[TenantKey("k")] = limiter.Limits{Concurrency: 2}
-	spec.limits[GroupKey("org-acme")] = limiter.Limits{Concurrency: 1}
+	spec.limits[router.TenantKey("k")] = limiter.Limits{Concurrency: 2}
+	spec.limits[router.GroupKey("org-acme")] = limiter.Limits{Concurrency: 1}
 	s := startChain(t, spec, nil)
 	first := s.chainAcquire(t, "k2", "m", 1) // holds the org's only slot
 	if !first.Allowed {
@@ -334,28 +330,5 @@ func TestChainWaitHoldsNothing(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not admitted once the org freed")
-	}
-}
-
-func TestSplitKey(t *testing.T) {
-	for _, tc := range []struct {
-		key         string
-		kind        KeyKind
-		name, entry string
-	}{
-		{TenantKey("a|m:b"), KeyTenant, "a|m:b", ""},
-		{ModelKey(TenantKey("a"), "b|m:c"), KeyTenant, "a", "b|m:c"},
-		{GroupKey("g"), KeyGroup, "g", ""},
-		{ModelKey(GroupKey("g"), "gpt-4o-*"), KeyGroup, "g", "gpt-4o-*"},
-		{PoolKey("gpt\x1fm:x"), KeyPool, "gpt\x1fm:x", ""},
-		{"x", KeyUnknown, "x", ""},
-	} {
-		kind, name, entry := SplitKey(tc.key)
-		if kind != tc.kind || name != tc.name || entry != tc.entry {
-			t.Errorf("SplitKey(%q) = %v %q %q", tc.key, kind, name, entry)
-		}
-	}
-	if err := CheckName("tenant", "a\x1fm:b", true); err == nil {
-		t.Error("a tenant name holding the model separator is accepted: keys could collide")
 	}
 }

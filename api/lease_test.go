@@ -1,4 +1,4 @@
-package router
+package api
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/router"
 )
 
 var (
@@ -18,7 +19,7 @@ var (
 
 func TestLeaseRoundTrip(t *testing.T) {
 	s := newLeaseSigner([][]byte{secretA})
-	for _, l := range []Lease{
+	for _, l := range []router.Lease{
 		v2Lease("acme", 1, false, "", 0, false, ""),
 		v2Lease("a", 1<<60, false, "gpt-4o-mini", 7, true, "n2"),
 	} {
@@ -109,7 +110,7 @@ func FuzzOpenLease(f *testing.F) {
 
 // forge returns the lease text an attacker without the key makes: the
 // fields encoded as the node does, tagged under a key of the attacker's.
-func forge(l Lease) string {
+func forge(l router.Lease) string {
 	return newLeaseSigner([][]byte{[]byte("attacker's guess of the secret!!")}).sign(l)
 }
 
@@ -128,14 +129,14 @@ func TestForgedLeasesChangeNothing(t *testing.T) {
 	if !bob.Allowed || !eve.Allowed {
 		t.Fatalf("setup: bob %+v eve %+v", bob, eve)
 	}
-	bl, err := s.router.leases.open(bob.Lease)
+	bl, err := s.api.leases.open(bob.Lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	el, _ := s.router.leases.open(eve.Lease)
+	el, _ := s.api.leases.open(eve.Lease)
 	before := s.status(t, "bob").Limits
 	evePointedAtBob := el
-	evePointedAtBob.sides[1].ID = bl.sides[1].ID
+	evePointedAtBob.Sides()[1].ID = bl.Sides()[1].ID
 	raw, _ := base64.RawURLEncoding.DecodeString(bob.Lease)
 	raw[3] ^= 1 // inside the payload
 	foreign := start(t, setup{pools: pools, secrets: [][]byte{secretB}}).acquire(t, `{"tenant":"bob","model":"gpt","prompt_tokens":1}`)

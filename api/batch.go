@@ -1,4 +1,4 @@
-package router
+package api
 
 // POST /v1/batch: many decision-API calls in one HTTP request. Each call is
 // answered exactly as its single endpoint would answer it, in its own slot.
@@ -55,28 +55,28 @@ type batchLease struct {
 }
 
 // batch answers POST /v1/batch: 400 for a body that is not a batch or
-// carries over maxBatchCalls calls, 413 over MaxBody, 401 (before the body
+// carries over maxBatchCalls calls, 413 over router.MaxBody, 401 (before the body
 // is read) without a known client token; else 200 with every call's answer
 // in its slot. Up to batchParallel calls run at once; the answer waits for
 // the last (a call's wait_ms included).
-func (r *Router) batch(w http.ResponseWriter, req *http.Request) {
+func (s *Server) batch(w http.ResponseWriter, req *http.Request) {
 	var in batchRequest
 	if !decodeBody(w, req, &in) {
 		return
 	}
-	set, deny := r.callerTenants(req)
+	set, deny := s.callerTenants(req)
 	if deny != nil && len(in.Calls) <= maxBatchCalls { // an oversized batch is batchAnswer's 400 first
 		deny.write(w)
 		return
 	}
-	r.batchAnswer(req.Context(), set, &in, nil).write(w)
+	s.batchAnswer(req.Context(), set, &in, nil).write(w)
 }
 
 // batchAnswer runs a decoded batch for a caller allowed set: 400 over
 // maxBatchCalls calls, else 200 with every call's answer in its slot. pre,
 // if not nil, holds the calls the decoder already read as acquires, one per
 // call (decodeBatchFast).
-func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchRequest, pre []decodedCall) apiAnswer {
+func (s *Server) batchAnswer(ctx context.Context, set tenantSet, in *batchRequest, pre []decodedCall) apiAnswer {
 	if len(in.Calls) > maxBatchCalls {
 		return errorAnswer(http.StatusBadRequest, fmt.Sprintf("a batch carries at most %d calls, got %d", maxBatchCalls, len(in.Calls)))
 	}
@@ -91,14 +91,14 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 		if pre != nil && pre[i].ok {
 			c = &pre[i].acquire
 		}
-		if a, ok := r.acquireHere(ctx, set, raw, c, &answers[i]); ok {
+		if a, ok := s.acquireHere(ctx, set, raw, c, &answers[i]); ok {
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a := r.batchCall(ctx, set, raw)
+			a := s.batchCall(ctx, set, raw)
 			out.Results[i] = batchResult{Status: a.status, Body: a.body, RetryAfterMS: a.retryAfterMS}
 		})
 	}
@@ -114,38 +114,27 @@ func (r *Router) batchAnswer(ctx context.Context, set tenantSet, in *batchReques
 // costly part of a batch of local decisions.) c, if not nil, is raw
 // already decoded. A decision's body is res, which a then points at. ok is
 // false when raw was not run.
-func (r *Router) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *batchAcquire, res *acquireResponse) (a apiAnswer, ok bool) {
+func (s *Server) acquireHere(ctx context.Context, set tenantSet, raw []byte, c *batchAcquire, res *acquireResponse) (a apiAnswer, ok bool) {
 	if c == nil {
 		c = new(batchAcquire)
 		if !decodeFast(raw, c) {
 			return apiAnswer{}, false
 		}
 	}
-	if c.Op != "acquire" || c.WaitMS != 0 || !r.ownedAcquire(c.Tenant, c.Model) {
+	if c.Op != "acquire" || c.WaitMS != 0 || !s.r.OwnedAcquire(c.Tenant, c.Model) {
 		return apiAnswer{}, false
 	}
 	var decided bool
-	a, *res, decided = r.acquireDecision(ctx, set, &c.acquireRequest)
+	a, *res, decided = s.acquireDecision(ctx, set, &c.acquireRequest)
 	if decided {
 		a.body = res
 	}
 	return a, true
 }
 
-// ownedHere reports whether this node owns key by its current ring (a node
-// without a ring owns every key).
-func (r *Router) ownedHere(key string) bool {
-	rg := r.cluster.Ring()
-	if rg == nil {
-		return true
-	}
-	m, ok := rg.Owner(key)
-	return ok && m.Name == r.cluster.Name()
-}
-
 // batchCall decodes and runs one call of a batch.
-func (r *Router) batchCall(ctx context.Context, set tenantSet, raw json.RawMessage) apiAnswer {
-	if a, ok := r.batchCallFast(ctx, set, raw); ok {
+func (s *Server) batchCall(ctx context.Context, set tenantSet, raw json.RawMessage) apiAnswer {
+	if a, ok := s.batchCallFast(ctx, set, raw); ok {
 		return a
 	}
 	var head struct {
@@ -160,16 +149,16 @@ func (r *Router) batchCall(ctx context.Context, set tenantSet, raw json.RawMessa
 		if err := decodeStrict(raw, &c); err != nil {
 			return errorAnswer(http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		}
-		return r.acquireCall(ctx, set, &c.acquireRequest)
+		return s.acquireCall(ctx, set, &c.acquireRequest)
 	case "complete", "renew":
 		var c batchLease
 		if err := decodeStrict(raw, &c); err != nil {
 			return errorAnswer(http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		}
 		if head.Op == "complete" {
-			return r.completeCall(ctx, set, &c.completeRequest)
+			return s.completeCall(ctx, set, &c.completeRequest)
 		}
-		return r.renewCall(ctx, set, &c.completeRequest)
+		return s.renewCall(ctx, set, &c.completeRequest)
 	case "":
 		return errorAnswer(http.StatusBadRequest, `op is required: acquire, complete or renew`)
 	default:
@@ -187,10 +176,10 @@ func decodeStrict(raw []byte, v any) error {
 // batchCallFast runs a call that decodes on the fast path (decodeFast) as
 // an acquire, complete or renew; ok is false for any other, which batchCall
 // decodes with encoding/json (and answers its errors).
-func (r *Router) batchCallFast(ctx context.Context, set tenantSet, raw []byte) (a apiAnswer, ok bool) {
+func (s *Server) batchCallFast(ctx context.Context, set tenantSet, raw []byte) (a apiAnswer, ok bool) {
 	var acq batchAcquire
 	if decodeFast(raw, &acq) && acq.Op == "acquire" {
-		return r.acquireCall(ctx, set, &acq.acquireRequest), true
+		return s.acquireCall(ctx, set, &acq.acquireRequest), true
 	}
 	var l batchLease
 	if !decodeFast(raw, &l) {
@@ -198,9 +187,9 @@ func (r *Router) batchCallFast(ctx context.Context, set tenantSet, raw []byte) (
 	}
 	switch l.Op {
 	case "complete":
-		return r.completeCall(ctx, set, &l.completeRequest), true
+		return s.completeCall(ctx, set, &l.completeRequest), true
 	case "renew":
-		return r.renewCall(ctx, set, &l.completeRequest), true
+		return s.renewCall(ctx, set, &l.completeRequest), true
 	}
 	return apiAnswer{}, false
 }

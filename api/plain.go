@@ -1,4 +1,4 @@
-package router
+package api
 
 // The decision API served from a connection's bytes (internal/http1): the
 // calls gateways make all day skip net/http. Every answer is the one
@@ -22,28 +22,28 @@ import (
 // Any other request it declines (returns false) having changed nothing. A
 // call with wait_ms is declined because only net/http notices a client that
 // hangs up while the call waits.
-func (r *Router) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
-	return r.servePlain(ctx, req, resp, false)
+func (s *Server) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
+	return s.servePlain(ctx, req, resp, false)
 }
 
 // servePlain is ServePlain, or (quick) ServeQuick: then it declines what
 // would wait.
-func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1.Response, quick bool) bool {
+func (s *Server) servePlain(ctx context.Context, req *http1.Request, resp *http1.Response, quick bool) bool {
 	var a apiAnswer
 	switch string(req.Path) {
 	case "/v1/acquire":
 		var in acquireRequest
-		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !r.immediateAcquire(in.Tenant, in.Model) {
+		if !decodeFast(req.Body, &in) || in.WaitMS != 0 || quick && !s.r.ImmediateAcquire(in.Tenant, in.Model) {
 			return false
 		}
-		set, deny := r.tenantsOf(string(req.Authorization))
+		set, deny := s.tenantsOf(string(req.Authorization))
 		if deny != nil {
 			a = *deny
 			break
 		}
 		// The decision's body is written from this stack: no answer
 		// on the heap (acquireDecision).
-		head, res, decided := r.acquireDecision(ctx, set, &in)
+		head, res, decided := s.acquireDecision(ctx, set, &in)
 		if !decided {
 			head.appendPlain(resp)
 			return true
@@ -53,17 +53,17 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 		return true
 	case "/v1/complete", "/v1/renew":
 		var in completeRequest
-		if !decodeFast(req.Body, &in) || quick && !r.immediateLease(&in) {
+		if !decodeFast(req.Body, &in) || quick && !s.immediateLease(&in) {
 			return false
 		}
-		set, deny := r.tenantsOf(string(req.Authorization))
+		set, deny := s.tenantsOf(string(req.Authorization))
 		switch {
 		case deny != nil:
 			a = *deny
 		case string(req.Path) == "/v1/complete":
-			a = r.completeCall(ctx, set, &in)
+			a = s.completeCall(ctx, set, &in)
 		default:
-			a = r.renewCall(ctx, set, &in)
+			a = s.renewCall(ctx, set, &in)
 		}
 	case "/v1/batch":
 		var in batchRequest
@@ -71,13 +71,13 @@ func (r *Router) servePlain(ctx context.Context, req *http1.Request, resp *http1
 			return false
 		}
 		pre, ok := decodeBatchFast(req.Body, &in)
-		if !ok || quick && !r.immediateBatch(pre) {
+		if !ok || quick && !s.immediateBatch(pre) {
 			return false
 		}
-		if set, deny := r.tenantsOf(string(req.Authorization)); deny != nil {
+		if set, deny := s.tenantsOf(string(req.Authorization)); deny != nil {
 			a = *deny
 		} else {
-			a = r.batchAnswer(ctx, set, &in, pre)
+			a = s.batchAnswer(ctx, set, &in, pre)
 		}
 	default:
 		return false
