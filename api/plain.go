@@ -1,9 +1,9 @@
 package api
 
 // The decision API served from a connection's bytes (internal/http1): the
-// calls gateways make all day skip net/http. Every answer is the one
-// ServeHTTP gives the same request; every request this path does not take
-// is declined untouched and served by ServeHTTP.
+// calls gateways make all day skip net/http. Every answer is the one the
+// net/http routes (Routes) give the same request; every request this path
+// does not take is declined untouched and served by them.
 
 import (
 	"bytes"
@@ -17,11 +17,11 @@ import (
 // ServePlain is the decision API's http1.Handler. It takes POST
 // /v1/acquire (without wait_ms), /v1/complete, /v1/renew and /v1/batch
 // (no call with wait_ms) whose bodies decode on the fast path (decodeFast),
-// and answers them exactly as ServeHTTP would: same status, headers (but
-// the Date, Content-Length and Connection that the server writes) and body.
-// Any other request it declines (returns false) having changed nothing. A
-// call with wait_ms is declined because only net/http notices a client that
-// hangs up while the call waits.
+// and answers them exactly as the net/http routes (Routes) would: same
+// status, headers (but the Date, Content-Length and Connection that the
+// server writes) and body. Any other request it declines (returns false)
+// having changed nothing. A call with wait_ms is declined because only
+// net/http notices a client that hangs up while the call waits.
 func (s *Server) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
 	return s.servePlain(ctx, req, resp, false)
 }

@@ -42,7 +42,8 @@ func (s *Server) ServePlain(_ context.Context, req *http1.Request, resp *http1.R
 }
 
 // proxyPlain serves a chat completion (or message) taken by ServePlain, as
-// proxy would: every answer, errors included, is the one ServeHTTP gives.
+// proxy would: every answer, errors included, is the one the net/http
+// routes (Routes) give.
 // It declines (false, nothing done) a request that asks for a stream.
 func (s *Server) proxyPlain(req *http1.Request, resp *http1.Response, p provider) bool {
 	// The body is copied before anything keeps it: once the client watch
