@@ -59,6 +59,8 @@ type Quorum struct {
 // (gossip's reconnect horizon).
 const ForgetAfter = 72 * time.Hour
 
+// NewQuorum returns a quorum that has counted nobody yet, forgetting an
+// absent member after horizon (ForgetAfter).
 func NewQuorum(horizon time.Duration) *Quorum {
 	return &Quorum{horizon: horizon, base: map[string]time.Time{}, leaving: map[string]bool{}}
 }

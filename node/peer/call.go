@@ -36,6 +36,7 @@ const (
 
 var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many"}
 
+// String is the op's name, as logs and errors show it.
 func (o Op) String() string {
 	if o < opMax {
 		return opNames[o]

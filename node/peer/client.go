@@ -129,7 +129,7 @@ func (p *Client) Up() bool {
 func (p *Client) HeardAt() time.Time { return time.Unix(0, p.heard.Load()) }
 
 // Heartbeat pings the peer in the background, unless a heartbeat is under
-// way already; its answer, like any frame, refreshes heardAt.
+// way already; its answer, like any frame, refreshes HeardAt.
 func (p *Client) Heartbeat() {
 	if !p.beating.CompareAndSwap(false, true) {
 		return

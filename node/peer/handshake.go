@@ -76,6 +76,9 @@ type Auth struct {
 	timeout time.Duration
 }
 
+// NewAuth returns the handshake of secrets, each at least MinSecretLen
+// bytes, the first dialing, any accepted; nonces come from rand, and a
+// handshake is bounded by timeout. No secrets: nil, the plaintext protocol.
 func NewAuth(secrets [][]byte, rand io.Reader, timeout time.Duration) (*Auth, error) {
 	if len(secrets) == 0 {
 		return nil, nil
