@@ -10,9 +10,9 @@ import (
 	"net/http"
 )
 
-// ProxyUserAgent is the User-Agent of every request the proxy sends
+// UserAgent is the User-Agent of every request the proxy sends
 // upstream; the client's is not forwarded.
-const ProxyUserAgent = "tokenring-proxy/1"
+const UserAgent = "tokenring-proxy/1"
 
 // Account is what the proxy sets upstream for one client API key
 // (Config.Account): the OpenAI organisation and project billed for
@@ -64,7 +64,7 @@ func upstreamHeader(req *http.Request, c *proxyCall, key string) http.Header {
 		c.p.authorize(h, key)
 	}
 	h["Content-Type"] = jsonContentType
-	h["User-Agent"] = []string{ProxyUserAgent}
+	h["User-Agent"] = []string{UserAgent}
 	if ip := peerIP(req.RemoteAddr); ip != "" {
 		h["X-Forwarded-For"] = []string{ip}
 	}

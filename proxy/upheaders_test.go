@@ -112,7 +112,7 @@ func TestProxyForwardsAllowListedHeaders(t *testing.T) {
 		"Openai-Beta":       "assistants=v2",
 		"Idempotency-Key":   "idem-1",
 		"Content-Type":      "application/json",
-		"User-Agent":        proxy.ProxyUserAgent,
+		"User-Agent":        proxy.UserAgent,
 		"X-Forwarded-For":   "127.0.0.1",
 	}
 	with := func(extra ...string) map[string]string {
