@@ -64,3 +64,16 @@ func CheckSnapshot(data []byte, l Limits, now time.Time, skew time.Duration) err
 	}
 	return nil
 }
+
+// SnapshotTime returns the latest time the Budget a snapshot was taken of
+// had seen: every change to a Budget (an admission, a settle, a slot
+// freed) brings it to its time first, and that time never goes back, so of
+// two snapshots of one key's state the later one was taken no earlier. It
+// reads only the snapshot's header; an error wraps ErrBadSnapshot.
+func SnapshotTime(data []byte) (time.Time, error) {
+	h, _, err := (&snapReader{data: data}).header()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, h.head*h.width+int64(h.offset)), nil
+}

@@ -257,3 +257,39 @@ func checkInternals(t interface {
 		}
 	}
 }
+
+// SnapshotTime is the latest time the Budget had seen when the snapshot
+// was taken: it moves with every change and never back.
+func TestSnapshotTime(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 123)
+	b := NewBudget(Limits{Requests: 10, Window: time.Minute}, nil, t0)
+	at := func() time.Time {
+		t.Helper()
+		s, err := b.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := SnapshotTime(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := at(); !got.Equal(t0) {
+		t.Fatalf("a new Budget's snapshot time %v, want %v", got, t0)
+	}
+	t1 := t0.Add(1500 * time.Millisecond)
+	b.Acquire(t1, Request{Reserve: 1})
+	if got := at(); !got.Equal(t1) {
+		t.Fatalf("after an admission at %v: snapshot time %v", t1, got)
+	}
+	b.Acquire(t0, Request{Reserve: 1}) // a clock behind the state's
+	if got := at(); !got.Equal(t1) {
+		t.Fatalf("after a call with an earlier clock: snapshot time %v, want %v (it never goes back)", got, t1)
+	}
+	for _, bad := range [][]byte{nil, {9}, {1, 0}} {
+		if _, err := SnapshotTime(bad); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("SnapshotTime(%v): %v, want ErrBadSnapshot", bad, err)
+		}
+	}
+}

@@ -21,9 +21,10 @@
 //     answered the call that carried it (Acked).
 //   - A backup keeps a replica only if it would decode and is not dated
 //     beyond the clock skew (Store.Check); a rejected one leaves the
-//     previous replica in place.
-//   - A fetch takes the newest copy there is, by the time it was made: a
-//     backup's replica or the checkpoint's snapshot.
+//     previous replica in place. Of two copies of a key it keeps the later
+//     state (limiter.SnapshotTime), whatever order they arrive in.
+//   - A fetch takes the copy of the latest state there is, by the state's
+//     own time: a backup's replica or the checkpoint's snapshot.
 //   - Maps that held many keys give their memory back as keys go
 //     (internal/shrink).
 package replica

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node/internal/shrink"
 	"github.com/tokenring/tokenring/node/internal/wire"
 )
@@ -109,7 +110,11 @@ type Store struct {
 }
 
 // Put keeps state as key's replica, received at now, unless Check rejects
-// it: then it returns Check's error and keeps what it had.
+// it (then it returns Check's error and keeps what it had), or the replica
+// it holds is of a later state (limiter.SnapshotTime): copies of one key
+// may arrive out of order — a round's snapshot, taken before an
+// admission, after the synchronous copy that carries it — and the later
+// state must not be overwritten by the earlier.
 func (r *Store) Put(key string, state []byte, now time.Time) error {
 	if r.Check != nil {
 		if err := r.Check(key, state, now); err != nil {
@@ -123,6 +128,9 @@ func (r *Store) Put(key string, state []byte, now time.Time) error {
 	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = make(map[string]Copy)
+	}
+	if held, ok := r.m[key]; ok && later(held.State, state) {
+		return nil
 	}
 	r.m[key] = Copy{State: state, At: now}
 	r.size.Grew(len(r.m))
@@ -222,4 +230,12 @@ func (a *Acked) Keep(present func(key string) bool) {
 		}
 	}
 	a.m = shrink.Map(&a.size, a.m)
+}
+
+// later reports whether snapshot a is of a strictly later state than b
+// (limiter.SnapshotTime); an unreadable snapshot is later than nothing.
+func later(a, b []byte) bool {
+	ta, errA := limiter.SnapshotTime(a)
+	tb, errB := limiter.SnapshotTime(b)
+	return errA == nil && errB == nil && ta.After(tb)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tokenring/tokenring/limiter"
 )
 
 // TestStoresShrink: a backup's replicas and the acknowledged copies are
@@ -53,4 +55,49 @@ func FuzzDecodeReplica(f *testing.F) {
 		}
 		_, _ = DecodeCopy(state)
 	})
+}
+
+// snapshotAt is a snapshot of a Budget that admitted n requests, the last
+// at at.
+func snapshotAt(t *testing.T, n int, at time.Time) []byte {
+	t.Helper()
+	b := limiter.NewBudget(limiter.Limits{Requests: 100, Window: time.Minute}, nil, at.Add(-time.Second))
+	for range n {
+		b.Acquire(at, limiter.Request{Reserve: 1})
+	}
+	s, err := b.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A round's snapshot taken before an admission may reach the backup after
+// the synchronous copy that carries the admission: the backup keeps the
+// later state, whatever the arrival order.
+func TestStoreKeepsTheLaterState(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	round := snapshotAt(t, 5, t0)                      // taken first
+	sync := snapshotAt(t, 6, t0.Add(time.Millisecond)) // one admission later
+	var s Store
+	now := t0.Add(time.Second)
+	if err := s.Put("k", sync, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put("k", round, now.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := s.Take("k")
+	if !ok || !bytes.Equal(c.State, sync) {
+		t.Fatalf("after the sync copy then a late round copy, the backup holds the round's (%d bytes), want the sync copy's (%d bytes)", len(c.State), len(sync))
+	}
+	// In order, the later one replaces the earlier.
+	for _, st := range [][]byte{round, sync} {
+		if err := s.Put("k", st, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, _ := s.Take("k"); !bytes.Equal(c.State, sync) {
+		t.Fatalf("in order: the backup holds the round's copy (%d bytes), want the later sync copy (%d bytes)", len(c.State), len(sync))
+	}
 }

@@ -224,7 +224,6 @@ func (r *Replicator) Fetch(ctx context.Context, key string, backups []string, ch
 	var (
 		mu     sync.Mutex
 		rep    []byte
-		repAt  time.Time
 		backup string
 		wg     sync.WaitGroup
 	)
@@ -236,8 +235,8 @@ func (r *Replicator) Fetch(ctx context.Context, key string, backups []string, ch
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(c.State) > 0 && (len(rep) == 0 || c.At.After(repAt)) {
-				rep, repAt, backup = c.State, c.At, addr
+			if len(c.State) > 0 && (len(rep) == 0 || later(c.State, rep)) {
+				rep, backup = c.State, addr
 			}
 		})
 	}
@@ -247,11 +246,11 @@ func (r *Replicator) Fetch(ctx context.Context, key string, backups []string, ch
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.PullTimeout)
 	defer cancel()
-	cp, cpAt, ok, err := r.Checkpoint.Load(cctx, key)
+	cp, _, ok, err := r.Checkpoint.Load(cctx, key)
 	if err != nil {
 		r.Log.Warn("fetch: checkpoint unavailable", "key", key, "err", err)
 	}
-	if ok && (len(rep) == 0 || cpAt.After(repAt)) {
+	if ok && (len(rep) == 0 || later(cp, rep)) {
 		return cp, "checkpoint"
 	}
 	return rep, backup
