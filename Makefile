@@ -59,27 +59,27 @@ test-short:
 ## bench: the benchmarks quoted in BENCHMARKS.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/ ./ring/ ./node/
-	$(GO) test -run '^$$' -bench . -benchmem ./router/
+	$(GO) test -run '^$$$$' -bench . -benchmem ./api/ ./proxy/ ./fallback/ ./router/
 
 ## fuzz: a short run of every fuzz target.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRestoreBudget -fuzztime 20s ./limiter/
 	$(GO) test -run '^$$' -fuzz FuzzCheckSnapshot -fuzztime 10s ./limiter/   # a replica checked without building it, against RestoreBudget
-	$(GO) test -run '^$$' -fuzz FuzzOpenLease -fuzztime 10s ./router/   # the lease decoder, with its MAC
-	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./router/
-	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./router/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./router/   # the fast JSON decoder against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzOpenLease -fuzztime 10s ./api/   # the lease decoder, with its MAC
+	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./api/   # the fast JSON decoder against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzScalars -fuzztime 10s ./internal/jsonwire/   # the scanner's strings, integers and white space by table, against the byte-by-byte readers
-	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIAnswer -fuzztime 10s ./router/   # OpenAI answers and stream chunks against encoding/json
-	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIRequest -fuzztime 10s ./router/   # OpenAI requests against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIAnswer -fuzztime 10s ./proxy/   # OpenAI answers and stream chunks against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIRequest -fuzztime 10s ./proxy/   # OpenAI requests against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's answer decoder against encoding/json
-	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeGrant -fuzztime 10s ./node/   # an allotment (OpAllot answer) from a peer
-	$(GO) test -run '^$$' -fuzz FuzzPeerHandshake -fuzztime 10s ./node/   # the peer handshake and sealed frame reader
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/peer/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/replica/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/peer/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/custody/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEntries -fuzztime 10s ./node/peer/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeGrant -fuzztime 10s ./node/allot/   # an allotment (OpAllot answer) from a peer
+	$(GO) test -run '^$$' -fuzz FuzzPeerHandshake -fuzztime 10s ./node/peer/   # the peer handshake and sealed frame reader
 	$(GO) test -run '^$$' -fuzz FuzzParseHead -fuzztime 10s ./internal/http1/   # the plain request head parser against net/http
 	$(GO) test -run '^$$' -fuzz FuzzParseResponseHead -fuzztime 10s ./internal/http1/   # the upstream client's response head parser against net/http
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
