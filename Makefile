@@ -59,7 +59,7 @@ test-short:
 ## bench: the benchmarks quoted in BENCHMARKS.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 ./limiter/ ./ring/ ./node/
-	$(GO) test -run '^$$$$' -bench . -benchmem ./api/ ./proxy/ ./fallback/ ./router/
+	$(GO) test -run '^$$' -bench . -benchmem ./api/ ./proxy/ ./fallback/
 
 ## fuzz: a short run of every fuzz target.
 fuzz:
