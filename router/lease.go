@@ -38,7 +38,8 @@ func (l *Lease) Add(key string, id uint64, fallback bool) {
 	}
 }
 
-// Sides returns l's sides, the tenant's first.
+// Sides returns l's sides, the tenant's first. The slice is l's own
+// storage: changing it changes l.
 func (l *Lease) Sides() []LeaseSide { return l.sides[:l.n] }
 
 // LeaseCall runs op for every side of l, one after the other: settles
