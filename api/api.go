@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -57,7 +58,7 @@ type Server struct {
 	r       *router.Router
 	cfg     Config
 	leases  *leaseSigner
-	clients *clientTokens // nil: the API is open
+	clients atomic.Pointer[clientTokens] // holds nil: the API is open
 }
 
 // New returns the decision API deciding through r.
@@ -68,7 +69,17 @@ func New(r *router.Router, cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{r: r, cfg: cfg, leases: newLeaseSigner(cfg.ClusterSecrets), clients: newClientTokens(cfg.Clients, cfg.ClientCerts)}
+	s := &Server{r: r, cfg: cfg, leases: newLeaseSigner(cfg.ClusterSecrets)}
+	s.clients.Store(newClientTokens(cfg.Clients, cfg.ClientCerts))
+	return s
+}
+
+// SetClients replaces the clients (Config.Clients and ClientCerts: a
+// config reload); a request already past its check keeps its verdict.
+// Without any, the API is open: the caller decides whether a reload may
+// open it.
+func (s *Server) SetClients(tokens map[string][]string, certs map[string]CertClient) {
+	s.clients.Store(newClientTokens(tokens, certs))
 }
 
 // Routes serves the decision API on mux: POST /v1/acquire, /v1/complete,

@@ -178,14 +178,14 @@ func verifiedLeaf(cs *tls.ConnectionState) *x509.Certificate {
 // callerTenants returns the tenants req's client (its token or, over TLS,
 // its certificate) may act for, or the 401 to answer.
 func (s *Server) callerTenants(req *http.Request) (tenantSet, *apiAnswer) {
-	return s.clients.answer(req.Header.Get("Authorization"), req.TLS)
+	return s.clients.Load().answer(req.Header.Get("Authorization"), req.TLS)
 }
 
 // tenantsOf returns the tenants the client token in an Authorization
 // header's value may act for, or the 401 to answer: the fast path's
 // callers, never over TLS.
 func (s *Server) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
-	return s.clients.answer(authorization, nil)
+	return s.clients.Load().answer(authorization, nil)
 }
 
 // answer is of as an apiAnswer (nil c allows all).
@@ -208,7 +208,7 @@ func (s tenantSet) allows(tenant string) bool { return s.all || s.names[tenant] 
 // authorize checks that req's client may act for tenant, writing the 401
 // or 403 and returning false when not.
 func (s *Server) authorize(w http.ResponseWriter, req *http.Request, tenant string) bool {
-	set, err := s.clients.client(req)
+	set, err := s.clients.Load().client(req)
 	if err == nil && !set.allows(tenant) {
 		err = &authError{http.StatusForbidden, "this client may not act for tenant " + quote(tenant)}
 	}
@@ -227,7 +227,7 @@ func (s *Server) authorize(w http.ResponseWriter, req *http.Request, tenant stri
 // read; the per-tenant check (authorize) follows once the tenant is known.
 func (s *Server) authenticated(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if _, err := s.clients.client(req); err != nil {
+		if _, err := s.clients.Load().client(req); err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenring"`)
 			writeError(w, err.code, err.msg)
 			return

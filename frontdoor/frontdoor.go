@@ -133,6 +133,12 @@ func (d *Door) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.R
 	return d.api.ServeQuick(ctx, req, resp)
 }
 
+// SetClients replaces the decision API's clients (a config reload; see
+// api.Server.SetClients).
+func (d *Door) SetClients(tokens map[string][]string, certs map[string]api.CertClient) {
+	d.api.SetClients(tokens, certs)
+}
+
 // Close stops the background work: the router's (router.Router.Close)
 // and the proxy's (proxy.Server.Close). It does not stop serving HTTP, and
 // is safe to call more than once.

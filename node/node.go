@@ -222,6 +222,11 @@ func (n *Node) setMembers(r *ring.Ring, members []custody.Member, boot string) {
 	}
 }
 
+// LimitsChanged tells the node that Config.LimitsFor may now give other
+// limits (a config reload): every key it holds takes them at its next
+// decision, keeping what its window counted (limiter.Table.LimitsChanged).
+func (n *Node) LimitsChanged() { n.table.LimitsChanged() }
+
 // Keys reports how many keys this node holds state for.
 func (n *Node) Keys() int { return n.table.Len() }
 

@@ -55,7 +55,7 @@ func chainOf(cfg config.Config) func(tenant, model string) router.Chain {
 // (router.SplitKey): a pool's, a group's, a tenant's (or the default), or
 // a models entry's at a tenant or a group. A key the config does not name
 // is unlimited, but a tenant's, which gets limits.default.
-func levelLimits(cfg config.Config, key string) config.Limits {
+func levelLimits(cfg *config.Config, key string) config.Limits {
 	kind, name, entry := router.SplitKey(key)
 	switch {
 	case kind == router.KeyPool:

@@ -39,7 +39,7 @@ pools:
 			t.Errorf("chain(%s) = %+v, want a tenant alone", tenant, got)
 		}
 	}
-	limits := keyLimits(cfg)
+	limits := newLive(cfg).limits
 	tk, gk := router.TenantKey("k"), router.GroupKey("team")
 	for key, want := range map[string]int64{
 		tk: 100, router.TenantKey("unlisted"): 60, router.GroupKey("org"): 0, gk: 1000,

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/internal/http1"
-	"github.com/tokenring/tokenring/proxy"
 )
 
 // maxHeaderBytes bounds a request's line and headers. Beyond it net/http
@@ -342,14 +341,4 @@ func (c *countedConn) SetNetConn(nc net.Conn) { c.Conn = nc }
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.open.Add(-1) })
 	return c.Conn.Close()
-}
-
-// proxyAccount is the LLM proxy's proxy.Config.Account of cfg: the
-// OpenAI organisation and project of each API key written with them under
-// keys:.
-func proxyAccount(cfg config.Config) func(apiKey string) proxy.Account {
-	return func(apiKey string) proxy.Account {
-		a := cfg.KeyAccounts[apiKey]
-		return proxy.Account{OpenAIOrganization: a.OpenAIOrganization, OpenAIProject: a.OpenAIProject}
-	}
 }

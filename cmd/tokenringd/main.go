@@ -182,8 +182,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}()
 
-	limits := keyLimits(cfg)
-	n, err := newNode(f, cfg, limits, checkpoint, base)
+	cur := newLive(cfg)
+	n, err := newNode(f, cfg, cur.limits, checkpoint, base)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// spend it instead of answering its peers.
 	var draining atomic.Bool // SIGTERM came: /readyz fails
 	reg := newRegistry(httpLn.collectors()...)
-	r, err := newRouter(n, cfg, limits, func() bool { return n.Ready() && !draining.Load() }, reg, log)
+	r, err := newRouter(n, cfg, cur, func() bool { return n.Ready() && !draining.Load() }, reg, log)
 	if err != nil {
 		return err
 	}
@@ -212,6 +212,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
+	if f.config != "" {
+		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, func(next config.Config) {
+			cur.set(next)
+			n.LimitsChanged()
+			r.SetClients(clientTokens(next), clientCerts(next))
+			if err := members.SetLimitsHash(next.LimitsHash(), time.Second); err != nil {
+				log.Warn("limits hash not published", "err", err)
+			}
+		}))()
+	}
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
@@ -354,7 +364,7 @@ func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 // newRouter makes the HTTP side: the decision API, the LLM proxy (with the
 // prompt counter and the upstream client), admin and metrics on reg. ready
 // is what /readyz answers.
-func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limits, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, error) {
+func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, error) {
 	reg.MustRegister(n.Collectors()...)
 	reg.MustRegister(admin.LimitsMismatchCollector(n))
 	counter, err := newCounter(cfg)
@@ -363,12 +373,9 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 	}
 	anth := cfg.Anthropic()
 	return frontdoor.New(n, frontdoor.Config{
-		Limits: limits,
-		PoolFor: func(model string) (string, bool) {
-			name, _, ok := cfg.Pool(model)
-			return name, ok
-		},
-		Chain:           chainOf(cfg),
+		Limits:          cur.limits,
+		PoolFor:         cur.poolFor,
+		Chain:           cur.chain,
 		Counter:         counter,
 		MaxPromptBytes:  cfg.Limits.MaxPromptBytes,
 		Fallback:        fallback.Policy(cfg.Fallback),
@@ -384,8 +391,8 @@ func newRouter(n *node.Node, cfg config.Config, limits func(string) limiter.Limi
 		ClientCerts:     clientCerts(cfg),
 		MaxFallbackKeys: cfg.MaxKeys,
 		Proxy: proxy.Config{
-			Tenant:    cfg.Tenant,
-			Account:   proxyAccount(cfg),
+			Tenant:    cur.tenant,
+			Account:   cur.account,
 			OpenAI:    proxyUpstream(cfg.Upstream),
 			Anthropic: proxyUpstream(anth),
 			// Client nil: each upstream gets proxy.NewUpstreamClient
@@ -519,16 +526,6 @@ func closeWhileDraining(h http.Handler, draining *atomic.Bool) http.Handler {
 		}
 		h.ServeHTTP(w, req)
 	})
-}
-
-// keyLimits maps limiter keys to the configured limits (levelLimits):
-// "t:<tenant>" to the tenant's (or the default), "p:<model>" to the
-// pool's, "g:<group>" to the group's, a model-scoped key to its entry's.
-func keyLimits(cfg config.Config) func(string) limiter.Limits {
-	return func(key string) limiter.Limits {
-		l := levelLimits(cfg, key)
-		return limiter.Limits{Requests: l.RPM, Tokens: l.TPM, Concurrency: l.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL}
-	}
 }
 
 func splitHostPort(addr string) (string, int, error) {

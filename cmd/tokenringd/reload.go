@@ -4,8 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/signal"
 	"reflect"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,15 +44,20 @@ type configFile struct {
 }
 
 // newConfigFile watches path, from which cfg, the config in force, was
-// read.
+// read (and completed at the start: the cluster secret from the
+// environment).
 func newConfigFile(path string, cfg config.Config, getenv func(string) string, apply func(config.Config), log *slog.Logger) *configFile {
+	read, err := config.Load(path, getenv)
+	if err != nil {
+		read = cfg // changed since the start: the first check reloads it
+	}
 	return &configFile{
 		path: path, getenv: getenv, apply: apply, log: log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenring_config_reloads_total",
 			Help: "Config file reloads, by result: applied (a changed file loaded and took effect) or refused (it did not load: the old config stays).",
 		}, []string{"result"}),
-		current: cfg, read: cfg, stamp: stampOf(path),
+		current: cfg, read: read, stamp: stampOf(path),
 	}
 }
 
@@ -86,11 +94,15 @@ func (f *configFile) check(forced bool) {
 	if reflect.DeepEqual(read, f.read) {
 		return
 	}
-	next, kept := keepRestartOnly(f.current, read)
+	next, kept := keepRestartOnly(f.current, f.read, read)
 	f.read, f.current = read, next
 	f.apply(next)
 	f.reloads.WithLabelValues("applied").Inc()
-	f.log.Info("config reloaded", "file", f.path, "limits_hash", next.LimitsHash())
+	by := "file change"
+	if forced {
+		by = "SIGHUP"
+	}
+	f.log.Info("config reloaded", "file", f.path, "by", by, "limits_hash", next.LimitsHash())
 	if len(kept) > 0 {
 		f.log.Warn("config reloaded: these fields changed in the file but take effect only at a restart", "fields", strings.Join(kept, ","))
 	}
@@ -107,35 +119,58 @@ func (f *configFile) refuse(err error) {
 // start.
 var reloadable = map[string]bool{"Limits": true, "Pools": true, "Clients": true, "Keys": true, "KeyAccounts": true}
 
-// keepRestartOnly returns next with every field that is not reloadable set
-// back to old's, and the YAML names of those that differed. A secret's
-// value is never named, only its field.
-func keepRestartOnly(old, next config.Config) (config.Config, []string) {
+// keepRestartOnly returns next, the file as now read, with every field
+// that is not reloadable set to its value in inForce, and the YAML names of
+// those the file changed since it was last read (last). A secret's value
+// is never named, only its field. The clients may change, but not appear
+// or all go: that would close or open the decision API, which protected
+// mode checked at the start.
+func keepRestartOnly(inForce, last, next config.Config) (config.Config, []string) {
 	var kept []string
-	ov, nv := reflect.ValueOf(old), reflect.ValueOf(&next).Elem()
+	iv, lv, nv := reflect.ValueOf(inForce), reflect.ValueOf(last), reflect.ValueOf(&next).Elem()
 	for i := range nv.NumField() {
 		field := nv.Type().Field(i)
-		if reloadable[field.Name] || reflect.DeepEqual(ov.Field(i).Interface(), nv.Field(i).Interface()) {
+		if reloadable[field.Name] {
 			continue
 		}
-		nv.Field(i).Set(ov.Field(i))
-		if name, _, _ := strings.Cut(field.Tag.Get("yaml"), ","); name != "" && name != "-" {
+		if name, _, _ := strings.Cut(field.Tag.Get("yaml"), ","); name != "" && name != "-" &&
+			!reflect.DeepEqual(lv.Field(i).Interface(), nv.Field(i).Interface()) {
+			kept = append(kept, name)
+		}
+		nv.Field(i).Set(iv.Field(i))
+	}
+	// The limits' window and lease TTL shape every window already counted,
+	// and max_prompt_bytes what was counted: they change at a restart.
+	nl, ll := next.Limits, last.Limits
+	for name, changed := range map[string]bool{
+		"limits.window":           nl.Window != ll.Window,
+		"limits.lease_ttl":        nl.LeaseTTL != ll.LeaseTTL,
+		"limits.max_prompt_bytes": nl.MaxPromptBytes != ll.MaxPromptBytes,
+	} {
+		if changed {
 			kept = append(kept, name)
 		}
 	}
-	// The limits' window and lease TTL shape every window already counted:
-	// they change at a restart, like the sections above.
-	if next.Limits.Window != old.Limits.Window {
-		next.Limits.Window = old.Limits.Window
-		kept = append(kept, "limits.window")
+	next.Limits.Window, next.Limits.LeaseTTL = inForce.Limits.Window, inForce.Limits.LeaseTTL
+	next.Limits.MaxPromptBytes = inForce.Limits.MaxPromptBytes
+	if (len(inForce.Clients) == 0) != (len(next.Clients) == 0) {
+		next.Clients = inForce.Clients
+		kept = append(kept, "clients (whether there are any)")
 	}
-	if next.Limits.LeaseTTL != old.Limits.LeaseTTL {
-		next.Limits.LeaseTTL = old.Limits.LeaseTTL
-		kept = append(kept, "limits.lease_ttl")
-	}
-	if next.Limits.MaxPromptBytes != old.Limits.MaxPromptBytes {
-		next.Limits.MaxPromptBytes = old.Limits.MaxPromptBytes
-		kept = append(kept, "limits.max_prompt_bytes")
-	}
+	slices.Sort(kept)
 	return next, kept
+}
+
+// watchConfig returns the loop that reloads the config file at path (see
+// configFile) on SIGHUP and when the file changes, with cfg in force now,
+// its metric registered on reg.
+func watchConfig(path string, cfg config.Config, getenv func(string) string, reg prometheus.Registerer, log *slog.Logger, apply func(config.Config)) func(context.Context) {
+	f := newConfigFile(path, cfg, getenv, apply, log)
+	reg.MustRegister(f.reloads)
+	return func(ctx context.Context) {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		f.run(ctx, hup)
+	}
 }

@@ -135,7 +135,7 @@ func TestConfigReloadKeepsRestartOnlyFields(t *testing.T) {
 	}
 	// What the file says and what is in force differ in exactly the
 	// fields the log names as waiting for a restart.
-	if _, kept := keepRestartOnly(f.current, f.read); !slices.Equal(kept, []string{"forward_timeout", "limits.window"}) {
+	if _, kept := keepRestartOnly(f.current, f.current, f.read); !slices.Equal(kept, []string{"forward_timeout", "limits.window"}) {
 		t.Errorf("fields kept until a restart: %v, want [forward_timeout limits.window]", kept)
 	}
 }
@@ -179,5 +179,33 @@ func TestConfigReloadOnSIGHUP(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("SIGHUP did not reload the file within 10 s")
+	}
+}
+
+// A reload may change the clients but not open or close the decision API:
+// that takes a restart, when protected mode checks it.
+func TestConfigReloadKeepsTheAPIOpenOrClosed(t *testing.T) {
+	open, err := config.Parse([]byte("limits: {default: {rpm: 10}}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := config.Parse([]byte("clients:\n  tok-a: {tenants: [acme]}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, kept := keepRestartOnly(open, open, closed)
+	if len(got.Clients) != 0 || !slices.Contains(kept, "clients (whether there are any)") {
+		t.Errorf("an open API given clients by a reload: clients %v, kept %v", got.Clients, kept)
+	}
+	got, kept = keepRestartOnly(closed, closed, open)
+	if len(got.Clients) != 1 || !slices.Contains(kept, "clients (whether there are any)") {
+		t.Errorf("a closed API opened by a reload: clients %v, kept %v", got.Clients, kept)
+	}
+	other, err := config.Parse([]byte("clients:\n  tok-b: {tenants: [beta]}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, kept := keepRestartOnly(closed, closed, other); len(kept) != 0 || got.Clients["tok-b"].Tenants[0] != "beta" {
+		t.Errorf("clients replaced by others: clients %v, kept %v", got.Clients, kept)
 	}
 }

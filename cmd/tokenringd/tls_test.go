@@ -25,7 +25,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
-	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 )
 
@@ -131,14 +130,14 @@ func startTLSNode(t testing.TB, hc config.HTTP) string {
 // logger; it returns the address and the server.
 func startNode(t testing.TB, cfg config.Config, log *slog.Logger) (string, httpServer) {
 	t.Helper()
-	lim := func(string) limiter.Limits {
-		return limiter.Limits{Requests: 1 << 30, Tokens: 1 << 40, Concurrency: 1 << 20, Window: time.Minute, LeaseTTL: time.Minute}
-	}
-	n, err := node.New(node.Config{Name: "n1", LimitsFor: lim})
+	cfg.Limits.Default = config.Limits{RPM: 1 << 30, TPM: 1 << 40, Concurrency: 1 << 20}
+	cfg.Limits.Window, cfg.Limits.LeaseTTL = time.Minute, time.Minute
+	cur := newLive(cfg)
+	n, err := node.New(node.Config{Name: "n1", LimitsFor: cur.limits})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newRouter(n, cfg, lim, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	r, err := newRouter(n, cfg, cur, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
