@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -86,6 +87,12 @@ func (f *configFile) check(forced bool) {
 		return
 	}
 	f.stamp = st
+	if st.size == 0 && !st.statFailed {
+		// Built-in defaults, but far more likely a file caught between
+		// its truncation and its writing: the next stamp reads it.
+		f.refuse(fmt.Errorf("%s is empty: a reload needs the whole config", f.path))
+		return
+	}
 	read, err := config.Load(f.path, f.getenv)
 	if err != nil {
 		f.refuse(err) // names the file, and the line and field of a problem
@@ -97,7 +104,6 @@ func (f *configFile) check(forced bool) {
 	next, kept := keepRestartOnly(f.current, f.read, read)
 	f.read, f.current = read, next
 	f.apply(next)
-	f.reloads.WithLabelValues("applied").Inc()
 	by := "file change"
 	if forced {
 		by = "SIGHUP"
@@ -106,11 +112,12 @@ func (f *configFile) check(forced bool) {
 	if len(kept) > 0 {
 		f.log.Warn("config reloaded: these fields changed in the file but take effect only at a restart", "fields", strings.Join(kept, ","))
 	}
+	f.reloads.WithLabelValues("applied").Inc() // last: what it counts is done and logged
 }
 
 func (f *configFile) refuse(err error) {
-	f.reloads.WithLabelValues("refused").Inc()
 	f.log.Error("config reload refused: the old config stays", "err", err)
+	f.reloads.WithLabelValues("refused").Inc()
 }
 
 // reloadable are the top-level fields of config.Config a reload changes:
