@@ -208,3 +208,46 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFastAnswer reads an admission as a node writes it with the
+// scanner (the path of an answer the exact reader does not take), and a
+// batch of 16 of them, against encoding/json.
+func BenchmarkFastAnswer(b *testing.B) {
+	body := []byte(nodeAcquire)
+	batch := []byte(`{"results":[`)
+	for i := range 16 {
+		if i > 0 {
+			batch = append(batch, ',')
+		}
+		batch = append(append(append(batch, `{"status":200,"body":`...), nodeAcquire...), '}')
+	}
+	batch = append(batch, "]}"...)
+	b.Run("answer", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var a answerWire
+			if !fastAnswer(body, &a) || !a.Allowed {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("answer/encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var a answerWire
+			if err := json.Unmarshal(body, &a); err != nil || !a.Allowed {
+				b.Fatal("not read", err)
+			}
+		}
+	})
+	b.Run("batch", func(b *testing.B) {
+		b.ReportAllocs()
+		var slots []slot
+		for b.Loop() {
+			var ok bool
+			if slots, ok = fastBatch(batch, slots[:0]); !ok || len(slots) != 16 {
+				b.Fatal("not read")
+			}
+		}
+	})
+}

@@ -75,3 +75,31 @@ func FuzzDecodeOpenAIAnswer(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeOpenAIAnswer decodes a streamed chunk and a whole answer
+// as OpenAI sends them, the fast path against encoding/json.
+func BenchmarkDecodeOpenAIAnswer(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"chunk", []byte(openAIChunks[1])}, {"answer", []byte(openAIChunks[3])}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var a openAIAnswer
+				if !decodeOpenAIAnswer(c.body, &a) {
+					b.Fatal("not decoded")
+				}
+			}
+		})
+		b.Run(c.name+"/encoding-json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var a openAIAnswer
+				if err := json.Unmarshal(c.body, &a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -73,3 +73,27 @@ func FuzzDecodeOpenAIRequest(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeOpenAIRequest decodes a plain chat completion request,
+// the fast path against encoding/json.
+func BenchmarkDecodeOpenAIRequest(b *testing.B) {
+	body := []byte(openAIRequests[0])
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var in openAIRequest
+			if !decodeOpenAIRequest(body, &in) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var in openAIRequest
+			if err := json.Unmarshal(body, &in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
