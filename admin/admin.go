@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -27,6 +28,14 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock of /admin/stats. Nil means time.Now.
 	Now func() time.Time
+	// Levels gives the keys an acquire of tenant for model charges, with
+	// each owner's status (router.Router.Levels), for /admin/limits. Nil
+	// serves no /admin/limits.
+	Levels func(ctx context.Context, tenant, model string) ([]router.Level, string, error)
+	// Source names where a key's limits come from: the config entry
+	// ("limits.tenants.acme", "limits.default", "pools.gpt-4o", ...).
+	// Nil names none.
+	Source func(key string) string
 }
 
 // Server serves the operator's endpoints of one node: /admin (the ring,
@@ -55,6 +64,9 @@ func New(cluster router.Cluster, counters router.Counters, cfg Config) *Server {
 func (a *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("/admin/ring", get(a.adminRing))
 	mux.HandleFunc("/admin/owner", get(a.adminOwner))
+	if a.cfg.Levels != nil {
+		mux.HandleFunc("/admin/limits", get(a.adminLimits))
+	}
 	a.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
 	pprofRoutes(mux)
 	mux.HandleFunc("/healthz", get(func(w http.ResponseWriter, _ *http.Request) {

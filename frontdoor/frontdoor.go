@@ -26,6 +26,9 @@ type Config struct {
 	Limits func(key string) limiter.Limits
 	// PoolFor maps a model name to its pool, if any. Nil means no pools.
 	PoolFor func(model string) (pool string, ok bool)
+	// LimitsSource names the config entry a key's limits come from, for
+	// /admin/limits (admin.Config.Source). Nil names none.
+	LimitsSource func(key string) string
 	// Chain gives the groups above a tenant and the models entries that
 	// apply to a model at each level (router.Config.Chain). Nil means
 	// every tenant stands alone, without per-model limits.
@@ -106,7 +109,8 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 	decisions := api.New(r, api.Config{Counter: cfg.Counter, MaxPromptBytes: cfg.MaxPromptBytes,
 		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, Now: cfg.Now})
 	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
-	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now})
+	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now,
+		Levels: r.Levels, Source: cfg.LimitsSource})
 	mux := http.NewServeMux()
 	decisions.Routes(mux) // /v1/acquire, /v1/complete, /v1/renew, /v1/batch, /v1/tenants/{tenant}
 	llm.Routes(mux)       // /v1/chat/completions, /v1/messages

@@ -242,6 +242,7 @@ func (r *Router) undo(key string, o outcome, op node.Op) {
 // Level is one key an acquire charges, with its owner's status of it.
 type Level struct {
 	Label  string // Side.Label
+	Key    string // Side.Key
 	Owner  string
 	Status limiter.Status
 }
@@ -262,7 +263,7 @@ func (r *Router) Levels(ctx context.Context, tenant, model string) (out []Level,
 		if o.fallback {
 			return nil, s.Label(), nil
 		}
-		out = append(out, Level{Label: s.Label(), Owner: o.answer.Owner, Status: o.answer.Decision.Status})
+		out = append(out, Level{Label: s.Label(), Key: s.Key, Owner: o.answer.Owner, Status: o.answer.Decision.Status})
 	}
 	return out, "", nil
 }

@@ -69,3 +69,29 @@ func (l *live) account(apiKey string) proxy.Account {
 	a := l.p.Load().cfg.KeyAccounts[apiKey]
 	return proxy.Account{OpenAIOrganization: a.OpenAIOrganization, OpenAIProject: a.OpenAIProject}
 }
+
+// source names the config entry key's limits come from, for
+// /admin/limits: "limits.tenants.<t>" or "limits.default" for a tenant,
+// "limits.groups.<g>", "...models.<entry>" for a model-scoped level,
+// "pools.<p>"; "none" for a key the config does not limit.
+func (l *live) source(key string) string {
+	cfg := &l.p.Load().cfg
+	kind, name, entry := router.SplitKey(key)
+	switch {
+	case kind == router.KeyPool:
+		if _, ok := cfg.Pools[name]; ok {
+			return "pools." + name
+		}
+		return "none"
+	case kind == router.KeyGroup && entry != "":
+		return "limits.groups." + name + ".models." + entry
+	case kind == router.KeyGroup:
+		return "limits.groups." + name
+	case entry != "":
+		return "limits.tenants." + name + ".models." + entry
+	}
+	if _, ok := cfg.Limits.Tenants[name]; ok {
+		return "limits.tenants." + name
+	}
+	return "limits.default"
+}

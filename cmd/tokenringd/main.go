@@ -375,6 +375,7 @@ func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, re
 	return frontdoor.New(n, frontdoor.Config{
 		Limits:          cur.limits,
 		PoolFor:         cur.poolFor,
+		LimitsSource:    cur.source,
 		Chain:           cur.chain,
 		Counter:         counter,
 		MaxPromptBytes:  cfg.Limits.MaxPromptBytes,
