@@ -121,9 +121,9 @@ type Budget struct {
 	minExp   int64            // ≤ every lease's expiry (exact after a scan)
 	maxExp   int64            // ≥ every lease's expiry
 	maxStale bool             // maxExp may be above the true maximum
-	// limitsGen is the Table's limits generation lim was last taken at
-	// (Table.LimitsChanged); it sits in maxStale's padding.
-	limitsGen uint32
+	sent     bool             // lim's numbers were sent by a request (SetSentLimits)
+	// limitsGen: the Table's limits generation lim was taken at (Table.LimitsChanged).
+	limitsGen uint32 // with sent, in maxStale's padding
 
 	q *waitQueue // nil while nothing is queued
 }

@@ -242,3 +242,47 @@ func TestTableLimitsChanged(t *testing.T) {
 		t.Fatalf("a new key under rpm 11: %d of 12 admitted, want 11", got)
 	}
 }
+
+// Limits a request sent hold against the table's until a request sends
+// others: a reload (LimitsChanged) leaves them; the window keeps its
+// count across both.
+func TestTableSentLimitsOutlastAReload(t *testing.T) {
+	var rpm atomic.Int64
+	rpm.Store(100)
+	tb := NewTable(Policy{}, func(string) Limits { return Limits{Requests: rpm.Load(), Window: time.Minute} })
+	now := time.Unix(1000, 0)
+	admit := func(sent *Limits, n int) (allowed int) {
+		for range n {
+			if err := tb.Do("k", now, func(b *Budget) {
+				if sent != nil {
+					b.SetSentLimits(*sent)
+				}
+				if b.Acquire(now, Request{Reserve: 1}).Allowed {
+					allowed++
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return allowed
+	}
+	if got := admit(&Limits{Requests: 5}, 8); got != 5 {
+		t.Fatalf("sent rpm 5: %d of 8 admitted", got)
+	}
+	rpm.Store(50)
+	tb.LimitsChanged()
+	if got := admit(nil, 3); got != 0 {
+		t.Fatalf("after a reload to rpm 50, a key at its sent rpm 5: %d admitted, want 0", got)
+	}
+	var lim Limits
+	tb.Peek("k", func(b *Budget) { lim = b.Limits() })
+	if lim.Requests != 5 || lim.Window != time.Minute {
+		t.Fatalf("limits after the reload: %+v, want the sent rpm 5 in the table's 1m window", lim)
+	}
+	if got := admit(&Limits{Requests: 7}, 4); got != 2 {
+		t.Fatalf("sent rpm raised to 7 with 5 counted: %d admitted, want 2", got)
+	}
+	if got := admit(&Limits{Requests: 3}, 2); got != 0 {
+		t.Fatalf("sent rpm lowered to 3 with 7 counted: %d admitted, want 0", got)
+	}
+}
