@@ -1,0 +1,208 @@
+package jsonwire
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// The test's structs use every kind of field, nested and embedded, read by
+// a Decoder that skips unknown keys and by one that refuses them.
+
+type inner struct {
+	A int64  `json:"a"`
+	S string `json:"s"`
+	B bool   `json:"b"`
+}
+
+type embedded struct {
+	E  string `json:"e"`
+	EP *int64 `json:"ep"`
+}
+
+type every struct {
+	embedded
+	Str    string          `json:"str"`
+	Flag   bool            `json:"flag"`
+	I64    int64           `json:"i64"`
+	N      int             `json:"n"`
+	Ptr    *int64          `json:"ptr"`
+	Raw    json.RawMessage `json:"raw"`
+	Obj    inner           `json:"obj"`
+	ObjPtr *inner          `json:"Obj_Ptr"`
+	List   []inner         `json:"list"`
+	Custom string          `json:"custom"`
+	Other  []float64       `json:"other"` // not in the refusing table: encoding/json's
+}
+
+// fieldsOf is the table of every (but Other) with inner's decoder in.
+func fieldsOf(in *Decoder[inner]) []Field[every] {
+	emb := NewDecoder(SkipUnknown,
+		String("e", func(v *embedded) *string { return &v.E }),
+		IntPointer("ep", func(v *embedded) **int64 { return &v.EP }),
+	)
+	return append(Embed(func(v *every) *embedded { return &v.embedded }, emb),
+		String("str", func(v *every) *string { return &v.Str }),
+		Bool("flag", func(v *every) *bool { return &v.Flag }),
+		Int("i64", func(v *every) *int64 { return &v.I64 }),
+		Int("n", func(v *every) *int { return &v.N }),
+		IntPointer("ptr", func(v *every) **int64 { return &v.Ptr }),
+		Raw("raw", func(v *every) *json.RawMessage { return &v.Raw }),
+		Object("obj", func(v *every) *inner { return &v.Obj }, in),
+		Pointer("Obj_Ptr", func(v *every) **inner { return &v.ObjPtr }, in),
+		Slice("list", func(v *every) *[]inner { return &v.List }, in),
+		Func("custom", func(s *Scanner, v, _ *every) bool { // a string or null, as String reads it
+			if s.Null() {
+				return true
+			}
+			var ok bool
+			v.Custom, ok = s.String()
+			return ok
+		}),
+	)
+}
+
+func innerDecoder(u Unknown) *Decoder[inner] {
+	return NewDecoder(u,
+		Int("a", func(v *inner) *int64 { return &v.A }),
+		String("s", func(v *inner) *string { return &v.S }),
+		Bool("b", func(v *inner) *bool { return &v.B }),
+	)
+}
+
+var (
+	skipping = NewDecoder(SkipUnknown, append(fieldsOf(innerDecoder(SkipUnknown)),
+		Func("other", func(s *Scanner, v, _ *every) bool { return false }))...) // encoding/json's, not skipped
+	refusing = NewDecoder(RefuseUnknown, fieldsOf(innerDecoder(RefuseUnknown))...)
+)
+
+// Tables made by hand agree with their structs; Check finds those that do
+// not.
+func TestCheck(t *testing.T) {
+	if err := skipping.Check(); err != nil {
+		t.Error(err)
+	}
+	if err := refusing.Check("other"); err != nil {
+		t.Error(err)
+	}
+	if err := refusing.Check(); err == nil || !strings.Contains(err.Error(), `"other"`) {
+		t.Errorf("a refusing table without other: %v", err)
+	}
+	for _, d := range []*Decoder[inner]{
+		NewDecoder(SkipUnknown, Int("a", func(v *inner) *int64 { return &v.A }), String("s", func(v *inner) *string { return &v.S })),
+		NewDecoder(SkipUnknown, Int("a", func(v *inner) *int64 { return &v.A }), String("b", func(v *inner) *string { return &v.S }),
+			Bool("s", func(v *inner) *bool { return &v.B })),
+		NewDecoder(SkipUnknown, Int("a", func(v *inner) *int64 { return &v.A }), String("s", func(v *inner) *string { return &v.S }),
+			Bool("b", func(v *inner) *bool { return &v.B }), Func("c", func(*Scanner, *inner, *inner) bool { return false })),
+	} {
+		if err := d.Check(); err == nil {
+			t.Errorf("%v: no error", d.fields)
+		}
+	}
+}
+
+// reference decodes b as encoding/json does: as json.Unmarshal, or
+// refusing unknown fields (and, as Decode, trailing data).
+func reference(b []byte, strict bool) (every, error) {
+	var v every
+	if !strict {
+		return v, json.Unmarshal(b, &v)
+	}
+	if !json.Valid(b) {
+		return v, json.Unmarshal(b, &v) // its syntax error
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return v, dec.Decode(&v)
+}
+
+// checkDecoder fails t if either Decoder takes b and encoding/json does
+// not, or decodes it to another value.
+func checkDecoder(t *testing.T, b []byte) {
+	for _, c := range []struct {
+		d      *Decoder[every]
+		strict bool
+	}{{skipping, false}, {refusing, true}} {
+		var got every
+		if !c.d.Decode(b, &got) {
+			continue
+		}
+		want, err := reference(b, c.strict)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("strict %v %q:\ngot       %+v\nencoding/json %+v (%v)", c.strict, b, got, want, err)
+		}
+	}
+}
+
+// taken are texts both Decoders read.
+var taken = []string{
+	`{}`, ` { } `,
+	`{"e":"x","ep":-7,"str":"hello world","flag":true,"i64":-0,"n":123456789012345678,"ptr":5,"raw":{"a":[1,2.5e-3,"\u00e9",null]},` +
+		`"obj":{"a":1,"s":"t","b":false},"Obj_Ptr":{"s":"u"},"list":[{"a":1},null,{"s":"v","b":true},{}],"custom":"c"}`,
+	`{"STR":"x","Flag":false,"I64":1,"obj_ptr":{"A":2},"LIST":[],"RAW":"a\"b","Custom":null}`,
+	`{"str":null,"flag":null,"i64":null,"n":null,"ptr":null,"raw":null,"obj":null,"Obj_Ptr":null,"list":null,"ep":null}`,
+	`{"raw":[[[[]]]],"obj":{},"list":[null]}`,
+}
+
+// left are texts neither Decoder reads: outside the subset, invalid, or
+// of the wrong types.
+var left = []string{
+	`{"str":"a\nb"}`, `{"str":"é"}`, "{\"str\":\"\x7f\"}", `{"st\u0072":"a"}`, `{"str":"a","STR":"b"}`, `{"obj":{"a":1},"obj":{"s":"x"}}`,
+	`{"i64":1.0}`, `{"i64":1e2}`, `{"i64":012}`, `{"i64":1234567890123456789}`, `{"i64":"1"}`, `{"flag":1}`, `{"str":1}`,
+	`{"obj":[]}`, `{"list":{}}`, `{"list":[1]}`, `{"Obj_Ptr":true}`, `{"raw":tru}`, `{"raw":"\x"}`, `{"raw":01}`,
+	`{"other":[1.5]}`, `{"str":"a"} {}`, `{"str":"a",}`, `{"str" "a"}`, `null`, `[]`, ``, `{`,
+	`{"raw":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`,
+}
+
+func TestDecoderTakesItsSubset(t *testing.T) {
+	for _, b := range taken {
+		for _, d := range []*Decoder[every]{skipping, refusing} {
+			var v every
+			if !d.Decode([]byte(b), &v) {
+				t.Errorf("%s: not taken", b)
+			}
+		}
+		checkDecoder(t, []byte(b))
+	}
+	for _, b := range left {
+		for _, d := range []*Decoder[every]{skipping, refusing} {
+			var v every
+			if d.Decode([]byte(b), &v) {
+				t.Errorf("%s: taken, as %+v", b, v)
+			}
+		}
+	}
+	// Unknown keys: skipped, any JSON; or refused.
+	unknown := []byte(`{"str":"a","zzz":{"x":[1.5,"\u00e9",null,true]},"zzz":0}`)
+	var v every
+	if !skipping.Decode(unknown, &v) || refusing.Decode(unknown, &every{}) {
+		t.Errorf("%s: skipping %v, refusing takes it too", unknown, v)
+	}
+	checkDecoder(t, unknown)
+}
+
+// A slice's elements share the strings equal to the element's before them.
+func TestSliceSharesStrings(t *testing.T) {
+	var v every
+	if !skipping.Decode([]byte(`{"list":[{"s":"same"},{"s":"same"},{"s":"other"}]}`), &v) {
+		t.Fatal("not taken")
+	}
+	if unsafe.StringData(v.List[0].S) != unsafe.StringData(v.List[1].S) || v.List[2].S != "other" {
+		t.Fatalf("not shared: %+v", v.List)
+	}
+}
+
+// FuzzDecoder: whatever a Decoder takes, encoding/json takes too, and
+// decodes to the same value; for the Decoder that skips unknown keys as
+// json.Unmarshal, for the one that refuses them as a json.Decoder with
+// DisallowUnknownFields. It covers every kind of field, and so the
+// decoders built of them (api, proxy, client).
+func FuzzDecoder(f *testing.F) {
+	for _, b := range append(taken, left...) {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(checkDecoder)
+}
