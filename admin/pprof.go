@@ -7,7 +7,7 @@ import (
 
 // pprofRoutes serves the Go runtime's profiles under /admin/debug/pprof/
 // (behind Guard, like the rest of /admin): CPU and allocation
-// profiles of a node under load, as BENCHMARKS.md takes them:
+// profiles of a node under load (docs/http-api.md, "Admin endpoints"):
 //
 //	go tool pprof -seconds 5 http://127.0.0.1:8080/admin/debug/pprof/profile
 //	go tool pprof -sample_index=alloc_space http://127.0.0.1:8080/admin/debug/pprof/allocs

@@ -58,7 +58,7 @@ type Config struct {
 	// calling, the node always has a request to decide while the answered
 	// callers queue their next calls. Fewer in flight makes bigger batches
 	// (less CPU a call, on both sides), which pays only when the two cores
-	// are saturated (BENCHMARKS.md, "What bounds the batching client").
+	// are saturated (BENCHMARKS.md, "The Go client").
 	MaxInFlight int
 	// Retries is how many times a call is sent again after a 503 with a
 	// retry-after (honouring it) or a transport error before its request

@@ -234,7 +234,7 @@ func (c *Client) newSender() *sender {
 // wait as that request carries, and a yield there only delays them (with
 // 32 callers and 2 requests in flight, yielding always made requests of
 // 21 calls instead of 12, and cost a tenth of the decisions a second:
-// BENCHMARKS.md, "What bounds the batching client").
+// docs/bench-log.md, "What bounds the batching client: its callers").
 func (s *sender) run() {
 	for {
 		select {

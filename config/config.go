@@ -1,6 +1,6 @@
 // Package config is tokenringd's YAML configuration: the limits of tenants
 // and upstream pools, the fallback policy, the proxy's API keys and upstream.
-// The file format is README.md's "Configuration" (every field optional);
+// The file format is docs/configuration.md's "The YAML file" (every field optional);
 // the YAML names are the field tags of Config below.
 //
 // A Config is a plain value: Default returns the built-in one, Parse and Load
@@ -101,10 +101,11 @@ type HTTP struct {
 	// tokenringd uses ¾ of the process's open-file limit, at most 16384.
 	MaxConns int `yaml:"max_conns"`
 	// EventLoops is the number of event loops that answer, each on one
-	// thread, the decision calls this node decides at once (see README,
-	// "Event loops"). 0 (the default) is automatic: tokenringd uses one
-	// for every two CPUs it may run on, at least one. -1: none, every
-	// connection served by a goroutine of its own.
+	// thread, the decision calls this node decides at once (see
+	// docs/operations.md, "Event loops (Linux)"). 0 (the default) is
+	// automatic: tokenringd uses one for every two CPUs it may run on, at
+	// least one. -1: none, every connection served by a goroutine of its
+	// own.
 	EventLoops int `yaml:"event_loops"`
 	// FastPath serves the decision API's plain HTTP/1.1 requests from the
 	// connection's bytes (internal/http1), handing every other request to
@@ -149,7 +150,8 @@ type Peer struct {
 	MaxConns int `yaml:"max_conns"`
 }
 
-// Replication configures how owners copy changed keys to their backups (README.md, "A cluster").
+// Replication configures how owners copy changed keys to their backups
+// (docs/operations.md, "Replication and the Redis checkpoint").
 type Replication struct {
 	// Interval is how often an owner copies the keys it changed to their
 	// backup (and to the checkpoint): what a crash can lose in async mode
@@ -269,7 +271,7 @@ type Config struct {
 	MaxKeys int `yaml:"max_keys"`
 	// HotKeyRate is how many acquires a second a node must forward for one
 	// key before it asks the key's owner for a slice of its budget and
-	// decides that key's requests itself (README "Hot keys"). Default 5;
+	// decides that key's requests itself (docs/operations.md, "Hot keys"). Default 5;
 	// 0 turns slices off.
 	HotKeyRate int `yaml:"hot_key_rate"`
 	// PreloadEncodings loads the tiktoken tables (cl100k_base and

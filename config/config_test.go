@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// designYAML is the first example config, a subset of README.md's "Configuration" example.
+// designYAML is an example config in the shape of docs/configuration.md's "A complete example".
 const designYAML = `limits:
   default: {rpm: 60, tpm: 100000, concurrency: 10}      # any tenant not listed
   tenants:

@@ -4,7 +4,7 @@ package fallback
 type Policy string
 
 // The fallback policies, applied only when a key's owner is unreachable
-// (README.md, "A cluster").
+// (docs/operations.md, "Fallback policies").
 const (
 	Degraded Policy = "degraded" // strict local share: the owner's last reported remaining (or the limit) ÷ members, as debts
 	Open     Policy = "open"     // admit, as debts

@@ -1,6 +1,6 @@
 // Package prompt counts the tokens of LLM prompts locally, with OpenAI's
 // tiktoken encodings, so that tokenring can reserve T_in before a request is
-// forwarded and settle it with the usage reported after (README.md, "LLM proxy").
+// forwarded and settle it with the usage reported after (docs/proxy.md).
 //
 // Counts for OpenAI models are exact for plain text and follow OpenAI's
 // published formula for chat messages. Everything else (images, audio, files,

@@ -2,7 +2,7 @@ package proxy
 
 // The LLM proxy's whole-answer requests on the fast path (internal/http1).
 // net/http costs a sequential request 46-50 µs more than the fast path on
-// a 2-vCPU host (BENCHMARKS.md, "Whole answers on the fast path"), most of
+// a 2-vCPU host (BENCHMARKS.md, "What each piece of complexity buys"), most of
 // it the goroutine it starts, and then stops, to read the connection while
 // the handler runs. A chat completion or message that does not ask for a
 // stream is answered whole, so the fast path can serve it: the same

@@ -1,6 +1,6 @@
 package proxy
 
-// The LLM proxy (README.md, "LLM proxy"): OpenAI's POST /v1/chat/completions
+// The LLM proxy (docs/proxy.md): OpenAI's POST /v1/chat/completions
 // and Anthropic's POST /v1/messages, admitted through the same path as the
 // decision API (router.Router.Admit), forwarded to the upstream, and settled with
 // the usage the upstream reported.

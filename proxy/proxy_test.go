@@ -782,7 +782,7 @@ func TestProxyConcurrency(t *testing.T) {
 }
 
 // TestProxyRenewsLongStreams: a stream longer than the lease TTL keeps its
-// slot (renewed every TTL/3), so the slot is not reclaimed under it.
+// slot (renewed every TTL/3), so the slot does not expire under it.
 func TestProxyRenewsLongStreams(t *testing.T) {
 	// A 1 s TTL and a 2.5 s stream: renewals run every third of a TTL, so a
 	// loaded machine would have to stall one for over 600 ms to lose the

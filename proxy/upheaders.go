@@ -3,7 +3,7 @@ package proxy
 // The request headers the LLM proxy sends upstream: an allow-list, so that
 // a tenant cannot steer the operator's upstream account (its organisation
 // or project, with the operator's key), pass cookies, or forge where the
-// request came from. README.md, "LLM proxy", has the table.
+// request came from. docs/proxy.md, "Headers sent upstream", has the table.
 
 import (
 	"net"

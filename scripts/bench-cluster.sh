@@ -4,7 +4,7 @@
 # node (-route other), with peer batching opportunistic (the default), off,
 # and lingering 500µs like Gubernator. Every run starts fresh nodes with the
 # shipped defaults (LAN gossip, forward_timeout 15 ms, replication and
-# handoff on: BENCHMARKS.md's "as shipped"); only the limits, which no
+# handoff on); only the limits, which no
 # request reaches, and the log level are the script's.
 #   scripts/bench-cluster.sh [requests] [workers]
 set -euo pipefail

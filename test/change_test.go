@@ -1,6 +1,6 @@
 package test
 
-// "Exact through change" (issue 6; ARCHITECTURE.md "Custody", "Drain"; README.md "A cluster"):
+// "Exact through change" (issue 6; ARCHITECTURE.md "Custody", "Drain"; docs/operations.md "Membership changes"):
 // real tokenringd processes with the shipped defaults (15 ms forward_timeout,
 // LAN gossip), clients sending through every live node before, during and
 // after a ring change, every tenant driven past its limit. Each tenant must

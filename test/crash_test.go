@@ -44,10 +44,10 @@ func waitReplicated(t *testing.T, procs []*Proc) {
 // ended and what their holders did not hand out is given back: a slice
 // lives until the owner's bucket it was charged to ends (whole seconds with
 // the default 60 s window), and a key a slice served in its last second
-// gets the next bucket's slice then (the renewal), which ends a bucket
-// later; the holder gives the rest back at the renewal or its next sweep
-// (100 ms). Until then the owner counts those admissions as used (README
-// "Hot keys"). Call it once traffic has stopped.
+// gets the next bucket's slice then (the refill), which ends a bucket
+// later; the holder gives the rest back at the refill or its next sweep
+// (100 ms). Until then the owner counts those admissions as used
+// (docs/operations.md, "Hot keys"). Call it once traffic has stopped.
 //
 // A sleep, not a poll: a slice's end is a moment of the clock (its
 // bucket's), and no node says how many slices it holds (no metric or

@@ -61,7 +61,7 @@ func TestHotTenantThroughEveryNodeIsExact(t *testing.T) {
 		if fromSlices == 0 {
 			t.Fatalf("%s: no acquire was served from a slice\n%s", tc.tenant, res.Summary())
 		}
-		waitSlicesEnded() // every slice's bucket (1 s) has ended, the renewal's too, and the rest is given back
+		waitSlicesEnded() // every slice's bucket (1 s) has ended, the refill's too, and the rest is given back
 		after := drainTenant(t, c, tc.tenant)
 		if got := tl.Allowed + after; got != tc.limit {
 			t.Fatalf("%s: %d admitted in all (%d under load, %d after), want exactly %d; %v from slices\n%s",

@@ -38,10 +38,10 @@ const (
 	soakPeerConns   = 300
 	soakPeerSources = 10 // 127.0.0.2 to .11, 30 connections each
 	// The node's budgets for them (gossip.DefaultMaxInboundStreams and
-	// its 1 s deadline; node.DefaultMaxStrangers and its 500 ms).
+	// its 1 s deadline; peer.DefaultMaxStrangers and its 500 ms).
 	soakGossipBudget = 64
 	soakPeerBudget   = 32
-	// The peak RSS bound (README, "Security"): at rest, plus twice (Go's
+	// The peak RSS bound (docs/operations.md, "Memory"): at rest, plus twice (Go's
 	// collector lets the heap grow to twice what is live) what the keys
 	// and the connections hold, plus slack for the runtime's own.
 	soakBytesOfKey = 2 << 10  // a key with the default 60-bucket window, its map entry and name (measured 1.6 KiB)
@@ -70,7 +70,7 @@ const (
 // soakConfig: a 10 s window and lease TTL (the soak's acquires are never
 // completed), so that the million tenants' keys empty, and are dropped,
 // within the soak; max_keys 100,000; a cluster secret, without which the
-// peer port has no stranger budget (node/strangers.go).
+// peer port has no stranger budget (node/peer/strangers.go).
 var soakConfig = fmt.Sprintf(`
 cluster_secret: "%s"
 max_keys: %d
@@ -87,7 +87,7 @@ limits:
 // the first 24 s 2,000 idle connections to -gossip and 300 to -peer (from
 // ten source addresses), each re-opened when the node closes it.
 // Throughout, /healthz answers within 100 ms; the node's RSS stays under
-// its bound (README, "Security": what it costs at rest, plus max_keys keys
+// its bound (docs/operations.md, "Memory": what it costs at rest, plus max_keys keys
 // and the open connections) and its descriptors under the HTTP
 // connections plus the gossip and stranger budgets; every slowloris
 // connection is cut by the read timeouts, and every gossip and peer flood

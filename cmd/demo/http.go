@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The JSON the demo reads, as router/api.go and router/admin.go write it.
+// The JSON the demo reads, as api/api.go and admin/ring.go write it.
 type (
 	dimJSON struct {
 		Limit     int64 `json:"limit"`

@@ -1,7 +1,7 @@
 package main
 
 // `tokenring load` against fake nodes: httptest servers that answer
-// /v1/acquire and /v1/complete in tokenringd's JSON (router/api.go), and
+// /v1/acquire and /v1/complete in tokenringd's JSON (api/api.go), and
 // /admin/ring and /admin/owner for -route. The load generator's counts must
 // be exactly what the fake answered.
 

@@ -91,7 +91,7 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 
 var errUsage = errors.New("usage")
 
-// flags are tokenringd's command line (README.md, "Configuration").
+// flags are tokenringd's command line (docs/configuration.md, "Flags").
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
 	advertise                                     string
@@ -503,7 +503,7 @@ func drain(log *slog.Logger, draining *atomic.Bool, n *node.Node, r *frontdoor.D
 	}
 	cancel()
 	// Only a drain that handed everything on announces the departure: the
-	// others then stop counting this node at once (node/quorum.go). After
+	// others then stop counting this node at once (node/custody/quorum.go). After
 	// a failed drain it leaves unannounced and stays counted like a
 	// crashed member until a majority sees it gone (or 72 h pass): the
 	// safe side, since a departure can no longer be told from a cut.

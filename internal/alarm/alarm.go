@@ -6,8 +6,8 @@
 // another CPU). A proxied call set four timers (three timeouts and its
 // lease's renewal) and stopped them all, none ever firing: up to four such
 // wake-ups on its critical path, and three of those timers alone were a
-// sixth of the node's CPU for the call (BENCHMARKS.md, "the seventh
-// session: wake-ups off the proxy's path"). A Clock instead files
+// sixth of the node's CPU for the call (BENCHMARKS.md, "What each piece of
+// complexity buys": internal/alarm deadlines). A Clock instead files
 // deadlines in slots of one Tick, which one goroutine, ticking only while a
 // deadline is set (and Linger after), fires: setting, moving and stopping
 // a deadline is a lock and a map operation, or an atomic store. The price

@@ -14,9 +14,10 @@ import (
 // never block (the poller waits instead), so they need not tell the
 // runtime they might, as net.Conn's do (entersyscall): after an idle
 // moment that telling wakes the runtime's monitor thread, a futex call on
-// the request's path, twice a proxied call (BENCHMARKS.md, "the eighth
-// session"). Deadlines, Close and everything else stay net.Conn's. One
-// goroutine reads at a time, and one writes.
+// the request's path, twice a proxied call (BENCHMARKS.md, "What each
+// piece of complexity buys": raw socket system calls). Deadlines, Close
+// and everything else stay net.Conn's. One goroutine reads at a time, and
+// one writes.
 type socket struct {
 	rc syscall.RawConn
 

@@ -30,7 +30,7 @@ import (
 	"strings"
 )
 
-// Default limits, as the README states them.
+// Default limits, as the Makefile's check target states them.
 const (
 	defaultMaxFileLines = 600
 	defaultMaxFuncLines = 80
