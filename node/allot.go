@@ -24,7 +24,9 @@ import (
 // (and falls back) like any other.
 func (n *Node) allotted(c *Call, addr string, forward func() (Answer, error)) (Answer, error) {
 	al := n.holder
-	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || n.leaving.Load() || !n.peers.Up(addr) {
+	// An acquire with sent limits goes to the owner, which applies them:
+	// a slice was cut under the owner's limits of its moment.
+	if al == nil || c.Op != OpAcquire || c.Hops != 0 || c.Req.Wait > 0 || c.Limits != nil || n.leaving.Load() || !n.peers.Up(addr) {
 		return forward()
 	}
 	now := n.cfg.Now()

@@ -98,6 +98,9 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 	switch c.Op {
 	case OpAcquire:
 		err := l.table.Do(c.Key, now, func(b *limiter.Budget) {
+			if c.Limits != nil {
+				b.SetSentLimits(*c.Limits) // the newest request's, as it is decided
+			}
 			a.Decision = b.Acquire(now, c.Req)
 			if a.Decision.Queued {
 				ch = make(chan waiting, 1)

@@ -64,6 +64,10 @@ type Call struct {
 	// Count is how many admissions an OpAllot asks for, each reserving
 	// Req.Reserve tokens.
 	Count uint32
+	// Limits, on an OpAcquire, are the requests, tokens and concurrency a
+	// request sent for the key (limiter.Budget.SetSentLimits); nil: the
+	// owner's own.
+	Limits *limiter.Limits
 }
 
 // Charge is a debt: units another node admitted for the key by its
@@ -124,8 +128,20 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.Op == OpAllot {
 		b = binary.AppendUvarint(b, uint64(c.Count))
 	}
+	if c.Op == OpAcquire && c.Limits != nil {
+		// Last, only when sent: an acquire without keeps its bytes. A
+		// member of an older build refuses the call (trailing bytes)
+		// rather than decide without the limits.
+		b = append(b, sentLimits)
+		b = binary.AppendVarint(b, c.Limits.Requests)
+		b = binary.AppendVarint(b, c.Limits.Tokens)
+		b = binary.AppendVarint(b, c.Limits.Concurrency)
+	}
 	return b
 }
+
+// sentLimits marks an acquire's sent limits on the wire.
+const sentLimits = 1
 
 // AppendAnswer encodes a onto b.
 func AppendAnswer(b []byte, a *Answer) []byte {
@@ -193,6 +209,16 @@ func readCall(r *wire.Reader, c *Call) error {
 		} else {
 			r.Fail(fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot))
 		}
+	}
+	if c.Op == OpAcquire && r.Err() == nil && r.Len() > 0 {
+		if m := r.Byte(); m != sentLimits {
+			r.Fail(fmt.Errorf("acquire: unknown section %d", m))
+		}
+		l := limiter.Limits{Requests: r.Varint(), Tokens: r.Varint(), Concurrency: r.Varint()}
+		if l.Requests < 0 || l.Tokens < 0 || l.Concurrency < 0 {
+			r.Fail(fmt.Errorf("acquire: negative sent limits %+v", l))
+		}
+		c.Limits = &l
 	}
 	if r.Err() == nil && (c.Op == 0 || c.Op >= opMax) {
 		r.Fail(fmt.Errorf("unknown op %d", c.Op))

@@ -33,6 +33,29 @@ func TestCallRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(gotA, a) {
 		t.Fatalf("answer round trip: %+v, want %+v", gotA, a)
 	}
+	// An acquire carries the limits its request sent, and only then.
+	acq := Call{Op: OpAcquire, Key: "t:acme", Req: limiter.Request{PromptTokens: 10}, Limits: &limiter.Limits{Requests: 100, Tokens: 50_000, Concurrency: 4}}
+	gotL, err := DecodeCall(AppendCall(nil, &acq))
+	if err != nil || !reflect.DeepEqual(gotL, acq) {
+		t.Fatalf("acquire with sent limits: %+v %v, want %+v", gotL, err, acq)
+	}
+	plain := acq
+	plain.Limits = nil
+	if b := AppendCall(nil, &plain); len(b) >= len(AppendCall(nil, &acq)) {
+		t.Fatalf("an acquire without sent limits is %d bytes, not shorter than one with", len(b))
+	}
+	if b := AppendCall(nil, &Call{Op: OpSettle, Key: "k", Limits: acq.Limits}); !bytes.Equal(b, AppendCall(nil, &Call{Op: OpSettle, Key: "k"})) {
+		t.Fatal("a settle encoded sent limits")
+	}
+	for _, bad := range [][]byte{
+		append(AppendCall(nil, &plain), 2, 1, 1, 1), // an unknown section
+		append(AppendCall(nil, &plain), 1, 1, 3, 1), // a negative limit (zigzag 3 = -2)
+		append(AppendCall(nil, &plain), 1, 2),       // cut short
+	} {
+		if c, err := DecodeCall(bad); err == nil {
+			t.Errorf("DecodeCall(%x) = %+v, want an error", bad, c)
+		}
+	}
 	// A charge carries its debt; other ops do not encode one.
 	ch := Call{Op: OpCharge, Key: "t:acme", Charge: Charge{Requests: 3, Tokens: 1 << 41, At: time.Unix(0, 1_700_000_000_987_654_321)}}
 	gotC, err := DecodeCall(AppendCall(nil, &ch))
@@ -64,6 +87,7 @@ func TestCallRoundTrip(t *testing.T) {
 func FuzzDecodeCall(f *testing.F) {
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{PromptTokens: 5}}))
 	f.Add(AppendCall(nil, &Call{Op: OpAllot, Key: "p:a", Count: 7, Req: limiter.Request{Reserve: 20}}))
+	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Limits: &limiter.Limits{Requests: 5, Tokens: 7, Concurrency: 1}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCall(b)
