@@ -4,8 +4,8 @@
 # node (-route other), with peer batching opportunistic (the default), off,
 # and lingering 500µs like Gubernator. Every run starts fresh nodes with the
 # shipped defaults (LAN gossip, forward_timeout 15 ms, replication and
-# handoff on); only the limits, which no
-# request reaches, and the log level are the script's.
+# handoff on); only the limits, which no request reaches, and the log level
+# are the script's. BENCHMARKS.md, "Against Gubernator", quotes its ratios.
 #   scripts/bench-cluster.sh [requests] [workers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
