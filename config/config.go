@@ -126,21 +126,6 @@ type HTTP struct {
 	TLS TLS `yaml:"tls"`
 }
 
-// TLS is the "http.tls:" section. CertFile and KeyFile are PEM files,
-// both set or neither; they are read again when they change (cert-manager
-// rewrites them in place or swaps a symlink), at most once a second.
-// ClientCAFile, when set, is a PEM bundle of CAs: every client must then
-// present a certificate one of them issued, and clients: entries may name
-// one (Client.Cert).
-type TLS struct {
-	CertFile     string `yaml:"cert_file,omitempty"`
-	KeyFile      string `yaml:"key_file,omitempty"`
-	ClientCAFile string `yaml:"client_ca_file,omitempty"`
-}
-
-// Enabled reports whether t serves TLS.
-func (t TLS) Enabled() bool { return t.CertFile != "" }
-
 // Peer bounds the peer protocol (the "peer:" section).
 type Peer struct {
 	// MaxFrameBytes is the largest frame a peer may send (default 1 MiB).

@@ -37,7 +37,26 @@ type Client struct {
 	// DNS SANs and its URI SANs (e.g. "spiffe://acme/gw-1"). Needs
 	// http.tls.client_ca_file; no two entries have the same Cert.
 	Cert string `yaml:"cert,omitempty"`
+	// MaySetLimits lets the client send limits with its acquires (the
+	// tenant's "limits" and its "parents"), which the keys' owners apply
+	// in place of the file's. Default false: such an acquire is a 403.
+	MaySetLimits bool `yaml:"may_set_limits,omitempty"`
 }
+
+// TLS is the "http.tls:" section. CertFile and KeyFile are PEM files,
+// both set or neither; they are read again when they change (cert-manager
+// rewrites them in place or swaps a symlink), at most once a second.
+// ClientCAFile, when set, is a PEM bundle of CAs: every client must then
+// present a certificate one of them issued, and clients: entries may name
+// one (Client.Cert).
+type TLS struct {
+	CertFile     string `yaml:"cert_file,omitempty"`
+	KeyFile      string `yaml:"key_file,omitempty"`
+	ClientCAFile string `yaml:"client_ca_file,omitempty"`
+}
+
+// Enabled reports whether t serves TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // upstreamTimeouts checks the timeouts of an upstream section.
 func (e *errorList) upstreamTimeouts(path string, u Upstream) {
@@ -224,7 +243,7 @@ func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
 		// A token entry's path names no token: tokens are credentials.
 		at := join(path, "<token>")
 		var cl Client
-		if f := d.fields(p.val, at, "tenants", "cert", "token"); f != nil {
+		if f := d.fields(p.val, at, "tenants", "cert", "token", "may_set_limits"); f != nil {
 			if f["cert"] != nil {
 				at = join(path, p.key.Value) // a cert entry's key is only a name
 				d.clientCert(f, at, &cl)
@@ -232,6 +251,7 @@ func (d *decoder) clients(n *yaml.Node, path string) map[string]Client {
 				d.structural(f["token"], at+".token", "a token entry's token is its key: write <token>: {tenants: [...]}")
 			}
 			cl.Tenants = d.clientTenants(f["tenants"], at+".tenants")
+			d.bool(f["may_set_limits"], at+".may_set_limits", &cl.MaySetLimits)
 		}
 		if m == nil {
 			m = make(map[string]Client)

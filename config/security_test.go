@@ -14,7 +14,7 @@ func TestParseSecurityFields(t *testing.T) {
 cluster_secret: ${SECRET}
 cluster_secret_secondary: "`+old+`"
 clients:
-  tok-a: {tenants: [acme, beta]}
+  tok-a: {tenants: [acme, beta], may_set_limits: true}
   tok-all:
     tenants: ["*"]
 max_keys: 2e3
@@ -29,7 +29,7 @@ anthropic_upstream: {stream_idle_timeout: 9s}
 	}
 	want := Default()
 	want.ClusterSecret, want.ClusterSecretSecondary = secret, old
-	want.Clients = map[string]Client{"tok-a": {Tenants: []string{"acme", "beta"}}, "tok-all": {Tenants: []string{"*"}}}
+	want.Clients = map[string]Client{"tok-a": {Tenants: []string{"acme", "beta"}, MaySetLimits: true}, "tok-all": {Tenants: []string{"*"}}}
 	want.MaxKeys = 2000
 	want.HotKeyRate = 0 // slices off
 	want.HTTP = HTTP{MaxConns: 50, EventLoops: 3, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second}
@@ -53,7 +53,7 @@ func TestParseSecurityErrors(t *testing.T) {
 		{"clients: {tok: {tenants: [a, '']}}\n", "clients.<token>.tenants: tenant name must not be empty"},
 		{"clients: {'': {tenants: [a]}}\n", "clients: client token must not be empty"},
 		{"clients: {tok: {tenants: a}}\n", `line 1: clients.<token>.tenants: must be a list, got "a"`},
-		{"clients: {tok: {tenant: [a]}}\n", "line 1: clients.<token>.tenant: unknown field (known: tenants, cert, token)"},
+		{"clients: {tok: {tenant: [a]}}\n", "line 1: clients.<token>.tenant: unknown field (known: tenants, cert, token, may_set_limits)"},
 		{"max_keys: 0\n", "max_keys: must be >= 1, got 0"},
 		{"hot_key_rate: -5\n", "hot_key_rate: must be >= 0, got -5"},
 		{"http: {max_conns: -1}\n", "http.max_conns: must be between 0 (automatic) and 1048576, got -1"},
