@@ -41,8 +41,9 @@ func (c *stepClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// Advance moves the clock by d and fires every timer due by then.
-func (c *stepClock) Advance(d time.Duration) {
+// Advance moves the clock by d and fires every timer due by then. It
+// returns how many it fired: the checks it set off.
+func (c *stepClock) Advance(d time.Duration) (fired int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now += d
@@ -50,11 +51,35 @@ func (c *stepClock) Advance(d time.Duration) {
 	for _, tm := range c.timers {
 		if tm.at <= c.now {
 			tm.ch <- time.Unix(0, 0).Add(tm.at)
+			fired++
 		} else {
 			kept = append(kept, tm)
 		}
 	}
 	c.timers = kept
+	return fired
+}
+
+// quiet fails the test unless an Advance (which fired fired timers) set off
+// no check: it fired none, the n calls' timers are all still pending, and
+// none was armed since armed had been. A call's verdict comes only from a
+// check, so then no call can have been given one since its last check,
+// however long the test waits to look.
+func (c *stepClock) quiet(t *testing.T, fired, n, armed int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fired != 0 || len(c.timers) != n || c.armed != armed {
+		t.Fatalf("at %v: %d timers fired, %d pending, %d armed; want none fired, the %d calls' %d still pending, %d armed",
+			c.now, fired, len(c.timers), c.armed, n, n, armed)
+	}
+}
+
+// armedCount is how many timers were ever armed.
+func (c *stepClock) armedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.armed
 }
 
 func (c *stepClock) Now() time.Duration {
@@ -67,7 +92,7 @@ func (c *stepClock) Now() time.Duration {
 func (c *stepClock) next(t *testing.T, n int) time.Duration {
 	t.Helper()
 	var at time.Duration
-	eventually(t, "timers armed", func() bool {
+	eventually(t, 5*time.Second, "timers armed", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if len(c.timers) != n {
@@ -82,14 +107,18 @@ func (c *stepClock) next(t *testing.T, n int) time.Duration {
 	return at
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
+// eventually waits for cond to hold, polling the state under test every
+// millisecond, and fails the test naming what it waited for if cond does not
+// hold within timeout. It is how a test waits for an event it has no
+// channel for: never a bare sleep.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !f() {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the poll interval: the deadline bounds the loop
 	}
 }
 
@@ -192,15 +221,19 @@ func TestPeerCallHungPeerFailsAfterProbeAndLiveness(t *testing.T) {
 	if at := clk.next(t, calls); at != testProbeAfter {
 		t.Fatalf("first check armed for %v, want ProbeAfter %v", at, testProbeAfter)
 	}
-	eventually(t, "both calls at the peer", func() bool { return h.calls.Load() == calls })
+	eventually(t, 5*time.Second, "both calls at the peer", func() bool { return h.calls.Load() == calls })
 	clk.Advance(testProbeAfter) // the probe: silent since the calls were sent
 	if at := clk.next(t, calls); at != testProbeAfter+testLiveness {
 		t.Fatalf("liveness check armed for %v, want ProbeAfter+Liveness %v", at, testProbeAfter+testLiveness)
 	}
-	eventually(t, "the ping at the peer", func() bool { return h.pings.Load() >= 1 })
+	eventually(t, 5*time.Second, "the ping at the peer", func() bool { return h.pings.Load() >= 1 })
 
-	clk.Advance(testLiveness - time.Nanosecond)
-	time.Sleep(20 * time.Millisecond) // room for a wrong verdict to show
+	// A verdict comes only from a check, and a check only from a timer that
+	// fired: one nanosecond short of ProbeAfter+Liveness, the Advance fires
+	// none, and every call still waits on its pending verdict timer. So no
+	// call can have ended by a check, whenever we look.
+	armed := clk.armedCount()
+	clk.quiet(t, clk.Advance(testLiveness-time.Nanosecond), calls, armed)
 	select {
 	case r := <-done:
 		t.Fatalf("a call ended at %v, before ProbeAfter+Liveness: %v", r.at, r.err)
@@ -258,7 +291,7 @@ func TestPeerCallSlowLivePeerIsWaitedFor(t *testing.T) {
 		if l == nil {
 			t.Fatalf("connection torn down at %v", clk.Now())
 		}
-		eventually(t, "no ping in flight", func() bool {
+		eventually(t, 5*time.Second, "no ping in flight", func() bool {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			return l.ping == 0
@@ -449,7 +482,7 @@ func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
 		}
 		clk.Advance(at - clk.Now())
 		if at == testProbeAfter {
-			eventually(t, "the pong", func() bool {
+			eventually(t, 5*time.Second, "the pong", func() bool {
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				return p.cur != nil && p.cur.recv.Load() == 1
@@ -465,8 +498,10 @@ func TestPeerCallPeerThatGoesSilentMidCall(t *testing.T) {
 	if got := clk.next(t, 1); got != cutAt+recheck+testLiveness {
 		t.Fatalf("verdict armed for %v, want %v", got, cutAt+recheck+testLiveness)
 	}
-	clk.Advance(testLiveness - time.Nanosecond)
-	time.Sleep(20 * time.Millisecond)
+	// No check is due before the verdict's timer: the Advance fires none,
+	// and the call still waits on it (see the hung peer's test).
+	armed := clk.armedCount()
+	clk.quiet(t, clk.Advance(testLiveness-time.Nanosecond), 1, armed)
 	select {
 	case r := <-done:
 		t.Fatalf("ended at %v, before a whole Liveness of silence after the ping: %v", r.at, r.err)
@@ -505,7 +540,7 @@ func TestPeerCallDeadlineDuringDoubtIsPeerDown(t *testing.T) {
 		clk.Advance(testProbeAfter) // silent since queued: ping
 		clk.next(t, 1)
 		if !silent {
-			eventually(t, "the pong", func() bool {
+			eventually(t, 5*time.Second, "the pong", func() bool {
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				return p.cur != nil && p.cur.recv.Load() == 1

@@ -107,7 +107,7 @@ func TestPeerWrongSecretFailsHandshake(t *testing.T) {
 	if !errors.Is(err, ErrPeerDown) || !strings.Contains(err.Error(), "handshake") {
 		t.Fatalf("call with a wrong secret: %v, want ErrPeerDown after the server closed", err)
 	}
-	eventually(t, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
+	eventually(t, 5*time.Second, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
 	if got := nd.remaining(t, acquireOne.Key); got != 10 {
 		t.Fatalf("%d of 10 requests left, want 10", got)
 	}
@@ -278,7 +278,7 @@ func TestPeerStalledHalfFrameClosed(t *testing.T) {
 		if _, err := fr.next(); err != nil {
 			t.Fatalf("ping answer: %v", err)
 		}
-		time.Sleep(2 * timeout) // idle: not a stall
+		time.Sleep(2 * timeout) // idle between frames for longer than the read timeout: the idle period under test, not a stall
 	}
 	if _, err := conn.Write(ping[:len(ping)-2]); err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func TestPeerConnectionCap(t *testing.T) {
 		t.Fatalf("a connection beyond the cap was sent %d bytes", len(got))
 	}
 	first.Close()
-	eventually(t, "a freed slot", func() bool {
+	eventually(t, 5*time.Second, "a freed slot", func() bool {
 		nd.mu.Lock()
 		defer nd.mu.Unlock()
 		return len(nd.conns) == 1
@@ -509,5 +509,5 @@ func TestPeerSilentClientClosedAfterHandshakeTimeout(t *testing.T) {
 	if took := time.Since(start); took < timeout-20*time.Millisecond {
 		t.Fatalf("closed after %v, before the %v handshake timeout", took, timeout)
 	}
-	eventually(t, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
+	eventually(t, 5*time.Second, "the failure counted", func() bool { return nd.stats.AuthFailures.Load() == 1 })
 }

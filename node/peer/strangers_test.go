@@ -144,7 +144,7 @@ func isTimeout(err error) bool {
 func TestStrangersCannotKeepMembersOut(t *testing.T) {
 	nd := newTestServer(t, withSecrets(secretNew))
 	strangerFlood(t, nd.addr(), 300, 10)
-	eventually(t, "the stranger budget full", func() bool {
+	eventually(t, 5*time.Second, "the stranger budget full", func() bool {
 		all, _ := nd.strangerBudget().len(netip.MustParseAddr("127.0.0.2"))
 		return all == DefaultMaxStrangers
 	})
