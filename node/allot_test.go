@@ -59,7 +59,7 @@ func warm(t *testing.T, c *cluster, key string) (allowed int64) {
 				allowed++
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // pacing: the rate is what makes the key hot
 	}
 	return allowed
 }
@@ -132,10 +132,7 @@ func TestHotKeyThroughEveryNodeIsExact(t *testing.T) {
 				}
 				return tc.left(st.Decision.Status)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for left() != tc.want-during && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			eventually(t, 10*time.Second, "the slices' unused admissions back at the owner", func() bool { return left() == tc.want-during })
 			if got := left(); got != tc.want-during {
 				t.Fatalf("the owner has %d left after %d admitted of %d, want exactly %d: allotted admissions not handed out were not given back (%d returned)",
 					got, during, tc.want, tc.want-during, c.nodes[1].counts.allotReturned.Load()+c.nodes[2].counts.allotReturned.Load())
@@ -169,7 +166,7 @@ func TestWarmKeyIsServedFromSlicesByDefault(t *testing.T) {
 		if err != nil || !a.Decision.Allowed {
 			t.Fatalf("acquire: %+v %v", a.Decision, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // pacing: the rate under test (20 a second)
 	}
 	served := holder.counts.allotted.Load()
 	if served < n/2 || served > n {
@@ -198,13 +195,13 @@ func TestSliceOfAnUnreachableOwnerIsNotUsed(t *testing.T) {
 		if _, err := acquire(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing of the load until the key is hot; the deadline bounds the loop
 	}
 	if holder.counts.allotted.Load() == 0 {
 		t.Fatal("the holder never served from a slice")
 	}
 	owner.Close()
-	eventually(t, "the holder's connection to the owner down", func() bool { return !holder.peers.Up(owner.PeerAddr()) })
+	eventually(t, 5*time.Second, "the holder's connection to the owner down", func() bool { return !holder.peers.Up(owner.PeerAddr()) })
 	served := holder.counts.allotted.Load()
 	a, err := acquire()
 	if !errors.Is(err, ErrPeerDown) {
@@ -233,7 +230,7 @@ func TestDrainGivesSlicesBack(t *testing.T) {
 			t.Fatalf("acquire: %+v %v", a.Decision, err)
 		}
 		admitted++
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing of the load until the key is hot; the count bounds the loop
 	}
 	if holder.counts.allotted.Load() == 0 {
 		t.Fatal("the holder never served from a slice")
@@ -272,7 +269,7 @@ func TestHotKeyIsNotForwardedAtItsBucketEnds(t *testing.T) {
 			if err != nil || !a.Decision.Allowed {
 				t.Fatalf("acquire: allowed %v, err %v", a.Decision.Allowed, err)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // pacing: a request every 20 ms across the bucket ends under test
 		}
 	}
 	send(25) // half a second: hot, and served from slices

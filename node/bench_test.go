@@ -88,9 +88,7 @@ func BenchmarkTransfer100kKeys(b *testing.B) {
 		for i := range 100_000 {
 			n1.table.Do(fmt.Sprintf("t:k%d", i), now, func(bd *limiter.Budget) { bd.Acquire(now, limiter.Request{PromptTokens: 10}) })
 		}
-		for n1.tr.Load().held() != n1.Ring().PartitionCount() {
-			time.Sleep(time.Millisecond)
-		}
+		eventually(b, time.Minute, "n1 to hold every partition", func() bool { return n1.tr.Load().held() == n1.Ring().PartitionCount() })
 		b.StartTimer()
 		start := time.Now()
 		tellLeaving(b, n2, nodes, n1)
@@ -126,9 +124,9 @@ func BenchmarkJoinToExact(b *testing.B) {
 		two, three := ringOf(b, n1, n2), ringOf(b, n1, n2, n3)
 		n1.SetRing(two)
 		n2.SetRing(two)
-		for n1.tr.Load().held()+n2.tr.Load().held() != two.PartitionCount() {
-			time.Sleep(time.Millisecond)
-		}
+		eventually(b, time.Minute, "every partition held by n1 or n2", func() bool {
+			return n1.tr.Load().held()+n2.tr.Load().held() == two.PartitionCount()
+		})
 		ctx := context.Background()
 		for i := range 100_000 {
 			if _, err := n1.Do(ctx, Call{Op: OpAcquire, Key: fmt.Sprintf("t:k%d", i), Req: limiter.Request{PromptTokens: 10}}); err != nil {
@@ -142,7 +140,7 @@ func BenchmarkJoinToExact(b *testing.B) {
 			nd.SetRing(three)
 		}
 		for n3.tr.Load().held() != want {
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // the poll interval of the timed wait: its resolution
 		}
 		b.StopTimer()
 		b.ReportMetric(time.Since(start).Seconds(), "s/join")

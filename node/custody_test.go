@@ -49,7 +49,7 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 		decided <- err
 	}()
 	p := n1.peers.Get(n2.PeerAddr())
-	eventually(t, "the forwarded acquire reaches n2", func() bool { return n1.peerStats.Calls.Load() > 0 })
+	eventually(t, 5*time.Second, "the forwarded acquire reaches n2", func() bool { return n1.peerStats.Calls.Load() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := p.Call(ctx, &Call{Op: peer.OpPing}); err != nil {

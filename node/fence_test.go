@@ -166,20 +166,16 @@ func TestMandateLapsesWithoutAMajority(t *testing.T) {
 	if got := admit(t, n3, key, 3); got != 3 {
 		t.Fatalf("%d of 3 admitted while whole", got)
 	}
-	// Still mandated well after a term: the heartbeats keep it.
-	time.Sleep(2 * n3.mandateTerm())
+	// Still mandated after the mandate it holds now has run out: the
+	// heartbeats extended it.
+	held := n3.mandateUntil.Load()
+	eventually(t, 10*time.Second, "the mandate n3 held at the start to run out", func() bool { return n3.mono() > held })
 	if !n3.Mandated() {
 		t.Fatal("mandate lapsed while every member answers heartbeats")
 	}
 	n1.Close()
 	n2.Close() // n3 hears from nobody now
-	deadline := time.Now().Add(10 * time.Second)
-	for n3.Mandated() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n3.Mandated() {
-		t.Fatal("still mandated 10 s after both other members went silent")
-	}
+	eventually(t, 10*time.Second, "n3's mandate to lapse after both other members went silent", func() bool { return !n3.Mandated() })
 	if _, err := n3.Do(context.Background(), Call{Op: OpAcquire, Key: key}); !errors.Is(err, ErrMinority) {
 		t.Fatalf("an acquire without a lease: %v, want ErrMinority", err)
 	}
@@ -307,13 +303,7 @@ func TestFenceOwesFrozenHandovers(t *testing.T) {
 	if err := n3.follow(joined); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for n3.table.Peek(key, func(*limiter.Budget) {}) {
-		if time.Now().After(deadline) {
-			t.Fatal("n3 never froze the partition moving to n4")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "n3 to freeze the partition moving to n4", func() bool { return !n3.table.Peek(key, func(*limiter.Budget) {}) })
 	if err := n3.follow(gossipView(nodes[2:], "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -374,11 +364,7 @@ func TestStalledMemberFencesAndIsHandedBack(t *testing.T) {
 	three := func() int { return 3 } // gossip shows the three members
 	n3.gossipMembers.Store(&three)
 	n3.deadAfter.Store(int64(time.Millisecond)) // every heartbeat now follows a "stall"
-	for deadline := time.Now().Add(10 * time.Second); !n3.Fenced(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("not fenced 10 s after a stall longer than deadAfter")
-		}
-	}
+	eventually(t, 10*time.Second, "n3 to fence itself after a stall longer than deadAfter", n3.Fenced)
 	n3.deadAfter.Store(0)
 	n3.tmu.Lock() // the fence runs under tmu: once we hold it, the fence is over
 	n3.tmu.Unlock()

@@ -53,10 +53,7 @@ func TestImmediate(t *testing.T) {
 	}
 	n1.SetRing(after)
 	n2.SetRing(after)
-	deadline := time.Now().Add(10 * time.Second)
-	for !n3.Immediate(moving[0]) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, moving[0]+"'s custody at n3", func() bool { return n3.Immediate(moving[0]) })
 	if !n3.Immediate(moving[0]) || n1.Immediate(moving[0]) {
 		t.Fatalf("%s after the handoff: immediate at n3 %v, at n1 %v; want true, false", moving[0], n3.Immediate(moving[0]), n1.Immediate(moving[0]))
 	}

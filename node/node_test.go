@@ -19,14 +19,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func eventually(t *testing.T, what string, f func() bool) {
+// eventually waits for cond to hold, polling the node's own state every
+// millisecond, and fails the test naming what it waited for if cond does not
+// hold within timeout. It is how a test waits for an event it has no
+// channel for: never a bare sleep.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !f() {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the poll interval: the deadline bounds the loop
 	}
 }
 
@@ -143,13 +147,7 @@ func TestForwardedSettleAndWait(t *testing.T) {
 		}
 		done <- a
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.nodes[0].Waiting() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("waiter never queued at the owner")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitWaiting(t, c.nodes[0], 1) // the waiter queued at the owner
 	other := c.keyOwnedBy(t, 0) + "-other"
 	if a, err := via.Do(ctx, Call{Op: OpStatus, Key: other}); err != nil || a.Owner == "" {
 		t.Fatalf("status behind a waiter: %+v %v", a, err)
@@ -253,15 +251,10 @@ func TestWithdrawnHeadUnblocksQueue(t *testing.T) {
 	}
 }
 
+// waitWaiting waits until want calls are queued at nd.
 func waitWaiting(t *testing.T, nd *Node, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for nd.Waiting() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting %d, want %d", nd.Waiting(), want)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, fmt.Sprintf("%d calls waiting at %s", want, nd.Name()), func() bool { return nd.Waiting() == want })
 }
 
 // A forward whose caller gave up (timeout, then fallback) must not leave an
@@ -287,18 +280,14 @@ func TestAbandonedForwardIsCancelledAtOwner(t *testing.T) {
 	if a, err := owner.Do(bg, Call{Op: OpRelease, Key: key, Lease: held.Decision.Lease}); err != nil || !a.OK {
 		t.Fatalf("release: %+v %v", a, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a, err := owner.Do(bg, Call{Op: OpAcquire, Key: key})
+	eventually(t, 10*time.Second, "the abandoned admission cancelled at the owner: its slot free", func() bool {
+		st, err := owner.Do(bg, Call{Op: OpStatus, Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Decision.Allowed {
-			break // the slot came back
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the abandoned admission still holds the slot: %+v", a.Decision)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return st.Decision.Status.Concurrency.Remaining == 1
+	})
+	if a, err := owner.Do(bg, Call{Op: OpAcquire, Key: key}); err != nil || !a.Decision.Allowed {
+		t.Fatalf("the abandoned admission still holds the slot: %+v %v", a.Decision, err)
 	}
 }

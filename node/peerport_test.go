@@ -102,10 +102,7 @@ func TestPeerLargePartitionHandsOffUnderFrameCap(t *testing.T) {
 	}
 	dst.SetRing(both)
 	src.SetRing(both)
-	deadline := time.Now().Add(20 * time.Second)
-	for dst.Keys() != keys && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 20*time.Second, "the "+strconv.Itoa(keys)+" keys at the new owner", func() bool { return dst.Keys() == keys })
 	if src.Keys() != 0 || dst.Keys() != keys {
 		t.Fatalf("keys after the handoff: from %d, to %d, want 0 and %d", src.Keys(), dst.Keys(), keys)
 	}

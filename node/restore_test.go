@@ -119,7 +119,7 @@ func TestPreloadServesOnlyTheStart(t *testing.T) {
 		t.Fatalf("%d of 2 admitted at the owner after the start, want 2", got)
 	}
 	b.replicateOnce() // a's replica holds 9 of 10
-	eventually(t, "a's unused preload to be dropped once a settled", func() bool {
+	eventually(t, 5*time.Second, "a's unused preload to be dropped once a settled", func() bool {
 		ok := a.preload.Load() != nil
 		return !ok
 	})
