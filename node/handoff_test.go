@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +95,17 @@ func keysMoving(before, after *ring.Ring, from, to string, want int) []string {
 	})
 }
 
+// partitionsMoving counts the partitions owned by from in before and by to
+// in after.
+func partitionsMoving(before, after *ring.Ring, from, to string) (n int) {
+	for _, p := range before.OwnedPartitions(from) {
+		if o, _ := after.PartitionOwner(p); o.Name == to {
+			n++
+		}
+	}
+	return n
+}
+
 // keysWhere returns up to want keys (of the first 100,000 t:kN) for which
 // ok is true.
 func keysWhere(want int, ok func(key string) bool) []string {
@@ -124,21 +136,43 @@ func TestHandoffOnJoinKeepsCounts(t *testing.T) {
 		}
 	}
 	// n3 learns the ring first; n1 and n2 a moment later, while calls
-	// through all three are under way.
+	// through all three are under way: each key's calls through n1 and n2
+	// are half answered before the others learn the ring, and the other
+	// half sent as they do; the calls through n3 wait for their
+	// partitions, which come only after it. Answers are counted.
 	n3.SetRing(after)
 	counts := make([]int, len(keys))
+	var answered atomic.Int64
+	changing := make(chan struct{})
+	early := 0 // answers there can be before the change
 	var wg sync.WaitGroup
 	for i, k := range keys {
+		if nodes[i%3] != n3 {
+			early += 5
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[i] = admit(t, nodes[i%3], k, 10)
+			for j := range 10 {
+				if j == 5 {
+					<-changing
+				}
+				counts[i] += admit(t, nodes[i%3], k, 1)
+				answered.Add(1)
+			}
 		}()
 	}
-	time.Sleep(30 * time.Millisecond)
+	eventually(t, 10*time.Second, fmt.Sprintf("%d answers through n1 and n2 before the change", early), func() bool { return answered.Load() >= int64(early) })
+	if got := answered.Load(); got != int64(early) {
+		t.Fatalf("%d answers before n1 and n2 learned the ring, want %d: none through n3, whose partitions had not come", got, early)
+	}
+	close(changing)
 	n1.SetRing(after)
 	n2.SetRing(after)
 	wg.Wait()
+	if got, want := answered.Load()-int64(early), int64(10*len(keys)-early); got != want {
+		t.Fatalf("%d answers from the change on, want %d", got, want)
+	}
 	for i, k := range keys {
 		if counts[i] != 4 {
 			t.Fatalf("%s via %s across the join: %d of 10 admitted, want exactly 4 (6 were used before)", k, nodes[i%3].Name(), counts[i])
@@ -158,10 +192,7 @@ func TestHandoffOnJoinKeepsCounts(t *testing.T) {
 	// Partitions without keys travel too, on their own schedule: every one
 	// n3 owns arrives, exactly once.
 	want := int64(len(after.OwnedPartitions("n3")))
-	deadline := time.Now().Add(10 * time.Second)
-	for n3.custodyStats().Received < want && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, fmt.Sprintf("the %d partitions n3 owns at n3", want), func() bool { return n3.custodyStats().Received >= want })
 	if got := n3.custodyStats().Received; got != want {
 		t.Fatalf("n3 received %d partitions, want the %d it owns", got, want)
 	}
@@ -207,25 +238,14 @@ func TestHandoffKeepsLeasesAndWaitersFollow(t *testing.T) {
 		a, err := n1.Do(ctx, Call{Op: OpAcquire, Key: key, Req: limiter.Request{Wait: time.Minute}})
 		waiter <- result{a, err}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for n1.Waiting() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("waiter never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitWaiting(t, n1, 1)
 	n2.SetRing(after)
 	n1.SetRing(after)
 	// Both slots are still held at the new owner.
 	if a, err := n2.Do(ctx, Call{Op: OpAcquire, Key: key}); err != nil || a.Decision.Allowed || a.Decision.Reason != limiter.Concurrency {
 		t.Fatalf("acquire at the new owner: %+v %v, want a concurrency refusal", a, err)
 	}
-	for n2.Waiting() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not follow its key: %d waiting at n1, %d at n2", n1.Waiting(), n2.Waiting())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "the waiter to follow its key to n2", func() bool { return n2.Waiting() == 1 })
 	// A lease issued by the old owner settles at the new one, exactly
 	// once, and the freed slot goes to the waiter that moved.
 	for i, want := range []bool{true, false} {
@@ -261,20 +281,31 @@ func TestDrainHandsEverythingOn(t *testing.T) {
 			t.Fatalf("%s: %d of 7", k, got)
 		}
 	}
+	// Each key gets one call answered before the drain, and one sent once
+	// n1 has handed a partition on, as the others hear of the leave.
 	counts := make([]int, len(keys))
+	var answered atomic.Int64
+	handing := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[i] = admit(t, nodes[i%3], k, 2)
+			counts[i] = admit(t, nodes[i%3], k, 1)
+			answered.Add(1)
+			<-handing
+			counts[i] += admit(t, nodes[i%3], k, 1)
+			answered.Add(1)
 		}()
 	}
+	eventually(t, 5*time.Second, "each key's first call answered", func() bool { return answered.Load() == int64(len(keys)) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	drained := make(chan error, 1)
 	go func() { drained <- n1.Drain(ctx) }()
-	time.Sleep(20 * time.Millisecond) // the others hear of it late
+	// The others hear of it late: once n1 has handed a partition on.
+	eventually(t, 5*time.Second, "n1 to hand a partition on", func() bool { return n1.custodyStats().Given > 0 })
+	close(handing)
 	for _, nd := range []*Node{n2, n3} {
 		tellLeaving(t, nd, nodes, n1)
 	}
@@ -282,6 +313,9 @@ func TestDrainHandsEverythingOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if got := answered.Load(); got != int64(2*len(keys)) {
+		t.Fatalf("%d calls answered, want %d", got, 2*len(keys))
+	}
 	if n1.Keys() != 0 || n1.tr.Load().held() != 0 {
 		t.Fatalf("after Drain n1 holds %d keys, %d partitions", n1.Keys(), n1.tr.Load().held())
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,9 +59,15 @@ func TestReleasedOnHandoff(t *testing.T) {
 	n3.SetRing(after)
 	n1.SetRing(after)
 	n2.SetRing(after)
-	deadline := time.Now().Add(10 * time.Second)
-	for n3.Keys() < len(moving) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	// Every handover n1 makes acknowledged: every key it will release has
+	// been (a key is released as its partition is frozen, before the
+	// offer), so a key released twice, or one that stays released, shows.
+	handing := partitionsMoving(before, after, "n1", "n3")
+	eventually(t, 10*time.Second, fmt.Sprintf("n1's %d partitions moving to n3 acknowledged", handing), func() bool {
+		return n1.custodyStats().Given == int64(handing)
+	})
+	if n3.Keys() != len(moving) {
+		t.Fatalf("n3 holds %d keys once n1's handovers are acknowledged, want the %d that moved", n3.Keys(), len(moving))
 	}
 	for _, k := range moving {
 		st := got.get(k)
