@@ -213,21 +213,30 @@ func TestSweepDropsKeyWhenWindowEmpties(t *testing.T) {
 	if got := admit(t, nd, "t:leased", 1); got != 1 {
 		t.Fatal("leased key refused")
 	}
-	time.Sleep(20 * time.Millisecond) // sweeps while both windows count
+	// A sweep while both windows count: one second on, a sweep brings each
+	// key it keeps to the new time (Budget.Idle), which its state then
+	// shows (latest is zero for a key dropped).
+	clock.Store(int64(time.Second))
+	swept := func(key string) bool { at := latest(nd, key); return at.IsZero() || at.Equal(now()) }
+	eventually(t, 5*time.Second, "a sweep over both keys one second on", func() bool { return swept("t:done") && swept("t:leased") })
 	if nd.Keys() != 2 {
 		t.Fatalf("%d keys while counted", nd.Keys())
 	}
 	clock.Store(int64(11 * time.Second)) // the window emptied; the lease runs for an hour
-	deadline := time.Now().Add(5 * time.Second)
-	for nd.Keys() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys 5 s after the window emptied", nd.Keys())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "the settled key dropped after the window emptied", func() bool { return nd.Keys() == 1 })
 	if !nd.table.Peek("t:leased", func(*limiter.Budget) {}) {
 		t.Fatal("the key holding a lease was dropped")
 	}
+}
+
+// latest is the latest time key's state at nd has seen
+// (limiter.SnapshotTime); zero if nd does not hold key.
+func latest(nd *Node, key string) (at time.Time) {
+	nd.table.Peek(key, func(b *limiter.Budget) {
+		snap, _ := b.AppendBinary(nil)
+		at, _ = limiter.SnapshotTime(snap)
+	})
+	return at
 }
 
 // The waiters' map of a key is rebuilt once it falls below a quarter of

@@ -64,13 +64,22 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 				t.Fatal("no replica after the first round")
 			}
 			n2.replicas.Put(key, first.State, first.At)
+			// The second round's copies must be of a strictly later state
+			// (copies are ordered by limiter.SnapshotTime): the clock past
+			// the first round's state before the admissions that change it.
+			firstAt, err := limiter.SnapshotTime(first.State)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, time.Second, "the clock past the first round's state", func() bool { return n1.cfg.Now().After(firstAt) })
 			admit(t, n1, key, 3)
 			cp.fail.Store(tc.checkpointStale)
-			time.Sleep(2 * time.Millisecond) // the second round's copies are strictly newer
 			n1.replicateOnce()
 			if tc.replicaStale {
 				// The second round's replica was lost: the backup still holds
 				// the first round's (5 admissions), the checkpoint has all 8.
+				// (Put keeps the later of two states: take the second's out.)
+				n2.replicas.Take(key)
 				n2.replicas.Put(key, first.State, first.At)
 			}
 			if tc.loseReplica {
@@ -80,6 +89,14 @@ func TestCrashRestoresNewestCopy(t *testing.T) {
 			n2.SetRing(after)
 			if got := admit(t, n2, key, 20); got != 12 {
 				t.Fatalf("%d admitted after the crash, want 12: the newest copy holds all 8 admissions", got)
+			}
+			// The copy restored from is the one the case names.
+			fromCheckpoint := int64(0)
+			if tc.loseReplica || tc.replicaStale {
+				fromCheckpoint = 1
+			}
+			if got, rep := n2.counts.fromCheckpoint.Load(), n2.counts.fromReplica.Load(); got != fromCheckpoint || rep != 1-fromCheckpoint {
+				t.Fatalf("restored %d keys from the checkpoint, %d from the replica; want %d and %d", got, rep, fromCheckpoint, 1-fromCheckpoint)
 			}
 		})
 	}
@@ -102,33 +119,46 @@ func (d *downCheckpoint) Load(context.Context, string) ([]byte, time.Time, bool,
 	return nil, time.Time{}, false, errors.New("checkpoint store down")
 }
 
+// failingSaves is a checkpoint store whose saves fail at once: a failed
+// round marks its keys again, so a node holding a key saves at every
+// interval. It counts saves.
+type failingSaves struct{ downCheckpoint }
+
+func (f *failingSaves) Save(context.Context, time.Time, map[string][]byte) error {
+	f.saves.Add(1)
+	return errors.New("checkpoint store down")
+}
+
 // With the checkpoint store down, Close ends the round under way at once
 // (not after its timeout) and no round runs after Close returned; the
 // failures are warned about once, not once per round.
 func TestNoCheckpointRoundAfterClose(t *testing.T) {
 	limits := func(string) limiter.Limits { return limiter.Limits{Requests: 1000} }
 	cp := &downCheckpoint{}
+	// n2 stays up, on the same interval, with a store failing at once: its
+	// saves show the rounds n1 would run had its loop outlived Close.
+	witness := &failingSaves{}
 	logs := &lockedBuffer{}
-	n1, _, _, key := ownerPair(t, limits, func(c *Config) {
+	n1, n2, _, key := ownerPair(t, limits, func(c *Config) {
 		c.ReplicationInterval = 5 * time.Millisecond
 		c.Checkpoint = cp
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if c.Name == "n2" {
+			c.Checkpoint, c.Logger = witness, slog.New(slog.DiscardHandler)
+		}
 	})
 	admit(t, n1, key, 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for cp.saves.Load() < 3 { // a failed round marks its keys again: the next one retries
-		if time.Now().After(deadline) {
-			t.Fatalf("%d checkpoint rounds in 10s", cp.saves.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	admit(t, n2, keysWhere(1, func(k string) bool { o, _ := n2.Ring().Owner(k); return o.Name == "n2" })[0], 1)
+	// A failed round marks its keys again: the next one retries.
+	eventually(t, 10*time.Second, "3 checkpoint rounds at n1", func() bool { return cp.saves.Load() >= 3 })
 	start := time.Now()
 	n1.Close()
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Errorf("Close took %v: the round under way must end when the node closes, not at its 1s timeout", took)
 	}
 	saves := cp.saves.Load()
-	time.Sleep(50 * time.Millisecond) // ten intervals
+	beat := witness.saves.Load()
+	eventually(t, 10*time.Second, "ten rounds at n2 after n1 closed", func() bool { return witness.saves.Load() >= beat+10 })
 	if got := cp.saves.Load(); got != saves {
 		t.Fatalf("%d checkpoint rounds after Close returned", got-saves)
 	}
