@@ -47,6 +47,10 @@ type Config struct {
 	// verified certificate carries one acts as that client. Such a client
 	// has no token. See clientTokens.
 	ClientCerts map[string]CertClient
+	// LimitSetters are the client tokens that may send limits with their
+	// acquires ("limits", "parents"; clients: may_set_limits); any other
+	// client gets a 403 for such an acquire. An open API takes them.
+	LimitSetters map[string]bool
 	// Now is the clock (a renewed lease's expires_in_ms). Nil means
 	// time.Now.
 	Now func() time.Time
@@ -70,7 +74,7 @@ func New(r *router.Router, cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{r: r, cfg: cfg, leases: newLeaseSigner(cfg.ClusterSecrets)}
-	s.clients.Store(newClientTokens(cfg.Clients, cfg.ClientCerts))
+	s.clients.Store(newClientTokens(cfg.Clients, cfg.ClientCerts, cfg.LimitSetters))
 	return s
 }
 
@@ -78,8 +82,8 @@ func New(r *router.Router, cfg Config) *Server {
 // config reload); a request already past its check keeps its verdict.
 // Without any, the API is open: the caller decides whether a reload may
 // open it.
-func (s *Server) SetClients(tokens map[string][]string, certs map[string]CertClient) {
-	s.clients.Store(newClientTokens(tokens, certs))
+func (s *Server) SetClients(tokens map[string][]string, certs map[string]CertClient, setters map[string]bool) {
+	s.clients.Store(newClientTokens(tokens, certs, setters))
 }
 
 // Routes serves the decision API on mux: POST /v1/acquire, /v1/complete,
@@ -198,6 +202,25 @@ type acquireRequest struct {
 	MaxTokens    *int64           `json:"max_tokens"`
 	Priority     string           `json:"priority"`
 	WaitMS       int64            `json:"wait_ms"`
+	// Limits and Parents are limits the gateway sends (its own database's):
+	// the tenant's, and the groups above it, nearest first, each with its
+	// own. Only a client that may set limits sends them.
+	Limits  *sentLimits  `json:"limits"`
+	Parents []sentParent `json:"parents"`
+}
+
+// sentLimits are a level's limits as a request sends them; an absent
+// dimension is unlimited.
+type sentLimits struct {
+	RPM         int64 `json:"rpm"`
+	TPM         int64 `json:"tpm"`
+	Concurrency int64 `json:"concurrency"`
+}
+
+// sentParent is a group a request names above its tenant.
+type sentParent struct {
+	Name   string      `json:"name"`
+	Limits *sentLimits `json:"limits"`
 }
 
 // parseAcquire validates an acquire without counting its prompt: a prompt
@@ -257,7 +280,7 @@ func (s *Server) parseAcquire(in *acquireRequest) (router.Admission, error) {
 		return a, fmt.Errorf("wait_ms must be between 0 and %d, got %d", router.MaxWait.Milliseconds(), in.WaitMS)
 	}
 	a.Req.Wait = time.Duration(in.WaitMS) * time.Millisecond
-	return a, nil
+	return a, parseSent(in, &a)
 }
 
 // dimJSON is one dimension of "limits".
@@ -440,4 +463,50 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, &errorBody{Error: msg})
+}
+
+// parseSent validates the limits an acquire sends into a: every number
+// from 0 (unlimited) to router.MaxTokens, at most router.MaxGroups parents
+// with valid, distinct names other than the tenant's.
+func parseSent(in *acquireRequest, a *router.Admission) error {
+	var err error
+	if a.Limits, err = in.Limits.limits("limits"); err != nil {
+		return err
+	}
+	if len(in.Parents) > router.MaxGroups {
+		return fmt.Errorf("parents: at most %d, got %d", router.MaxGroups, len(in.Parents))
+	}
+	seen := map[string]bool{}
+	for i, p := range in.Parents {
+		field := fmt.Sprintf("parents[%d]", i)
+		if err := router.CheckName(field+".name", p.Name, true); err != nil {
+			return err
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("%s.name: %q named twice", field, p.Name)
+		}
+		seen[p.Name] = true
+		l, err := p.Limits.limits(field + ".limits")
+		if err != nil {
+			return err
+		}
+		a.Parents = append(a.Parents, router.Parent{Name: p.Name, Limits: l})
+	}
+	return nil
+}
+
+// limits is l as the router takes it; nil when l is.
+func (l *sentLimits) limits(field string) (*limiter.Limits, error) {
+	if l == nil {
+		return nil, nil
+	}
+	for _, d := range []struct {
+		name string
+		v    int64
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"concurrency", l.Concurrency}} {
+		if err := router.CheckCount(field+"."+d.name, d.v); err != nil {
+			return nil, err
+		}
+	}
+	return &limiter.Limits{Requests: l.RPM, Tokens: l.TPM, Concurrency: l.Concurrency}, nil
 }

@@ -32,6 +32,8 @@ type clientTokens struct {
 type CertClient struct {
 	Name    string
 	Tenants []string
+	// MaySetLimits lets the client send limits with its acquires.
+	MaySetLimits bool
 }
 
 // certClient is a CertClient as looked up.
@@ -44,23 +46,34 @@ type certClient struct {
 type tenantSet struct {
 	all   bool // "*"
 	names map[string]bool
+	// setLimits: the client may send limits with its acquires
+	// (Config.LimitSetters, CertClient.MaySetLimits; an open API).
+	setLimits bool
 }
+
+// openAPI is what any caller may do when no clients are configured.
+func openAPI() tenantSet { return tenantSet{all: true, setLimits: true} }
 
 // AnyTenant in a client's tenant list allows every tenant.
 const AnyTenant = "*"
 
 // newClientTokens returns the clients of tokens (token -> tenants) and
-// certs (identity -> client); nil, an open API, when there are none.
-func newClientTokens(tokens map[string][]string, certs map[string]CertClient) *clientTokens {
+// certs (identity -> client), the tokens in setters being allowed to send
+// limits; nil, an open API, when there are none.
+func newClientTokens(tokens map[string][]string, certs map[string]CertClient, setters map[string]bool) *clientTokens {
 	if len(tokens) == 0 && len(certs) == 0 {
 		return nil
 	}
 	c := &clientTokens{byHash: make(map[[sha256.Size]byte]tenantSet, len(tokens)), byCert: make(map[string]certClient, len(certs))}
 	for tok, tenants := range tokens {
-		c.byHash[sha256.Sum256([]byte(tok))] = newTenantSet(tenants)
+		set := newTenantSet(tenants)
+		set.setLimits = setters[tok]
+		c.byHash[sha256.Sum256([]byte(tok))] = set
 	}
 	for id, cc := range certs {
-		c.byCert[id] = certClient{name: cc.Name, tenants: newTenantSet(cc.Tenants)}
+		set := newTenantSet(cc.Tenants)
+		set.setLimits = cc.MaySetLimits
+		c.byCert[id] = certClient{name: cc.Name, tenants: set}
 	}
 	return c
 }
@@ -93,7 +106,7 @@ func bearerOf(a string) (string, bool) {
 // client returns the tenants req's client may act for; nil c allows all.
 func (c *clientTokens) client(req *http.Request) (tenantSet, *authError) {
 	if c == nil {
-		return tenantSet{all: true}, nil
+		return openAPI(), nil
 	}
 	return c.of(req.Header.Get("Authorization"), req.TLS)
 }
@@ -191,7 +204,7 @@ func (s *Server) tenantsOf(authorization string) (tenantSet, *apiAnswer) {
 // answer is of as an apiAnswer (nil c allows all).
 func (c *clientTokens) answer(authorization string, cs *tls.ConnectionState) (tenantSet, *apiAnswer) {
 	if c == nil {
-		return tenantSet{all: true}, nil
+		return openAPI(), nil
 	}
 	set, err := c.of(authorization, cs)
 	if err != nil {

@@ -112,6 +112,9 @@ func (s *Server) acquireDecision(ctx context.Context, set tenantSet, in *acquire
 	if a, refused := forbidden(set, adm.Tenant); refused {
 		return a, res, false // before the prompt is counted: nothing computed for a caller not allowed
 	}
+	if (adm.Limits != nil || len(adm.Parents) > 0) && !set.setLimits {
+		return errorAnswer(http.StatusForbidden, "this client may not send limits: give its clients: entry may_set_limits: true"), res, false
+	}
 	if in.Prompt != nil || in.Messages != nil {
 		if n := promptBytes(in); n > s.cfg.MaxPromptBytes {
 			return errorAnswer(http.StatusRequestEntityTooLarge, s.promptCapMessage(n)), res, false

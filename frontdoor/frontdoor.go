@@ -58,6 +58,9 @@ type Config struct {
 	// ClientCerts are the decision API's clients known by a TLS client
 	// certificate, by the identity it must carry (api.Config.ClientCerts).
 	ClientCerts map[string]api.CertClient
+	// LimitSetters are the client tokens that may send limits with their
+	// acquires (api.Config.LimitSetters).
+	LimitSetters map[string]bool
 	// Ready reports readiness for /readyz. Nil means always ready.
 	Ready func() bool
 	// Registry receives the metrics; Gatherer serves /metrics. Nil
@@ -107,7 +110,7 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		return nil, err
 	}
 	decisions := api.New(r, api.Config{Counter: cfg.Counter, MaxPromptBytes: cfg.MaxPromptBytes,
-		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, Now: cfg.Now})
+		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, LimitSetters: cfg.LimitSetters, Now: cfg.Now})
 	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
 	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now,
 		Levels: r.Levels, Source: cfg.LimitsSource})
@@ -139,8 +142,8 @@ func (d *Door) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.R
 
 // SetClients replaces the decision API's clients (a config reload; see
 // api.Server.SetClients).
-func (d *Door) SetClients(tokens map[string][]string, certs map[string]api.CertClient) {
-	d.api.SetClients(tokens, certs)
+func (d *Door) SetClients(tokens map[string][]string, certs map[string]api.CertClient, setters map[string]bool) {
+	d.api.SetClients(tokens, certs, setters)
 }
 
 // Close stops the background work: the router's (router.Router.Close)

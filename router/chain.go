@@ -10,10 +10,12 @@ import (
 	"github.com/tokenring/tokenring/node"
 )
 
-// sideSet is the keys of one acquire, in chainOrder.
+// sideSet is the keys of one acquire, in chainOrder, and the limits its
+// request sent for each (nil: the file's).
 type sideSet struct {
-	n int
-	s [MaxSides]Side
+	n    int
+	s    [MaxSides]Side
+	sent [MaxSides]*limiter.Limits
 }
 
 func (ss *sideSet) add(s Side) {
@@ -49,6 +51,36 @@ func (r *Router) sidesOf(tenant, model string, ss *sideSet) {
 	}
 }
 
+// sidesFor fills ss with the keys adm charges: sidesOf's, or, when the
+// request names its own parents, its tenant (with the tenant's models
+// entry from the file), those parents as its groups, nearest first, and
+// the pool; each with the limits the request sent for it.
+func (r *Router) sidesFor(adm *Admission, ss *sideSet) {
+	if len(adm.Parents) == 0 {
+		r.sidesOf(adm.Tenant, adm.Model, ss)
+		ss.sent[0] = adm.Limits
+		return
+	}
+	tk := TenantKey(adm.Tenant)
+	ss.add(Side{Key: tk, Kind: KeyTenant, Name: adm.Tenant})
+	ss.sent[0] = adm.Limits
+	if r.cfg.Chain != nil {
+		if e := r.cfg.Chain(adm.Tenant, adm.Model).Models[0]; e != "" {
+			ss.add(Side{Key: ModelKey(tk, e), Kind: KeyTenant, Name: adm.Tenant, Entry: e})
+		}
+	}
+	for _, p := range adm.Parents[:min(len(adm.Parents), MaxGroups)] {
+		ss.sent[ss.n] = p.Limits
+		ss.add(Side{Key: GroupKey(p.Name), Kind: KeyGroup, Name: p.Name})
+	}
+	if adm.Model == "" {
+		return
+	}
+	if pool, ok := r.cfg.PoolFor(adm.Model); ok {
+		ss.add(Side{Key: PoolKey(pool), Kind: KeyPool, Name: pool})
+	}
+}
+
 // chained reports whether an acquire of tenant for model charges a key
 // beyond its tenant's and its pool's: a group or a model-scoped key.
 func (r *Router) chained(tenant, model string) bool {
@@ -66,6 +98,20 @@ const maxChainAttempts = 8
 type Admission struct {
 	Tenant, Model string
 	Req           limiter.Request
+	// Limits are the tenant's limits the request sent (nil: the file's),
+	// and Parents the groups above the tenant, nearest first, that it
+	// names itself (nil: the file's chain; at most MaxGroups), each with
+	// the limits it sent for it. A key's owner applies the limits of the
+	// newest request it decided (limiter.Budget.SetSentLimits).
+	Limits  *limiter.Limits
+	Parents []Parent
+}
+
+// Parent is a group a request names above its tenant, and the limits it
+// sends for it (nil: the file's).
+type Parent struct {
+	Name   string
+	Limits *limiter.Limits
 }
 
 // Verdict is what an acquire came to across the keys of its chain.
@@ -121,7 +167,7 @@ type Verdict struct {
 // as a tenant always did.
 func (r *Router) Admit(ctx context.Context, adm Admission) (Verdict, error) {
 	var ss sideSet
-	r.sidesOf(adm.Tenant, adm.Model, &ss)
+	r.sidesFor(&adm, &ss)
 	if adm.Req.Wait <= 0 {
 		v, _, err := r.reserveAll(ctx, adm.Req, &ss, 0)
 		return v, err
@@ -157,7 +203,7 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 	}
 	tokens := req.PromptTokens + req.MaxTokens
 	for k, i := range order[:ss.n] {
-		c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req}
+		c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req, Limits: ss.sent[i]}
 		if k > 0 {
 			c.Req.Wait = 0
 		}

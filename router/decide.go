@@ -123,7 +123,7 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 			}
 		default:
 			r.reportHeld(c.Key)
-			id, reason, retry := r.degraded.Acquire(c.Key, r.cfg.Limits(c.Key), r.members(), tokens)
+			id, reason, retry := r.degraded.Acquire(c.Key, r.limitsOf(c), r.members(), tokens)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}
 		if d.Reason == limiter.TableFull && !d.Allowed {
@@ -158,4 +158,14 @@ func (e *TableFullError) Error() string {
 // RetryMS is the retry-after in milliseconds, at least 1.
 func (e *TableFullError) RetryMS() int64 {
 	return max(1, (e.retry + time.Millisecond - 1).Milliseconds())
+}
+
+// limitsOf is the limits c decides under: the file's for its key, with
+// the requests, tokens and concurrency its request sent, if any.
+func (r *Router) limitsOf(c *node.Call) limiter.Limits {
+	l := r.cfg.Limits(c.Key)
+	if c.Limits != nil {
+		l.Requests, l.Tokens, l.Concurrency = c.Limits.Requests, c.Limits.Tokens, c.Limits.Concurrency
+	}
+	return l
 }

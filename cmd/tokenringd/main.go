@@ -181,7 +181,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			log.Info("stopped")
 		}
 	}()
-
 	cur := newLive(cfg)
 	n, err := newNode(f, cfg, cur.limits, checkpoint, base)
 	if err != nil {
@@ -213,14 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	go func() { errc <- srv.Serve(httpLn) }()
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
 	if f.config != "" {
-		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, func(next config.Config) {
-			cur.set(next)
-			n.LimitsChanged()
-			r.SetClients(clientTokens(next), clientCerts(next))
-			if err := members.SetLimitsHash(next.LimitsHash(), time.Second); err != nil {
-				log.Warn("limits hash not published", "err", err)
-			}
-		}))()
+		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, reloaded(cur, n, r, members, log)))()
 	}
 	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
@@ -231,12 +223,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	served = true
 	drain(log, &draining, n, r, members, cfg.Drain)
+	shutdownHTTP(srv, log)
+	return nil
+}
+
+// shutdownHTTP closes srv's idle connections and waits up to 10 s for the
+// answers in progress.
+func shutdownHTTP(srv httpServer, log *slog.Logger) {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-	return nil
+}
+
+// reloaded applies a reloaded config to a running node: the limits, chains,
+// pools and proxy keys in force (cur), the node's keys told to look at
+// their limits again, the decision API's clients, and the new limits hash
+// gossiped.
+func reloaded(cur *live, n *node.Node, r *frontdoor.Door, members *gossip.Cluster, log *slog.Logger) func(config.Config) {
+	return func(next config.Config) {
+		cur.set(next)
+		n.LimitsChanged()
+		r.SetClients(clientTokens(next), clientCerts(next), limitSetters(next))
+		if err := members.SetLimitsHash(next.LimitsHash(), time.Second); err != nil {
+			log.Warn("limits hash not published", "err", err)
+		}
+	}
 }
 
 // setup reads the log level and the config file (built-in defaults
@@ -390,6 +403,7 @@ func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, re
 		ClusterSecrets:  clusterSecrets(cfg),
 		Clients:         clientTokens(cfg),
 		ClientCerts:     clientCerts(cfg),
+		LimitSetters:    limitSetters(cfg),
 		MaxFallbackKeys: cfg.MaxKeys,
 		Proxy: proxy.Config{
 			Tenant:    cur.tenant,
@@ -433,6 +447,18 @@ func clientTokens(cfg config.Config) map[string][]string {
 	return m
 }
 
+// limitSetters are the config's client tokens that may send limits with
+// their acquires (may_set_limits).
+func limitSetters(cfg config.Config) map[string]bool {
+	m := map[string]bool{}
+	for tok, c := range cfg.Clients {
+		if c.Cert == "" && c.MaySetLimits {
+			m[tok] = true
+		}
+	}
+	return m
+}
+
 // clientCerts are the config's certificate clients (clients: entries with
 // a cert) as the router takes them: by the identity the certificate
 // carries.
@@ -440,7 +466,7 @@ func clientCerts(cfg config.Config) map[string]api.CertClient {
 	m := map[string]api.CertClient{}
 	for name, c := range cfg.Clients {
 		if c.Cert != "" {
-			m[c.Cert] = api.CertClient{Name: name, Tenants: c.Tenants}
+			m[c.Cert] = api.CertClient{Name: name, Tenants: c.Tenants, MaySetLimits: c.MaySetLimits}
 		}
 	}
 	return m
