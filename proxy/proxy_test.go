@@ -29,6 +29,7 @@ import (
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/proxy"
+	"github.com/tokenring/tokenring/router"
 	"github.com/tokenring/tokenring/test/fakeupstream"
 )
 
@@ -72,6 +73,8 @@ type proxyOpts struct {
 	netHTTP  bool                      // the fake upstream's net/http client, not the router's own (NewUpstreamClient, as tokenringd runs)
 	maxKeys  int                       // the node's MaxKeys; 0: its default
 	netHTTP1 bool                      // serve with net/http alone, not tokenringd's server (the fast path, then net/http)
+	groups   map[string]limiter.Limits // by group: acme's chain, nearest first, is groupOrder
+	chain    []string                  // acme's groups, nearest first
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -84,7 +87,20 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 		if p, ok := strings.CutPrefix(key, "p:"); ok {
 			return o.pools[p]
 		}
+		if g, ok := strings.CutPrefix(key, "g:"); ok {
+			l := o.groups[g]
+			l.Window = time.Minute
+			return l
+		}
 		return o.tenant
+	}
+	var chain func(tenant, model string) router.Chain
+	if len(o.chain) > 0 {
+		chain = func(string, string) router.Chain {
+			c := router.Chain{NGroups: len(o.chain)}
+			copy(c.Groups[:], o.chain)
+			return c
+		}
 	}
 	n, err := node.New(node.Config{Name: "n1", LimitsFor: limits, MaxKeys: o.maxKeys})
 	if err != nil {
@@ -105,6 +121,7 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 			return m, ok
 		},
 		Counter: counter,
+		Chain:   chain,
 		Proxy: proxy.Config{
 			Tenant: func(key string) (string, bool) {
 				if key == clientKey {
@@ -737,6 +754,39 @@ func TestProxyPoolRefusal(t *testing.T) {
 	}
 	if st := e.status(t); st.Requests.Remaining != 9 {
 		t.Fatalf("tenant requests remaining %d, want 9: the pool refusal was not rolled back", st.Requests.Remaining)
+	}
+}
+
+// TestProxyChainRefusal: an API key's tenant is charged with its chain;
+// a group's refusal is a 429 in the provider's shape that names the group
+// (message and x-tokenring-refused-by), and rolls the tenant back.
+func TestProxyChainRefusal(t *testing.T) {
+	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10}, chain: []string{"team", "org"},
+		groups: map[string]limiter.Limits{"team": {Requests: 100}, "org": {Requests: 2}}})
+	if a := e.post(t, "/v1/chat/completions", clientKey, openAIBody("")); a.code != 200 {
+		t.Fatalf("%d %s", a.code, a.body)
+	}
+	if a := e.post(t, "/v1/messages", clientKey, claudeBody("")); a.code != 200 {
+		t.Fatalf("%d %s", a.code, a.body)
+	}
+	a := e.post(t, "/v1/chat/completions", clientKey, openAIBody(""))
+	checkOpenAIError(t, a, 429, "requests", "rate_limit_exceeded")
+	if got := a.header.Get("x-tokenring-refused-by"); got != "group:org" {
+		t.Errorf("x-tokenring-refused-by = %q, want group:org", got)
+	}
+	if msg := a.json(t)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "group org") {
+		t.Errorf("message %q does not name group org", msg)
+	}
+	a = e.post(t, "/v1/messages", clientKey, claudeBody(""))
+	checkAnthropicError(t, a, 429, "rate_limit_error")
+	if got := a.header.Get("x-tokenring-refused-by"); got != "group:org" {
+		t.Errorf("Anthropic: x-tokenring-refused-by = %q, want group:org", got)
+	}
+	if st := e.status(t); st.Requests.Remaining != 8 {
+		t.Fatalf("tenant requests remaining %d, want 8: the group's refusals were not rolled back", st.Requests.Remaining)
+	}
+	if n := len(e.up.Requests()); n != 2 {
+		t.Fatalf("upstream got %d requests, want the 2 admitted", n)
 	}
 }
 
