@@ -1,13 +1,14 @@
 package api
 
-// The decision API's JSON without reflection. Decoding: a small scanner
-// reads the bodies gateways send (flat objects of known keys, plain ASCII
-// strings, integers) straight into acquireRequest and completeRequest; any
-// body outside that subset (escapes, non-ASCII, null, a float, a key in
-// another case, a repeated key, "messages"...) is handed to encoding/json,
-// which stays the reference: the fast path accepts a body only when
-// encoding/json would decode it to the same value (FuzzDecodeEquivalence),
-// and every refusal, with its message, is encoding/json's. Encoding: the
+// The decision API's JSON without reflection. Decoding: internal/jsonwire's
+// Decoders, tables of the bodies' fields, read the bodies gateways send
+// (objects of known keys, plain ASCII strings, integers) straight into
+// acquireRequest and completeRequest; any body outside that subset
+// (escapes, non-ASCII, a float, a repeated key, "messages"...) is handed to
+// encoding/json, which stays the reference: the fast path accepts a body
+// only when encoding/json would decode it to the same value (jsonwire's
+// FuzzDecoder; FuzzBatchCalls for a batch's calls), and every refusal,
+// with its message, is encoding/json's. Encoding: the
 // answers append themselves, byte for byte what json.Encoder writes
 // (TestAppendJSONMatchesEncodingJSON); a string that needs escaping is
 // escaped by encoding/json.
@@ -21,114 +22,71 @@ import (
 	"github.com/tokenring/tokenring/internal/jsonwire"
 )
 
-// fields are the fast path's readers of one value into a field.
-func int64Field(s *jsonwire.Scanner, dst *int64) bool {
-	v, ok := s.Int()
-	*dst = v
-	return ok
-}
-
-func ptrField(s *jsonwire.Scanner, dst **int64) bool {
-	v, ok := s.Int()
-	*dst = &v
-	return ok
-}
-
-func strField(s *jsonwire.Scanner, dst *string) bool {
-	v, ok := s.String()
-	*dst = v
-	return ok
-}
+// The decoders of the bodies, by table (internal/jsonwire). Each refuses
+// a key it does not know, as decodeBody's json.Decoder does
+// (DisallowUnknownFields): prompt, messages and the limits a gateway
+// sends, which it leaves out, are encoding/json's (TestDecodersMatchTheirStructs checks the tables
+// against the structs' tags).
+var (
+	acquireDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown,
+		jsonwire.String("tenant", func(in *acquireRequest) *string { return &in.Tenant }),
+		jsonwire.String("model", func(in *acquireRequest) *string { return &in.Model }),
+		jsonwire.IntPointer("prompt_tokens", func(in *acquireRequest) **int64 { return &in.PromptTokens }),
+		jsonwire.IntPointer("max_tokens", func(in *acquireRequest) **int64 { return &in.MaxTokens }),
+		jsonwire.String("priority", func(in *acquireRequest) *string { return &in.Priority }),
+		jsonwire.Int("wait_ms", func(in *acquireRequest) *int64 { return &in.WaitMS }),
+	)
+	usageDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown,
+		jsonwire.Int("prompt_tokens", func(u *usageJSON) *int64 { return &u.PromptTokens }),
+		jsonwire.Int("completion_tokens", func(u *usageJSON) *int64 { return &u.CompletionTokens }),
+		jsonwire.Int("total_tokens", func(u *usageJSON) *int64 { return &u.TotalTokens }),
+	)
+	leaseDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown,
+		jsonwire.String("tenant", func(in *completeRequest) *string { return &in.Tenant }),
+		jsonwire.String("lease", func(in *completeRequest) *string { return &in.Lease }),
+		jsonwire.Pointer("usage", func(in *completeRequest) **usageJSON { return &in.Usage }, usageDecoder),
+	)
+	// A batch's calls: "op" (first, as clients write it) beside the
+	// single endpoint's fields.
+	batchAcquireDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown, append(
+		[]jsonwire.Field[batchAcquire]{jsonwire.String("op", func(in *batchAcquire) *string { return &in.Op })},
+		jsonwire.Embed(func(in *batchAcquire) *acquireRequest { return &in.acquireRequest }, acquireDecoder)...)...)
+	batchLeaseDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown, append(
+		[]jsonwire.Field[batchLease]{jsonwire.String("op", func(in *batchLease) *string { return &in.Op })},
+		jsonwire.Embed(func(in *batchLease) *completeRequest { return &in.completeRequest }, leaseDecoder)...)...)
+)
 
 // decodeFast decodes body into v (*acquireRequest, *completeRequest,
 // *batchAcquire, *batchLease or *batchRequest) and reports whether it
 // could; false leaves v zero, for encoding/json.
 func decodeFast(body []byte, v any) (ok bool) {
-	sc := jsonwire.New(body)
-	s := &sc
 	switch in := v.(type) {
 	case *acquireRequest:
-		ok = s.Object(func(key []byte) bool { return acquireField(s, key, in) })
+		ok = acquireDecoder.Decode(body, in)
 	case *completeRequest:
-		ok = s.Object(func(key []byte) bool { return leaseField(s, key, in) })
+		ok = leaseDecoder.Decode(body, in)
 	case *batchAcquire:
-		ok = s.Object(func(key []byte) bool { return batchAcquireField(s, key, in) })
+		ok = batchAcquireDecoder.Decode(body, in)
 	case *batchLease:
-		ok = s.Object(func(key []byte) bool {
-			if string(key) == "op" {
-				return strField(s, &in.Op)
-			}
-			return leaseField(s, key, &in.completeRequest)
-		})
+		ok = batchLeaseDecoder.Decode(body, in)
 	case *batchRequest:
-		ok = batchCalls(s, body, in, nil)
+		s := jsonwire.New(body)
+		ok = batchCalls(&s, body, in, nil) && s.End()
 	}
-	if ok = ok && s.End(); !ok {
+	if !ok {
 		reflect.ValueOf(v).Elem().SetZero()
 	}
 	return ok
 }
 
-// acquireField reads the value of an acquire's field key into in.
-func acquireField(s *jsonwire.Scanner, key []byte, in *acquireRequest) bool {
-	switch string(key) {
-	case "tenant":
-		return strField(s, &in.Tenant)
-	case "model":
-		return strField(s, &in.Model)
-	case "prompt_tokens":
-		return ptrField(s, &in.PromptTokens)
-	case "max_tokens":
-		return ptrField(s, &in.MaxTokens)
-	case "priority":
-		return strField(s, &in.Priority)
-	case "wait_ms":
-		return int64Field(s, &in.WaitMS)
-	}
-	return false // prompt and messages (escapes, non-ASCII) are encoding/json's
-}
-
-// batchAcquireField reads the value of a batch acquire's field key into in.
-func batchAcquireField(s *jsonwire.Scanner, key []byte, in *batchAcquire) bool {
-	if string(key) == "op" {
-		return strField(s, &in.Op)
-	}
-	return acquireField(s, key, &in.acquireRequest)
-}
-
-// leaseField reads the value of a complete's or renew's field key into in.
-func leaseField(s *jsonwire.Scanner, key []byte, in *completeRequest) bool {
-	switch string(key) {
-	case "tenant":
-		return strField(s, &in.Tenant)
-	case "lease":
-		return strField(s, &in.Lease)
-	case "usage":
-		if s.Peek() != '{' {
-			return false
-		}
-		in.Usage = new(usageJSON)
-		return s.Object(func(key []byte) bool {
-			switch string(key) {
-			case "prompt_tokens":
-				return int64Field(s, &in.Usage.PromptTokens)
-			case "completion_tokens":
-				return int64Field(s, &in.Usage.CompletionTokens)
-			case "total_tokens":
-				return int64Field(s, &in.Usage.TotalTokens)
-			}
-			return false
-		})
-	}
-	return false
-}
-
 // batchCalls reads {"calls": [call, ...]} from body, each call an object
-// of the fast path's subset (at most one nested object deep), kept raw for
+// kept raw (any JSON, as encoding/json keeps a json.RawMessage) for
 // batchCall. The raw calls are copied out of body, whose buffer is reused.
 // With pre not nil, a call that decodes as a batchAcquire (decodeFast's,
-// the same bytes) is decoded in the same pass into (*pre)[i]: the batch is
-// read once, not split and then read again.
+// the same bytes) is decoded in the same pass into (*pre)[i], its strings
+// shared with the call's before when equal ("op", a model): the batch is
+// read once, not split and then read again. FuzzBatchCalls checks it
+// against encoding/json and decodeFast.
 func batchCalls(s *jsonwire.Scanner, body []byte, in *batchRequest, pre *[]decodedCall) bool {
 	var calls [][2]int // each call's bounds in body
 	ok := s.Object(func(key []byte) bool {
@@ -144,8 +102,11 @@ func batchCalls(s *jsonwire.Scanner, body []byte, in *batchRequest, pre *[]decod
 			if pre != nil {
 				mark := *s
 				var d decodedCall
-				d.ok = s.Object(func(key []byte) bool { return batchAcquireField(s, key, &d.acquire) })
-				if !d.ok {
+				var prev *batchAcquire
+				if n := len(*pre); n > 0 {
+					prev = &(*pre)[n-1].acquire
+				}
+				if d.ok = batchAcquireDecoder.Read(s, &d.acquire, prev); !d.ok {
 					*s, d = mark, decodedCall{}
 				}
 				*pre = append(*pre, d)
@@ -154,7 +115,7 @@ func batchCalls(s *jsonwire.Scanner, body []byte, in *batchRequest, pre *[]decod
 					return true
 				}
 			}
-			_, ok := s.Skip(2)
+			_, ok := s.Any(jsonwire.MaxDepth)
 			calls = append(calls, [2]int{start, s.Pos()})
 			return ok
 		})

@@ -28,6 +28,8 @@ func TestDecodeFastTakesGatewayBodies(t *testing.T) {
 		`{}`:                                {},
 		`{"tenant":"a","wait_ms":-0}`:       {Tenant: "a"},
 		`{"tenant":"a","prompt_tokens":-5}`: {Tenant: "a", PromptTokens: i64(-5)}, // decoded; refused later by router.CheckCount
+		`{"Tenant":"a","MAX_TOKENS":2}`:     {Tenant: "a", MaxTokens: i64(2)},     // encoding/json matches keys in any case
+		`{"tenant":null,"max_tokens":null}`: {},                                   // null leaves a field as it was
 	}
 	for body, want := range acquires {
 		var got, ref acquireRequest
@@ -46,7 +48,8 @@ func TestDecodeFastTakesGatewayBodies(t *testing.T) {
 		`{"tenant":"acme","lease":"v2.abc_-.def"}`: {Tenant: "acme", Lease: "v2.abc_-.def"},
 		`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":100,"completion_tokens":40,"total_tokens":140}}`: {
 			Tenant: "acme", Lease: "x", Usage: &usageJSON{PromptTokens: 100, CompletionTokens: 40, TotalTokens: 140}},
-		`{"usage":{}}`: {Usage: &usageJSON{}},
+		`{"usage":{}}`:   {Usage: &usageJSON{}},
+		`{"usage":null}`: {},
 	}
 	for body, want := range leases {
 		var got completeRequest
@@ -66,9 +69,8 @@ func TestDecodeFastLeavesTheRestToEncodingJSON(t *testing.T) {
 	for _, body := range []string{
 		`{"tenant":"a\u0062"}`,                          // an escape
 		`{"tenant":"é"}`,                                // non-ASCII
-		`{"Tenant":"a"}`,                                // encoding/json matches keys in any case
 		`{"tenant":"a","tenant":"b"}`,                   // a repeated key
-		`{"tenant":null}`,                               // null leaves the field as it was
+		`{"tenant":"a","TENANT":"b"}`,                   // so is this, to encoding/json
 		`{"prompt_tokens":1.0}`,                         // a float
 		`{"prompt_tokens":1e2}`,                         // an exponent
 		`{"prompt_tokens":012}`,                         // a leading zero: a syntax error
@@ -91,7 +93,6 @@ func TestDecodeFastLeavesTheRestToEncodingJSON(t *testing.T) {
 	}
 	for _, body := range []string{
 		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, // encoding/json merges the two: {1,2}
-		`{"usage":null}`,
 		`{"usage":{"prompt_tokens":1,"extra":2}}`,
 	} {
 		var in completeRequest
@@ -108,6 +109,12 @@ func checkDecodeEquivalence(t *testing.T, body []byte) {
 	sameAsEncodingJSON[completeRequest](t, body)
 	sameAsEncodingJSON[batchAcquire](t, body)
 	sameAsEncodingJSON[batchLease](t, body)
+	checkBatchCalls(t, body)
+}
+
+// checkBatchCalls fails t if the fast path reads body, as a batch, to
+// other calls than encoding/json, or its one pass differs from decodeFast.
+func checkBatchCalls(t *testing.T, body []byte) {
 	sameAsEncodingJSON[batchRequest](t, body)
 	sameInOnePass(t, body)
 }
@@ -149,22 +156,54 @@ func sameAsEncodingJSON[T any](t *testing.T, body []byte) {
 	}
 }
 
-// FuzzDecodeEquivalence: whatever the fast path accepts, encoding/json
-// accepts too, and decodes to the same value.
-func FuzzDecodeEquivalence(f *testing.F) {
-	for _, s := range []string{
-		`{"tenant":"acme","prompt_tokens":100,"max_tokens":100}`,
-		`{"tenant":"a","model":"m","priority":"batch","wait_ms":5}`,
-		`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
-		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
-		`{"tenant":"a","tenant":"b"}`, `{"prompt_tokens":-0}`, `{"wait_ms":00}`, ` {} `,
-		`{"op":"acquire","tenant":"a","prompt_tokens":1}`, `{"op":"complete","lease":"x","usage":{"prompt_tokens":1}}`,
-		`{"calls":[{"op":"acquire","tenant":"a"}, {"op":"renew","lease":"l","usage":{"total_tokens":2}} ]}`,
-		`{"calls":[]}`, `{"calls":null}`, `{"calls":[{},{"a":{"b":{}}}]}`,
+// decodeSeeds are bodies of every kind, in the fast path's subset and out.
+var decodeSeeds = []string{
+	`{"tenant":"acme","prompt_tokens":100,"max_tokens":100}`,
+	`{"tenant":"a","model":"m","priority":"batch","wait_ms":5}`,
+	`{"tenant":"acme","lease":"x","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+	`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
+	`{"tenant":"a","tenant":"b"}`, `{"prompt_tokens":-0}`, `{"wait_ms":00}`, ` {} `, `{"Tenant":null,"usage":null}`,
+	`{"op":"acquire","tenant":"a","prompt_tokens":1}`, `{"op":"complete","lease":"x","usage":{"prompt_tokens":1}}`,
+	`{"calls":[{"op":"acquire","tenant":"a"}, {"op":"renew","lease":"l","usage":{"total_tokens":2}} ]}`,
+	`{"calls":[{"op":"acquire","tenant":"a","model":"m"},{"op":"acquire","tenant":"b","model":"m"},{"op":"acquire","messages":[{"content":"\u00e9"}]}]}`,
+	`{"calls":[]}`, `{"calls":null}`, `{"calls":[{},{"a":{"b":{}}}]}`, `{"calls":[1,"x",null]}`, `{"Calls":[]}`,
+}
+
+// The decoders decode the seeds as encoding/json does: the tables are
+// fuzzed in internal/jsonwire (FuzzDecoder), these are their golden bodies.
+func TestDecodeEquivalence(t *testing.T) {
+	for _, s := range decodeSeeds {
+		checkDecodeEquivalence(t, []byte(s))
+	}
+}
+
+// The tables are the structs' JSON fields, prompt, messages and sent
+// limits left to encoding/json.
+func TestDecodersMatchTheirStructs(t *testing.T) {
+	for _, err := range []error{
+		acquireDecoder.Check(leftToEncodingJSON...),
+		leaseDecoder.Check(),
+		batchAcquireDecoder.Check(leftToEncodingJSON...),
+		batchLeaseDecoder.Check(),
 	} {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// leftToEncodingJSON are the acquire's fields the table leaves out.
+var leftToEncodingJSON = []string{"prompt", "messages", "limits", "parents"}
+
+// FuzzBatchCalls: whatever the fast path reads as a batch, encoding/json
+// reads to the same calls, and the one pass (decodeBatchFast) decodes each
+// call as decodeFast does alone. (The decoders of the bodies are tables,
+// fuzzed in internal/jsonwire: FuzzDecoder.)
+func FuzzBatchCalls(f *testing.F) {
+	for _, s := range decodeSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(checkDecodeEquivalence)
+	f.Fuzz(checkBatchCalls)
 }
 
 // The answers' own JSON is byte for byte encoding/json's, for any values.

@@ -1,26 +1,74 @@
 package client
 
 // The decision API's JSON on the client side, without reflection where it
-// costs: answers are read by a scanner of the subset the node writes
-// (internal/jsonwire) and handed to encoding/json when they are anything
-// else (an escaped error message, say), with the same result
-// (FuzzDecodeAnswer); requests append themselves.
+// costs: answers are read as the node writes them (exact.go), else by
+// internal/jsonwire's Decoders, tables of answerWire's fields, and handed
+// to encoding/json when they are anything else (an escaped error message,
+// say), with the same result (jsonwire's FuzzDecoder for the tables,
+// FuzzDecodeAnswer for the whole); requests append themselves.
 
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"github.com/tokenring/tokenring/internal/jsonwire"
 )
 
-// answerKeys are answerWire's keys; a key equal to one but for case is
-// encoding/json's to read (it matches keys in any case).
-var answerKeys = []string{"allowed", "lease", "reserved_tokens", "reason", "retry_after_ms", "limits", "pool",
-	"fallback", "owner", "settled", "renewed", "error"}
+// poolWire is answerWire's pool, as a type to decode.
+type poolWire = struct {
+	Name string `json:"name"`
+}
+
+// The decoders of answers: every field of answerWire, other keys skipped
+// (TestAnswerDecoderMatches).
+var (
+	dimDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Int("limit", func(d *dimWire) *int64 { return &d.Limit }),
+		jsonwire.Int("remaining", func(d *dimWire) *int64 { return &d.Remaining }),
+		jsonwire.Int("reset_ms", func(d *dimWire) *int64 { return &d.ResetMS }),
+	)
+	limitsDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Object("requests", func(l *limitsWire) *dimWire { return &l.Requests }, dimDecoder),
+		jsonwire.Object("tokens", func(l *limitsWire) *dimWire { return &l.Tokens }, dimDecoder),
+		jsonwire.Object("concurrency", func(l *limitsWire) *dimWire { return &l.Concurrency }, dimDecoder),
+	)
+	poolDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.String("name", func(p *poolWire) *string { return &p.Name }),
+	)
+	answerDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Bool("allowed", func(a *answerWire) *bool { return &a.Allowed }),
+		jsonwire.String("lease", func(a *answerWire) *string { return &a.Lease }),
+		jsonwire.Int("reserved_tokens", func(a *answerWire) *int64 { return &a.ReservedTokens }),
+		jsonwire.String("reason", func(a *answerWire) *string { return &a.Reason }),
+		jsonwire.Int("retry_after_ms", func(a *answerWire) *int64 { return &a.RetryAfterMS }),
+		jsonwire.Object("limits", func(a *answerWire) *limitsWire { return &a.Limits }, limitsDecoder),
+		jsonwire.Pointer("pool", func(a *answerWire) **poolWire { return &a.Pool }, poolDecoder),
+		jsonwire.Bool("fallback", func(a *answerWire) *bool { return &a.Fallback }),
+		jsonwire.String("owner", func(a *answerWire) *string { return &a.Owner }),
+		jsonwire.Bool("settled", func(a *answerWire) *bool { return &a.Settled }),
+		jsonwire.Bool("renewed", func(a *answerWire) *bool { return &a.Renewed }),
+		jsonwire.String("error", func(a *answerWire) *string { return &a.Error }),
+	)
+	// A batch's slots: each body's strings equal to the slot's before
+	// (its owner, a reason) are shared, not copied.
+	slotDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Int("status", func(sl *slot) *int { return &sl.status }),
+		jsonwire.Present(jsonwire.Object("body", func(sl *slot) *answerWire { return &sl.answer }, answerDecoder),
+			func(sl *slot) *bool { return &sl.hasBody }),
+		jsonwire.Int("retry_after_ms", func(sl *slot) *int64 { return &sl.retryAfterMS }),
+	)
+	batchDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Slice("results", func(b *batchSlots) *[]slot { return &b.Results }, slotDecoder),
+	)
+)
+
+// batchSlots is a /v1/batch answer as fastBatch reads it.
+type batchSlots struct {
+	Results []slot `json:"results"`
+}
 
 // decodeAnswer reads an answer's body into a (zero): as the node writes
-// it (exactAnswer), else by the scanner, else by encoding/json.
+// it (exactAnswer), else by the table, else by encoding/json.
 func decodeAnswer(b []byte, a *answerWire) error {
 	if exactAnswer(b, a) {
 		return nil
@@ -33,112 +81,8 @@ func decodeAnswer(b []byte, a *answerWire) error {
 	return json.Unmarshal(b, a)
 }
 
-// fastAnswer reads b into a if it is in the scanner's subset.
-func fastAnswer(b []byte, a *answerWire) bool {
-	s := jsonwire.New(b)
-	return s.Object(func(key []byte) bool { return answerField(&s, key, a, nil) }) && s.End()
-}
-
-// answerField reads the value of key into a. prev, if not nil, is the
-// answer read before a (a batch's previous slot): a string of a equal to
-// prev's is prev's, not a copy (a batch's owner is the same in every slot).
-func answerField(s *jsonwire.Scanner, key []byte, a, prev *answerWire) bool {
-	var ok bool
-	switch string(key) {
-	case "allowed":
-		a.Allowed, ok = s.Bool()
-	case "fallback":
-		a.Fallback, ok = s.Bool()
-	case "settled":
-		a.Settled, ok = s.Bool()
-	case "renewed":
-		a.Renewed, ok = s.Bool()
-	case "lease":
-		a.Lease, ok = s.String()
-	case "reason":
-		a.Reason, ok = sharedString(s, prev, func(a *answerWire) string { return a.Reason })
-	case "owner":
-		a.Owner, ok = sharedString(s, prev, func(a *answerWire) string { return a.Owner })
-	case "error":
-		a.Error, ok = s.String()
-	case "reserved_tokens":
-		a.ReservedTokens, ok = s.Int()
-	case "retry_after_ms":
-		a.RetryAfterMS, ok = s.Int()
-	case "limits":
-		ok = limitsField(s, &a.Limits)
-	case "pool":
-		a.Pool = &struct {
-			Name string `json:"name"`
-		}{}
-		ok = s.Object(func(key []byte) bool {
-			if string(key) == "name" {
-				var ok bool
-				a.Pool.Name, ok = s.String()
-				return ok
-			}
-			return skipUnknown(s, key, "name")
-		})
-	default:
-		return skipUnknown(s, key, answerKeys...)
-	}
-	return ok
-}
-
-// sharedString reads a string: field(prev) if prev is not nil and it is
-// equal, else a copy.
-func sharedString(s *jsonwire.Scanner, prev *answerWire, field func(*answerWire) string) (string, bool) {
-	b, ok := s.Raw()
-	if prev != nil {
-		if v := field(prev); v == string(b) {
-			return v, ok
-		}
-	}
-	return string(b), ok
-}
-
-// limitsField reads a "limits" object.
-func limitsField(s *jsonwire.Scanner, l *limitsWire) bool {
-	return s.Object(func(key []byte) bool {
-		var d *dimWire
-		switch string(key) {
-		case "requests":
-			d = &l.Requests
-		case "tokens":
-			d = &l.Tokens
-		case "concurrency":
-			d = &l.Concurrency
-		default:
-			return skipUnknown(s, key, "requests", "tokens", "concurrency")
-		}
-		return s.Object(func(key []byte) bool {
-			var ok bool
-			switch string(key) {
-			case "limit":
-				d.Limit, ok = s.Int()
-			case "remaining":
-				d.Remaining, ok = s.Int()
-			case "reset_ms":
-				d.ResetMS, ok = s.Int()
-			default:
-				return skipUnknown(s, key, "limit", "remaining", "reset_ms")
-			}
-			return ok
-		})
-	})
-}
-
-// skipUnknown skips the value of a key the struct does not have, unless
-// it is one of known but for case.
-func skipUnknown(s *jsonwire.Scanner, key []byte, known ...string) bool {
-	for _, k := range known {
-		if strings.EqualFold(string(key), k) {
-			return false
-		}
-	}
-	_, ok := s.Skip(4)
-	return ok
-}
+// fastAnswer reads b into a if it is in the table's subset.
+func fastAnswer(b []byte, a *answerWire) bool { return answerDecoder.Decode(b, a) }
 
 // batchAnswer is the 200 answer of /v1/batch, as encoding/json reads it
 // (when the fast path does not).
@@ -160,6 +104,7 @@ type slot struct {
 	retryAfterMS int64
 	answer       answerWire
 	err          error
+	hasBody      bool // the slot had a body (fastBatch's, for err)
 }
 
 // decodeBatch appends the slots of a /v1/batch answer to dst, each body
@@ -189,46 +134,20 @@ func decodeBatch(b []byte, dst []slot) ([]slot, error) {
 // empty one).
 var errNoBody = json.Unmarshal(nil, &answerWire{})
 
-// fastBatch appends the slots of b to dst, each body read by the scanner
-// into its answer, if b is in the scanner's subset.
+// fastBatch appends the slots of b to dst, each body read by the table
+// into its answer, if b is in the table's subset (dst's spare capacity
+// holds what was read before it failed).
 func fastBatch(b []byte, dst []slot) ([]slot, bool) {
-	s := jsonwire.New(b)
-	ok := s.Object(func(key []byte) bool {
-		if string(key) != "results" {
-			return skipUnknown(&s, key, "results")
+	in := batchSlots{Results: dst[len(dst):]}
+	if !batchDecoder.Decode(b, &in) {
+		return dst, false
+	}
+	for i := range in.Results {
+		if !in.Results[i].hasBody {
+			in.Results[i].err = errNoBody
 		}
-		return s.Array(func() bool {
-			dst = append(dst, slot{})
-			sl := &dst[len(dst)-1]
-			var prev *answerWire
-			if len(dst) > 1 {
-				prev = &dst[len(dst)-2].answer
-			}
-			body := false
-			ok := s.Object(func(key []byte) bool {
-				var ok bool
-				switch string(key) {
-				case "status":
-					var v int64
-					v, ok = s.Int()
-					sl.status = int(v)
-				case "body":
-					body = true
-					ok = s.Object(func(key []byte) bool { return answerField(&s, key, &sl.answer, prev) })
-				case "retry_after_ms":
-					sl.retryAfterMS, ok = s.Int()
-				default:
-					return skipUnknown(&s, key, "status", "body", "retry_after_ms")
-				}
-				return ok
-			})
-			if !body {
-				sl.err = errNoBody
-			}
-			return ok
-		})
-	})
-	return dst, ok && s.End()
+	}
+	return append(dst, in.Results...), true
 }
 
 // bodyAppender is a request body that writes its own JSON: the same

@@ -53,27 +53,6 @@ func TestDecodeOpenAIRequestLeavesTheRest(t *testing.T) {
 	}
 }
 
-// FuzzDecodeOpenAIRequest: whatever decodeOpenAIRequest takes,
-// encoding/json decodes without error to the same openAIRequest.
-func FuzzDecodeOpenAIRequest(f *testing.F) {
-	for _, c := range openAIRequests {
-		f.Add([]byte(c))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var got openAIRequest
-		if !decodeOpenAIRequest(b, &got) {
-			return
-		}
-		var want openAIRequest
-		if err := json.Unmarshal(b, &want); err != nil {
-			t.Fatalf("took %q, encoding/json refuses it: %v", b, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("%q: got %+v, encoding/json %+v", b, got, want)
-		}
-	})
-}
-
 // BenchmarkDecodeOpenAIRequest decodes a plain chat completion request,
 // the fast path against encoding/json.
 func BenchmarkDecodeOpenAIRequest(b *testing.B) {

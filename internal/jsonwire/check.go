@@ -16,45 +16,40 @@ import (
 // field it writes, through embedded structs as encoding/json flattens
 // them; a Decoder that skips unknown keys has every field of T (one that
 // refuses them may leave some out, named in leftOut); and so on down, for
-// the Decoders of nested objects (leftOut holds for them too). A Func
-// field is checked by name only.
+// the Decoders of nested objects (leftOut holds for them too).
 func (d *Decoder[T]) Check(leftOut ...string) error {
-	return d.check(leftOut)
+	return d.t.check(leftOut)
 }
 
-func (d *Decoder[T]) check(leftOut []string) error {
-	v := new(T)
-	rv := reflect.ValueOf(v).Elem()
-	if rv.Kind() != reflect.Struct {
-		return fmt.Errorf("jsonwire: a Decoder of %s, not a struct", rv.Type())
+func (t *table) check(leftOut []string) error {
+	if t.typ.Kind() != reflect.Struct {
+		return fmt.Errorf("jsonwire: a Decoder of %s, not a struct", t.typ)
 	}
+	v := reflect.New(t.typ)
 	goFields := map[string]reflect.Value{} // by JSON name, each one's address
-	jsonFields(rv, goFields)
+	jsonFields(v.Elem(), goFields)
 	var names []string
-	for _, f := range d.fields {
+	for _, f := range t.fields {
 		names = append(names, f.name)
 		g, ok := goFields[f.name]
 		if !ok {
-			return fmt.Errorf("jsonwire: %s has no field %q", rv.Type(), f.name)
+			return fmt.Errorf("jsonwire: %s has no field %q", t.typ, f.name)
 		}
-		if f.addr != nil {
-			p := reflect.ValueOf(f.addr(v))
-			if p.Pointer() != g.Pointer() || p.Type() != g.Type() {
-				return fmt.Errorf("jsonwire: %s: the field read as %q is not the one named so", rv.Type(), f.name)
-			}
+		if g.Pointer() != v.Pointer()+f.off || g.Type().Elem() != f.typ {
+			return fmt.Errorf("jsonwire: %s: the field read as %q is not the one named so", t.typ, f.name)
 		}
 		if f.sub != nil {
 			if err := f.sub.check(leftOut); err != nil {
-				return fmt.Errorf("%s.%s: %w", rv.Type(), f.name, err)
+				return fmt.Errorf("%s.%s: %w", t.typ, f.name, err)
 			}
 		}
 	}
 	for name := range goFields {
 		switch {
 		case slices.Contains(names, name):
-		case d.unknown == RefuseUnknown && slices.Contains(leftOut, name):
+		case t.unknown == RefuseUnknown && slices.Contains(leftOut, name):
 		default:
-			return fmt.Errorf("jsonwire: %s's field %q is not in the table", rv.Type(), name)
+			return fmt.Errorf("jsonwire: %s's field %q is not in the table", t.typ, name)
 		}
 	}
 	return nil

@@ -2,16 +2,15 @@ package jsonwire
 
 // Decoders by table. A Decoder[T] reads a JSON object into a T from a list
 // of fields, one per key it knows, each a name and the kind of its value
-// (String, Bool, Int, IntPointer, Raw, Object, Pointer, Slice, or Func for
-// a reader of one's own). It reads exactly what encoding/json reads into
-// a T, to the same values, within this subset: keys in Raw's subset
-// (printable ASCII without escapes), decoded strings in it too, integers
-// as Int reads them, each field's key at most once; values kept raw or
-// skipped may be any JSON (Any) nested up to MaxDepth. For anything else
-// it reports false, and the caller hands the whole text to encoding/json
-// (FuzzDecoder checks both halves: whatever a Decoder takes,
-// encoding/json takes to the same value). The semantics it shares with
-// encoding/json:
+// (String, Bool, Int, IntPointer, Raw, Object, Pointer, Slice). It reads
+// exactly what encoding/json reads into a T, to the same values, within
+// this subset: keys in Raw's subset (printable ASCII without escapes),
+// decoded strings in it too, integers as Int reads them, each field's key
+// at most once; values kept raw or skipped may be any JSON (Any) nested
+// up to MaxDepth. For anything else it reports false, and the caller
+// hands the whole text to encoding/json (FuzzDecoder checks both halves:
+// whatever a Decoder takes, encoding/json takes to the same value). The
+// semantics it shares with encoding/json:
 //
 //   - a key names a field as encoding/json matches it: equal to the
 //     field's name but for the case of ASCII letters;
@@ -29,14 +28,23 @@ package jsonwire
 // buffer): what it leaves behind when it reports false is undefined, so a
 // caller decodes again into a fresh one. Raw values and nothing else are
 // kept in place, slices of the text read.
+//
+// A field is its offset in the struct, learnt once from the accessor the
+// table gives (func(v *T) *F { return &v.X }), which must return a field
+// of *v itself (NewDecoder panics otherwise): decoding calls no function
+// value with the struct, so a T on the caller's stack stays there (an
+// allocation less a call), and reads each value straight into its field.
 
-import "encoding/json"
+import (
+	"reflect"
+	"unsafe"
+)
 
 // MaxDepth bounds the nesting of a value a Decoder skips or keeps raw:
 // deeper text is encoding/json's.
 const MaxDepth = 32
 
-// maxFields bounds a Decoder's fields: a bit each in Read's record of the
+// maxFields bounds a Decoder's fields: a bit each in read's record of the
 // keys seen.
 const maxFields = 64
 
@@ -55,26 +63,57 @@ const (
 	RefuseUnknown
 )
 
-// Field is one key of a Decoder's objects: its name and the reader of its
-// value into a T. Make one with String, Bool, Int, IntPointer, Raw,
-// Object, Pointer, Slice, Func or Embed.
-type Field[T any] struct {
-	name string
-	// read reads the value into v. prev, when not nil, is the T read just
-	// before v (the previous element of a slice): a string equal to
-	// prev's is prev's, not a copy.
-	read func(s *Scanner, v, prev *T) bool
-	addr func(v *T) any                     // the Go field read into, for Check; nil for Func
-	sub  interface{ check([]string) error } // the Decoder of the value, for Check; nil for a scalar
+// kind is how a field's value is read.
+type kind uint8
+
+const (
+	kString kind = iota
+	kBool
+	kInt   // an int
+	kInt64 // an int64
+	kIntPointer
+	kRaw
+	kObject
+	kPointer
+	kSlice
+)
+
+// Field is one key of a Decoder's objects: its name, the kind of its value
+// and where in a T it goes. Make one with String, Bool, Int, IntPointer,
+// Raw, Object, Pointer, Slice or Embed.
+type Field[T any] struct{ f field }
+
+// field is a Field without its struct's type.
+type field struct {
+	name    string
+	kind    kind
+	off     uintptr                          // the field's offset in its struct
+	typ     reflect.Type                     // the field's Go type, for Check
+	present uintptr                          // 1 + the offset of a bool set when the key is read; 0 for none
+	sub     *table                           // the table of an Object's, a Pointer's or a Slice's struct
+	size    uintptr                          // a Slice's element size
+	alloc   func() unsafe.Pointer            // a Pointer's new(U)
+	grow    func(xs sliceHeader) sliceHeader // a Slice's append of a zero element
+	empty   unsafe.Pointer                   // a Slice's []U{}, empty but not nil
+}
+
+// sliceHeader is a slice's words, as a Slice field holds them.
+type sliceHeader struct {
+	data     unsafe.Pointer
+	len, cap int
+}
+
+// table is a Decoder without its struct's type.
+type table struct {
+	fields  []field
+	unknown Unknown
+	typ     reflect.Type // the struct's, for Check
 }
 
 // Decoder reads objects into a T by its table of fields. Make one with
 // NewDecoder, once (a package variable): it is read-only after, and safe
 // for concurrent use.
-type Decoder[T any] struct {
-	fields  []Field[T]
-	unknown Unknown
-}
+type Decoder[T any] struct{ t table }
 
 // NewDecoder returns the Decoder of fields. It panics on a table that
 // cannot be read as encoding/json reads: more than 64 fields, a name out
@@ -83,35 +122,42 @@ func NewDecoder[T any](unknown Unknown, fields ...Field[T]) *Decoder[T] {
 	if len(fields) > maxFields {
 		panic("jsonwire: more than 64 fields")
 	}
-	for i, f := range fields {
-		if f.name == "" || PlainLen([]byte(f.name)) != len(f.name) {
-			panic("jsonwire: field name " + f.name + " is not plain ASCII")
+	d := &Decoder[T]{t: table{unknown: unknown, typ: reflect.TypeFor[T]()}}
+	for _, f := range fields {
+		if f.f.name == "" || PlainLen([]byte(f.f.name)) != len(f.f.name) {
+			panic("jsonwire: field name " + f.f.name + " is not plain ASCII")
 		}
-		for _, g := range fields[:i] {
-			if foldEqual([]byte(f.name), g.name) {
-				panic("jsonwire: fields " + g.name + " and " + f.name + " are one to encoding/json")
+		for _, g := range d.t.fields {
+			if foldEqual([]byte(f.f.name), g.name) {
+				panic("jsonwire: fields " + g.name + " and " + f.f.name + " are one to encoding/json")
 			}
 		}
+		d.t.fields = append(d.t.fields, f.f)
 	}
-	return &Decoder[T]{fields: fields, unknown: unknown}
+	return d
 }
 
 // Decode reads b, one object and white space, into v (zero) and reports
 // whether it could. Like every reader here, false leaves v undefined.
 func (d *Decoder[T]) Decode(b []byte, v *T) bool {
 	s := New(b)
-	return s.Peek() == '{' && d.Read(&s, v, nil) && s.End()
+	return s.Peek() == '{' && d.t.read(&s, unsafe.Pointer(v), nil) && s.End()
 }
 
 // Read reads one object (not null) from s into v. prev, if not nil, is
 // a T read before: v's strings equal to prev's are shared, not copied.
 func (d *Decoder[T]) Read(s *Scanner, v, prev *T) bool {
+	return d.t.read(s, unsafe.Pointer(v), unsafe.Pointer(prev))
+}
+
+// read reads an object into the struct at v (prev's, or nil).
+func (t *table) read(s *Scanner, v, prev unsafe.Pointer) bool {
 	var seen uint64
 	next := 0 // keys mostly come in the table's order: look there first
 	return s.Members(func(key []byte) bool {
-		i := d.lookup(key, next)
+		i := t.lookup(key, next)
 		if i < 0 {
-			if d.unknown == RefuseUnknown {
+			if t.unknown == RefuseUnknown {
 				return false
 			}
 			_, ok := s.Any(MaxDepth)
@@ -122,20 +168,28 @@ func (d *Decoder[T]) Read(s *Scanner, v, prev *T) bool {
 		}
 		seen |= 1 << i
 		next = i + 1
-		return d.fields[i].read(s, v, prev)
+		f := &t.fields[i]
+		if f.present != 0 {
+			*(*bool)(unsafe.Add(v, f.present-1)) = true
+		}
+		var p unsafe.Pointer
+		if prev != nil {
+			p = unsafe.Add(prev, f.off)
+		}
+		return f.read(s, unsafe.Add(v, f.off), p)
 	})
 }
 
 // lookup returns the index of the field key names, from from on (and
 // around), or -1.
-func (d *Decoder[T]) lookup(key []byte, from int) int {
-	n := len(d.fields)
+func (t *table) lookup(key []byte, from int) int {
+	n := len(t.fields)
 	for j := range n {
 		i := from + j
 		if i >= n {
 			i -= n
 		}
-		if foldEqual(key, d.fields[i].name) {
+		if foldEqual(key, t.fields[i].name) {
 			return i
 		}
 	}
@@ -164,161 +218,4 @@ func lower(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
-}
-
-// at returns field(v), or nil for a nil v.
-func at[T, F any](v *T, field func(*T) *F) *F {
-	if v == nil {
-		return nil
-	}
-	return field(v)
-}
-
-// String is a string field: a string of Raw's subset, copied (or prev's
-// when equal), or null.
-func String[T any](name string, field func(*T) *string) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), read: func(s *Scanner, v, prev *T) bool {
-		if s.Peek() == 'n' {
-			return s.Null()
-		}
-		b, ok := s.Raw()
-		if !ok {
-			return false
-		}
-		if p := at(prev, field); p != nil && *p == string(b) {
-			*field(v) = *p
-		} else {
-			*field(v) = string(b)
-		}
-		return true
-	}}
-}
-
-// Bool is a bool field: true, false or null.
-func Bool[T any](name string, field func(*T) *bool) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), read: func(s *Scanner, v, _ *T) bool {
-		if s.Peek() == 'n' {
-			return s.Null()
-		}
-		x, ok := s.Bool()
-		*field(v) = x
-		return ok
-	}}
-}
-
-// Int is an integer field (an int or an int64): an integer as Int reads
-// it, or null.
-func Int[T any, I ~int | ~int64](name string, field func(*T) *I) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), read: func(s *Scanner, v, _ *T) bool {
-		if s.Peek() == 'n' {
-			return s.Null()
-		}
-		x, ok := s.Int()
-		*field(v) = I(x)
-		return ok
-	}}
-}
-
-// IntPointer is a *int64 field: an integer, in a new int64, or null,
-// which sets it nil.
-func IntPointer[T any](name string, field func(*T) **int64) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), read: func(s *Scanner, v, _ *T) bool {
-		if s.Peek() == 'n' {
-			*field(v) = nil
-			return s.Null()
-		}
-		x, ok := s.Int()
-		*field(v) = &x
-		return ok
-	}}
-}
-
-// Raw is a json.RawMessage field: any value (null included) as its bytes,
-// in place: the field is a slice of the text read, not a copy.
-func Raw[T any](name string, field func(*T) *json.RawMessage) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), read: func(s *Scanner, v, _ *T) bool {
-		b, ok := s.Any(MaxDepth)
-		*field(v) = b
-		return ok
-	}}
-}
-
-// Object is a nested struct field, read by d: an object (merged into the
-// field, zero when read) or null.
-func Object[T, U any](name string, field func(*T) *U, d *Decoder[U]) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), sub: d, read: func(s *Scanner, v, prev *T) bool {
-		return s.Null() || d.Read(s, field(v), at(prev, field))
-	}}
-}
-
-// Pointer is a *struct field, read by d: an object, into a new U, or
-// null, which sets it nil.
-func Pointer[T, U any](name string, field func(*T) **U, d *Decoder[U]) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), sub: d, read: func(s *Scanner, v, prev *T) bool {
-		if s.Null() {
-			*field(v) = nil
-			return true
-		}
-		var p *U
-		if q := at(prev, field); q != nil {
-			p = *q
-		}
-		u := new(U)
-		*field(v) = u
-		return d.Read(s, u, p)
-	}}
-}
-
-// Slice is a []struct field, read by d: an array of objects (each element
-// read with the one before it as prev; a null element is the zero U)
-// appended to the field (nil or empty), which [] leaves empty but not
-// nil, or null, which sets it nil.
-func Slice[T, U any](name string, field func(*T) *[]U, d *Decoder[U]) Field[T] {
-	return Field[T]{name: name, addr: addrOf(field), sub: d, read: func(s *Scanner, v, _ *T) bool {
-		xs := field(v)
-		if s.Null() {
-			*xs = nil
-			return true
-		}
-		if *xs == nil {
-			*xs = []U{}
-		}
-		return s.Array(func() bool {
-			*xs = append(*xs, *new(U))
-			n := len(*xs)
-			var prev *U
-			if n > 1 {
-				prev = &(*xs)[n-2]
-			}
-			return s.Null() || d.Read(s, &(*xs)[n-1], prev)
-		})
-	}}
-}
-
-// Func is a field read by read, which must read exactly what encoding/json
-// would read into the field named, or report false: for a value that none
-// of the kinds above reads. Check sees only its name.
-func Func[T any](name string, read func(s *Scanner, v, prev *T) bool) Field[T] {
-	return Field[T]{name: name, read: read}
-}
-
-// Embed is the fields of d lifted to a T that embeds a U (field returns
-// it): as encoding/json reads an embedded struct's fields as the outer
-// struct's own. d's Unknown is not used: the outer Decoder's is.
-func Embed[T, U any](field func(*T) *U, d *Decoder[U]) []Field[T] {
-	out := make([]Field[T], len(d.fields))
-	for i, f := range d.fields {
-		out[i] = Field[T]{name: f.name, sub: f.sub, read: func(s *Scanner, v, prev *T) bool {
-			return f.read(s, field(v), at(prev, field))
-		}}
-		if f.addr != nil {
-			out[i].addr = func(v *T) any { return f.addr(field(v)) }
-		}
-	}
-	return out
-}
-
-// addrOf is field as Check calls it.
-func addrOf[T, F any](field func(*T) *F) func(*T) any {
-	return func(v *T) any { return field(v) }
 }

@@ -34,11 +34,17 @@ type every struct {
 	Obj    inner           `json:"obj"`
 	ObjPtr *inner          `json:"Obj_Ptr"`
 	List   []inner         `json:"list"`
-	Custom string          `json:"custom"`
-	Other  []float64       `json:"other"` // not in the refusing table: encoding/json's
+	HasObj bool            `json:"-"` // "obj" was read (Present)
 }
 
-// fieldsOf is the table of every (but Other) with inner's decoder in.
+// strict is every beside a field the refusing Decoder leaves out, for
+// encoding/json to read.
+type strict struct {
+	every
+	Other []float64 `json:"other"`
+}
+
+// fieldsOf is the table of every with inner's decoder in.
 func fieldsOf(in *Decoder[inner]) []Field[every] {
 	emb := NewDecoder(SkipUnknown,
 		String("e", func(v *embedded) *string { return &v.E }),
@@ -51,17 +57,9 @@ func fieldsOf(in *Decoder[inner]) []Field[every] {
 		Int("n", func(v *every) *int { return &v.N }),
 		IntPointer("ptr", func(v *every) **int64 { return &v.Ptr }),
 		Raw("raw", func(v *every) *json.RawMessage { return &v.Raw }),
-		Object("obj", func(v *every) *inner { return &v.Obj }, in),
+		Present(Object("obj", func(v *every) *inner { return &v.Obj }, in), func(v *every) *bool { return &v.HasObj }),
 		Pointer("Obj_Ptr", func(v *every) **inner { return &v.ObjPtr }, in),
 		Slice("list", func(v *every) *[]inner { return &v.List }, in),
-		Func("custom", func(s *Scanner, v, _ *every) bool { // a string or null, as String reads it
-			if s.Null() {
-				return true
-			}
-			var ok bool
-			v.Custom, ok = s.String()
-			return ok
-		}),
 	)
 }
 
@@ -74,9 +72,9 @@ func innerDecoder(u Unknown) *Decoder[inner] {
 }
 
 var (
-	skipping = NewDecoder(SkipUnknown, append(fieldsOf(innerDecoder(SkipUnknown)),
-		Func("other", func(s *Scanner, v, _ *every) bool { return false }))...) // encoding/json's, not skipped
-	refusing = NewDecoder(RefuseUnknown, fieldsOf(innerDecoder(RefuseUnknown))...)
+	skipping = NewDecoder(SkipUnknown, fieldsOf(innerDecoder(SkipUnknown))...)
+	refusing = NewDecoder(RefuseUnknown, Embed(func(v *strict) *every { return &v.every },
+		NewDecoder(RefuseUnknown, fieldsOf(innerDecoder(RefuseUnknown))...))...)
 )
 
 // Tables made by hand agree with their structs; Check finds those that do
@@ -96,53 +94,56 @@ func TestCheck(t *testing.T) {
 		NewDecoder(SkipUnknown, Int("a", func(v *inner) *int64 { return &v.A }), String("b", func(v *inner) *string { return &v.S }),
 			Bool("s", func(v *inner) *bool { return &v.B })),
 		NewDecoder(SkipUnknown, Int("a", func(v *inner) *int64 { return &v.A }), String("s", func(v *inner) *string { return &v.S }),
-			Bool("b", func(v *inner) *bool { return &v.B }), Func("c", func(*Scanner, *inner, *inner) bool { return false })),
+			Bool("c", func(v *inner) *bool { return &v.B })),
 	} {
 		if err := d.Check(); err == nil {
-			t.Errorf("%v: no error", d.fields)
+			t.Errorf("%v: no error", d.t.fields)
 		}
 	}
-}
-
-// reference decodes b as encoding/json does: as json.Unmarshal, or
-// refusing unknown fields (and, as Decode, trailing data).
-func reference(b []byte, strict bool) (every, error) {
-	var v every
-	if !strict {
-		return v, json.Unmarshal(b, &v)
-	}
-	if !json.Valid(b) {
-		return v, json.Unmarshal(b, &v) // its syntax error
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	return v, dec.Decode(&v)
 }
 
 // checkDecoder fails t if either Decoder takes b and encoding/json does
-// not, or decodes it to another value.
+// not, or decodes it to another value: the skipping one against
+// json.Unmarshal, the refusing one against a json.Decoder that disallows
+// unknown fields (and, as Decode, trailing data).
 func checkDecoder(t *testing.T, b []byte) {
-	for _, c := range []struct {
-		d      *Decoder[every]
-		strict bool
-	}{{skipping, false}, {refusing, true}} {
-		var got every
-		if !c.d.Decode(b, &got) {
-			continue
-		}
-		want, err := reference(b, c.strict)
+	var got every
+	if skipping.Decode(b, &got) {
+		var want every
+		err := json.Unmarshal(b, &want)
+		want.HasObj = hasObj(b)
 		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("strict %v %q:\ngot       %+v\nencoding/json %+v (%v)", c.strict, b, got, want, err)
+			t.Fatalf("%q:\ngot           %+v\nencoding/json %+v (%v)", b, got, want, err)
 		}
 	}
+	var gotStrict strict
+	if refusing.Decode(b, &gotStrict) {
+		var want strict
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&want)
+		want.HasObj = hasObj(b)
+		if err != nil || !json.Valid(b) || !reflect.DeepEqual(gotStrict, want) {
+			t.Fatalf("strict %q:\ngot           %+v\nencoding/json %+v (%v)", b, gotStrict, want, err)
+		}
+	}
+}
+
+// hasObj reports whether the object b has the key "obj", as
+// encoding/json tells: a json.RawMessage is nil without it.
+func hasObj(b []byte) bool {
+	var v struct {
+		Obj json.RawMessage `json:"obj"`
+	}
+	return json.Unmarshal(b, &v) == nil && v.Obj != nil
 }
 
 // taken are texts both Decoders read.
 var taken = []string{
 	`{}`, ` { } `,
 	`{"e":"x","ep":-7,"str":"hello world","flag":true,"i64":-0,"n":123456789012345678,"ptr":5,"raw":{"a":[1,2.5e-3,"\u00e9",null]},` +
-		`"obj":{"a":1,"s":"t","b":false},"Obj_Ptr":{"s":"u"},"list":[{"a":1},null,{"s":"v","b":true},{}],"custom":"c"}`,
-	`{"STR":"x","Flag":false,"I64":1,"obj_ptr":{"A":2},"LIST":[],"RAW":"a\"b","Custom":null}`,
+		`"obj":{"a":1,"s":"t","b":false},"Obj_Ptr":{"s":"u"},"list":[{"a":1},null,{"s":"v","b":true},{}]}`,
+	`{"STR":"x","Flag":false,"I64":1,"obj_ptr":{"A":2},"LIST":[],"RAW":"a\"b","OBJ":{}}`,
 	`{"str":null,"flag":null,"i64":null,"n":null,"ptr":null,"raw":null,"obj":null,"Obj_Ptr":null,"list":null,"ep":null}`,
 	`{"raw":[[[[]]]],"obj":{},"list":[null]}`,
 }
@@ -153,32 +154,30 @@ var left = []string{
 	`{"str":"a\nb"}`, `{"str":"é"}`, "{\"str\":\"\x7f\"}", `{"st\u0072":"a"}`, `{"str":"a","STR":"b"}`, `{"obj":{"a":1},"obj":{"s":"x"}}`,
 	`{"i64":1.0}`, `{"i64":1e2}`, `{"i64":012}`, `{"i64":1234567890123456789}`, `{"i64":"1"}`, `{"flag":1}`, `{"str":1}`,
 	`{"obj":[]}`, `{"list":{}}`, `{"list":[1]}`, `{"Obj_Ptr":true}`, `{"raw":tru}`, `{"raw":"\x"}`, `{"raw":01}`,
-	`{"other":[1.5]}`, `{"str":"a"} {}`, `{"str":"a",}`, `{"str" "a"}`, `null`, `[]`, ``, `{`,
+	`{"str":"a"} {}`, `{"str":"a",}`, `{"str" "a"}`, `null`, `[]`, ``, `{`,
 	`{"raw":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`,
 }
 
 func TestDecoderTakesItsSubset(t *testing.T) {
 	for _, b := range taken {
-		for _, d := range []*Decoder[every]{skipping, refusing} {
-			var v every
-			if !d.Decode([]byte(b), &v) {
-				t.Errorf("%s: not taken", b)
-			}
+		var v every
+		var w strict
+		if !skipping.Decode([]byte(b), &v) || !refusing.Decode([]byte(b), &w) {
+			t.Errorf("%s: not taken", b)
 		}
 		checkDecoder(t, []byte(b))
 	}
 	for _, b := range left {
-		for _, d := range []*Decoder[every]{skipping, refusing} {
-			var v every
-			if d.Decode([]byte(b), &v) {
-				t.Errorf("%s: taken, as %+v", b, v)
-			}
+		var v every
+		var w strict
+		if skipping.Decode([]byte(b), &v) || refusing.Decode([]byte(b), &w) {
+			t.Errorf("%s: taken", b)
 		}
 	}
 	// Unknown keys: skipped, any JSON; or refused.
-	unknown := []byte(`{"str":"a","zzz":{"x":[1.5,"\u00e9",null,true]},"zzz":0}`)
+	unknown := []byte(`{"str":"a","zzz":{"x":[1.5,"\u00e9",null,true]},"zzz":0,"other":[1.5]}`)
 	var v every
-	if !skipping.Decode(unknown, &v) || refusing.Decode(unknown, &every{}) {
+	if !skipping.Decode(unknown, &v) || refusing.Decode(unknown, &strict{}) {
 		t.Errorf("%s: skipping %v, refusing takes it too", unknown, v)
 	}
 	checkDecoder(t, unknown)
