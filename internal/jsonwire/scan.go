@@ -7,8 +7,11 @@
 // values. Beside its fields a text may carry others of any JSON, which
 // Any skips or keeps raw and Members lets through (any keys, repeats
 // included), for decoders of other parties' JSON (an LLM's answers, a
-// client's request to the proxy). AppendString writes a string exactly as
-// encoding/json does.
+// client's request to the proxy). Decoder, above the Scanner, reads an
+// object into a struct by a table of its fields (fields.go): the one JSON
+// decoder of the decision API, the proxy and the client, fuzzed here
+// against encoding/json (FuzzDecoder). AppendString writes a string
+// exactly as encoding/json does.
 package jsonwire
 
 import "encoding/json"
