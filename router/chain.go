@@ -273,18 +273,6 @@ func (r *Router) admitted(ss *sideSet, held *[MaxSides]outcome, reserved int64) 
 	return v
 }
 
-// undo rolls back (or releases) one side of an admission.
-func (r *Router) undo(key string, o outcome, op node.Op) {
-	if o.fallback {
-		r.degraded.Release(key, o.answer.Decision.Lease)
-		return
-	}
-	c := node.Call{Op: op, Key: key, Lease: o.answer.Decision.Lease}
-	if _, err := r.decide(context.Background(), &c, 0); err != nil {
-		r.log.Warn("rollback failed; the slot expires by its TTL", "key", key, "err", err)
-	}
-}
-
 // Level is one key an acquire charges, with its owner's status of it.
 type Level struct {
 	Label  string // Side.Label

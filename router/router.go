@@ -83,15 +83,16 @@ type Config struct {
 // Router turns the front ends' requests into decisions across the keys
 // they charge. Safe for concurrent use.
 type Router struct {
-	cfg      Config
-	cluster  Cluster
-	quick    immediate       // cluster, when it tells which keys it decides at once (Quick)
-	degraded *fallback.State // per key: the owner's last report, the local fallback window, the debts
-	debts    *fallback.Debts // charges the debts to the keys' owners
-	metrics  *metrics
-	timeouts prometheus.Counter // tokenring_owner_timeouts_total
-	log      *slog.Logger
-	warn     rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	cfg          Config
+	cluster      Cluster
+	quick        immediate       // cluster, when it tells which keys it decides at once (Quick)
+	degraded     *fallback.State // per key: the owner's last report, the local fallback window, the debts
+	debts        *fallback.Debts // charges the debts to the keys' owners
+	metrics      *metrics
+	timeouts     prometheus.Counter // tokenring_owner_timeouts_total
+	log          *slog.Logger
+	warn         rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
+	redeliveries *redeliveries  // rollbacks sent again once their owner is back
 }
 
 // New returns a Router deciding through cluster.
@@ -134,13 +135,14 @@ func New(cluster Cluster, cfg Config) (*Router, error) {
 		}
 	}
 	r := &Router{
-		cfg:      cfg,
-		cluster:  cluster,
-		degraded: fallback.NewState(cfg.Now, cfg.MaxFallbackKeys),
-		metrics:  m,
-		timeouts: timeouts,
-		log:      cfg.Logger,
-		warn:     rate.Sometimes{Interval: time.Second},
+		cfg:          cfg,
+		cluster:      cluster,
+		degraded:     fallback.NewState(cfg.Now, cfg.MaxFallbackKeys),
+		metrics:      m,
+		timeouts:     timeouts,
+		log:          cfg.Logger,
+		warn:         rate.Sometimes{Interval: time.Second},
+		redeliveries: newRedeliveries(),
 	}
 	if r.debts, err = fallback.NewDebts(r.degraded, fallback.DebtsConfig{
 		Charge: r.charge, Limits: cfg.Limits, Now: cfg.Now, MaxWait: cfg.ForwardMaxWait,
@@ -215,6 +217,7 @@ func (r *Router) charge(ctx context.Context, key string, c fallback.Charge) (lim
 // never charged. It is safe to call more than once.
 func (r *Router) Close() error {
 	r.debts.Close()
+	r.redeliveries.close()
 	return nil
 }
 
