@@ -87,7 +87,9 @@ func testChainThroughChanges(t *testing.T, extra string, sliced bool) {
 		var st struct {
 			Levels []struct {
 				Level  string
-				Limits struct{ Requests struct{ Limit, Remaining int64 } }
+				Limits struct {
+					Requests struct{ Limit, Remaining int64 }
+				}
 			}
 		}
 		if err := GetJSON(c.Live()[0].URL()+"/v1/tenants/"+tn, &st); err != nil {
