@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/router"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	// ("limits.tenants.acme", "limits.default", "pools.gpt-4o", ...).
 	// Nil names none.
 	Source func(key string) string
+	// Limits are a key's limits in the config file; a key whose owner
+	// applies others got them from a request ("request" in /admin/limits).
+	// Nil: not compared.
+	Limits func(key string) limiter.Limits
 }
 
 // Server serves the operator's endpoints of one node: /admin (the ring,

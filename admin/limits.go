@@ -38,7 +38,8 @@ type resetsJSON struct {
 // adminLimits answers GET /admin/limits?tenant=NAME[&model=MODEL]: the
 // chain an acquire of the tenant for the model charges, in the order it is
 // reserved, each key with its owner, the limits that owner applies, what is
-// left, and the config entry they come from.
+// left, and where they come from: the config entry, or "request" when the
+// owner applies limits a request sent.
 func (a *Server) adminLimits(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	tenant, model := q.Get("tenant"), q.Get("model")
@@ -68,6 +69,11 @@ func (a *Server) adminLimits(w http.ResponseWriter, req *http.Request) {
 			ResetMS:   resetsJSON{ms(st.Requests), ms(st.Tokens), ms(st.Concurrency)}}
 		if a.cfg.Source != nil {
 			lv.Source = a.cfg.Source(l.Key)
+		}
+		if a.cfg.Limits != nil {
+			if f := a.cfg.Limits(l.Key); f.Requests != st.Requests.Limit || f.Tokens != st.Tokens.Limit || f.Concurrency != st.Concurrency.Limit {
+				lv.Source = "request"
+			}
 		}
 		out = append(out, lv)
 	}

@@ -113,7 +113,7 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, LimitSetters: cfg.LimitSetters, Now: cfg.Now})
 	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
 	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now,
-		Levels: r.Levels, Source: cfg.LimitsSource})
+		Levels: r.Levels, Source: cfg.LimitsSource, Limits: cfg.Limits})
 	mux := http.NewServeMux()
 	decisions.Routes(mux) // /v1/acquire, /v1/complete, /v1/renew, /v1/batch, /v1/tenants/{tenant}
 	llm.Routes(mux)       // /v1/chat/completions, /v1/messages

@@ -119,6 +119,15 @@ func TestAdminLimitsShowsTheEffectiveChain(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the file is looked at every 250 ms
 	}
 	check(a, want)
+	// Limits a request sent show as such.
+	resp, err = http.Post(base+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"k","model":"gpt-4o-mini","prompt_tokens":1,"limits":{"rpm":55}}`))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("acquire with sent limits: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if _, a = get("?tenant=k&model=gpt-4o-mini", "adm-secret"); a.Levels[0].Source != "request" || a.Levels[0].Limits.RPM != 55 || a.Levels[2].Source != "limits.groups.team" {
+		t.Errorf("after limits sent for k: %+v, want k's level from the request at rpm 55, the team's from the file", a.Levels)
+	}
 }
 
 // waitReadyAt waits until the node at base answers /readyz 200.
