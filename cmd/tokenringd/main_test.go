@@ -292,20 +292,7 @@ func TestReadyWithUnreachableRedis(t *testing.T) {
 	t.Run("serve", func(t *testing.T) {
 		var base string
 		base, logs, _ = startDaemon(t, "-name", "r", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-gossip-profile", "local", "-redis", "redis://"+dead)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get(base + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not ready with Redis down: %v %v", resp, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitReadyAt(t, base) // with Redis down
 		resp, err := http.Post(base+"/v1/acquire", "application/json", strings.NewReader(`{"tenant":"acme","prompt_tokens":1}`))
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("acquire with Redis down: %v %v", resp, err)
