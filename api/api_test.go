@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/internal/testclock"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/router"
@@ -22,24 +23,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeClock is a settable clock shared by the node and the router.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = testclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testclock.New() }
 
 // testAPI is a router and its decision API, served by net/http (Handler:
 // the API's routes) and by the fast path (ServePlain, ServeQuick).

@@ -3,36 +3,21 @@ package fallback
 import (
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/internal/testclock"
 	"github.com/tokenring/tokenring/limiter"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is a settable clock shared by the node and the router.
+type fakeClock = testclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testclock.New() }
 
 // TestKeysBounded: the state remembers at most its maxKeys keys holding
 // slots; past that a new key's acquire is refused (limiter.TableFull,

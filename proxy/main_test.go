@@ -1,12 +1,11 @@
 package proxy
 
 import (
-	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/internal/testclock"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/router"
 )
@@ -14,24 +13,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeClock is a settable clock shared by the node and the router.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = testclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testclock.New() }
 
 // tenantLease is a lease of tenant's key alone, with lease id id.
 func tenantLease(tenant string, id uint64) router.Lease {

@@ -1,36 +1,21 @@
 package router
 
 import (
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
+
+	"github.com/tokenring/tokenring/internal/testclock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeClock is a settable clock shared by the node and the router.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = testclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return testclock.New() }
 
 // counter returns the value of the counter name with the given label values.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {

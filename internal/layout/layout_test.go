@@ -36,6 +36,7 @@ var allowed = map[string][]string{
 	"internal/lazyctx":     nil,
 	"internal/loopback":    nil,
 	"internal/layout":      nil,
+	"internal/testclock":   nil,
 	"node/internal/wire":   nil,
 	"node/internal/shrink": nil,
 	"test/fakeupstream":    nil,
