@@ -48,18 +48,23 @@ type configFile struct {
 // read (and completed at the start: the cluster secret from the
 // environment).
 func newConfigFile(path string, cfg config.Config, getenv func(string) string, apply func(config.Config), log *slog.Logger) *configFile {
-	read, err := config.Load(path, getenv)
-	if err != nil {
-		read = cfg // changed since the start: the first check reloads it
+	read, stamp := cfg, stampOf(path)
+	if again, err := config.Load(path, getenv); err == nil {
+		read = again // cfg as the file says it, without what the start added
+	} else {
+		stamp = fileStamp{} // changed since the start: the first check reads it
 	}
-	return &configFile{
+	f := &configFile{
 		path: path, getenv: getenv, apply: apply, log: log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenring_config_reloads_total",
 			Help: "Config file reloads, by result: applied (a changed file loaded and took effect) or refused (it did not load: the old config stays).",
 		}, []string{"result"}),
-		current: cfg, read: read, stamp: stampOf(path),
+		current: cfg, read: read, stamp: stamp,
 	}
+	f.reloads.WithLabelValues("applied") // both shown from the start, at 0
+	f.reloads.WithLabelValues("refused")
+	return f
 }
 
 // run checks the file every configCheckEvery and at each value from hup,
