@@ -129,7 +129,13 @@ func (f *configFile) refuse(err error) {
 // the limits (default, tenants, groups, models), the pools, the client
 // tokens and the proxy's API keys. Every other field is read once, at the
 // start.
-var reloadable = map[string]bool{"Limits": true, "Pools": true, "Clients": true, "Keys": true, "KeyAccounts": true}
+func reloadable(field string) bool {
+	switch field {
+	case "Limits", "Pools", "Clients", "Keys", "KeyAccounts":
+		return true
+	}
+	return false
+}
 
 // keepRestartOnly returns next, the file as now read, with every field
 // that is not reloadable set to its value in inForce, and the YAML names of
@@ -142,7 +148,7 @@ func keepRestartOnly(inForce, last, next config.Config) (config.Config, []string
 	iv, lv, nv := reflect.ValueOf(inForce), reflect.ValueOf(last), reflect.ValueOf(&next).Elem()
 	for i := range nv.NumField() {
 		field := nv.Type().Field(i)
-		if reloadable[field.Name] {
+		if reloadable(field.Name) {
 			continue
 		}
 		if name, _, _ := strings.Cut(field.Tag.Get("yaml"), ","); name != "" && name != "-" &&
