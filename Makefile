@@ -68,10 +68,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpenLease -fuzztime 10s ./api/   # the lease decoder, with its MAC
 	$(GO) test -run '^$$' -fuzz FuzzAcquireBody -fuzztime 10s ./api/
 	$(GO) test -run '^$$' -fuzz FuzzBatchBody -fuzztime 10s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeEquivalence -fuzztime 10s ./api/   # the fast JSON decoder against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzDecoder -fuzztime 20s ./internal/jsonwire/   # the one JSON field decoder (api, proxy, client) against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzBatchCalls -fuzztime 10s ./api/   # a batch's calls split in one pass, each as decoded alone
 	$(GO) test -run '^$$' -fuzz FuzzScalars -fuzztime 10s ./internal/jsonwire/   # the scanner's strings, integers and white space by table, against the byte-by-byte readers
-	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIAnswer -fuzztime 10s ./proxy/   # OpenAI answers and stream chunks against encoding/json
-	$(GO) test -run '^$$' -fuzz FuzzDecodeOpenAIRequest -fuzztime 10s ./proxy/   # OpenAI requests against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's answer decoder against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/peer/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/replica/
