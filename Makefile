@@ -41,6 +41,7 @@ test: check build
 	$(GO) build -o $(BIN)/testreport ./scripts/testreport
 	$(BIN)/testreport -go $(GO) -- -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/custody/   # 10,000 seeds (a tenth of them under -race above)
+	$(GO) test -count=1 -run 'Allocs$$' ./api/   # allocation counts, which -race above skips
 
 ## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
 sim:
