@@ -10,7 +10,7 @@ import (
 
 // targetRE finds the tests, benchmarks and fuzz targets the Makefile names
 // (-fuzz Name, -run 'Name$') with the package they are run in.
-var targetRE = regexp.MustCompile(`(?:-fuzz (\w+)|-run '(\w+)\$\$') [^.]*?(\./[\w/]+?)/?(?:\s|$)`)
+var targetRE = regexp.MustCompile(`(?:-fuzz (Fuzz\w+)|-run '(Test\w+)\$\$') [^.]*?(\./[\w/]+?)/?(?:\s|$)`)
 
 // The Makefile names only tests and fuzz targets that exist in the package
 // it runs them in: a test that moved would otherwise match nothing and pass
