@@ -46,20 +46,15 @@ func (s *slice) take(now time.Time, tokens int64) (id uint64, ok bool) {
 	return id, true
 }
 
-// decision is the answer for one admission handed out: the owner's
-// status when the slice was made, with what is left of the slice counted
-// as still available (it is, to this node's callers).
+// decision is the answer for one admission handed out: the owner's status
+// when the slice was made, which already counts the whole slice. Callers
+// see no more remaining than the owner had then (the slice's unused part
+// is this node's alone, and only until the slice ends); and the fallback,
+// which takes a forwarded answer's status as the owner's report, must
+// never learn of admissions nobody counted (a degraded share computed from
+// a slice's leftovers once its owner is out of reach would admit them).
 func (s *slice) decision(id uint64) limiter.Decision {
-	st := s.status
-	left := int64(len(s.ids))
-	st.Requests.Remaining += left
-	if st.Tokens.Limit > 0 {
-		st.Tokens.Remaining += left * s.reserve
-	}
-	if st.Concurrency.Limit > 0 {
-		st.Concurrency.Remaining += left
-	}
-	return limiter.Decision{Allowed: true, Lease: id, Reserved: s.reserve, Status: st}
+	return limiter.Decision{Allowed: true, Lease: id, Reserved: s.reserve, Status: s.status}
 }
 
 // hotKey is what this node knows of one key it forwards for.

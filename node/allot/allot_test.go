@@ -490,3 +490,21 @@ func TestTopUpJustBeforeTheBucketEndKeepsTheKeyHot(t *testing.T) {
 		t.Fatalf("the refill's ask: %d a second reserving %d tokens, want at least 5 reserving 30", c.Count, c.Req.Reserve)
 	}
 }
+
+// An admission handed out from a slice reports the owner's status when it
+// made the slice, which counts the whole slice: a forwarder's fallback
+// takes that status as the owner's word, and a share computed from the
+// slice's leftovers once the owner is out of reach and the slice has ended
+// would admit what nobody counted (a stalled owner's tenant, at its limit,
+// admitted once through a forwarder that had served it from a slice).
+func TestSliceAnswersReportTheOwnersStatus(t *testing.T) {
+	owner := limiter.Status{Requests: limiter.DimStatus{Limit: 100, Remaining: 0, Reset: time.Minute}}
+	s := &slice{ids: []uint64{11, 12, 13}, reserve: 2, status: owner, deadline: time.Unix(2e9, 0)}
+	id, ok := s.take(time.Unix(1e9, 0), 1)
+	if !ok {
+		t.Fatal("take from a slice with room refused")
+	}
+	if d := s.decision(id); d.Status != owner || !d.Allowed || d.Reserved != 2 {
+		t.Fatalf("decision %+v: status %+v, want the owner's %+v (the 2 left in the slice are not the owner's room)", d, d.Status, owner)
+	}
+}
