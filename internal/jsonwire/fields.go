@@ -36,6 +36,8 @@ package jsonwire
 // allocation less a call), and reads each value straight into its field.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"reflect"
 	"unsafe"
 )
@@ -86,6 +88,9 @@ type Field[T any] struct{ f field }
 // field is a Field without its struct's type.
 type field struct {
 	name    string
+	folded  string    // name, each byte | 0x20: how lookup compares keys
+	words   [2]uint64 // folded's first 16 bytes, by 8, little-endian, zero past its end
+	masks   [2]uint64 // the bytes of words that are folded's
 	kind    kind
 	off     uintptr                          // the field's offset in its struct
 	typ     reflect.Type                     // the field's Go type, for Check
@@ -106,6 +111,7 @@ type sliceHeader struct {
 // table is a Decoder without its struct's type.
 type table struct {
 	fields  []field
+	lens    uint64 // bit n set if a field's name is n bytes long (n < 64)
 	unknown Unknown
 	typ     reflect.Type // the struct's, for Check
 }
@@ -116,23 +122,41 @@ type table struct {
 type Decoder[T any] struct{ t table }
 
 // NewDecoder returns the Decoder of fields. It panics on a table that
-// cannot be read as encoding/json reads: more than 64 fields, a name out
-// of Raw's subset, or two names equal but for case.
+// cannot be read as encoding/json reads, or not compared as lookup
+// compares: more than 64 fields, a name out of Raw's subset or with one of
+// @[]^`{|}~ (which | 0x20 would take for another byte), or two names
+// equal but for case.
 func NewDecoder[T any](unknown Unknown, fields ...Field[T]) *Decoder[T] {
 	if len(fields) > maxFields {
 		panic("jsonwire: more than 64 fields")
 	}
 	d := &Decoder[T]{t: table{unknown: unknown, typ: reflect.TypeFor[T]()}}
 	for _, f := range fields {
-		if f.f.name == "" || PlainLen([]byte(f.f.name)) != len(f.f.name) {
-			panic("jsonwire: field name " + f.f.name + " is not plain ASCII")
+		name := []byte(f.f.name)
+		if len(name) == 0 || PlainLen(name) != len(name) || bytes.ContainsAny(name, "@[]^`{|}~") {
+			panic("jsonwire: field name " + f.f.name + " is not plain ASCII of letters, digits and punctuation")
+		}
+		for i := range name {
+			name[i] |= 0x20
+		}
+		f.f.folded = string(name)
+		var word [16]byte
+		copy(word[:], name)
+		for w := range f.f.words {
+			f.f.words[w] = binary.LittleEndian.Uint64(word[8*w:])
+			if n := len(name) - 8*w; n >= 8 {
+				f.f.masks[w] = ^uint64(0)
+			} else if n > 0 {
+				f.f.masks[w] = 1<<(8*n) - 1
+			}
 		}
 		for _, g := range d.t.fields {
-			if foldEqual([]byte(f.f.name), g.name) {
+			if g.folded == f.f.folded {
 				panic("jsonwire: fields " + g.name + " and " + f.f.name + " are one to encoding/json")
 			}
 		}
 		d.t.fields = append(d.t.fields, f.f)
+		d.t.lens |= 1 << min(len(name), 63) // 63: any length from 63 on
 	}
 	return d
 }
@@ -155,7 +179,13 @@ func (t *table) read(s *Scanner, v, prev unsafe.Pointer) bool {
 	var seen uint64
 	next := 0 // keys mostly come in the table's order: look there first
 	return s.Members(func(key []byte) bool {
-		i := t.lookup(key, next)
+		i := next // the field after the one before, mostly: is, inline
+		if i >= len(t.fields) || !t.fields[i].quickly(key) {
+			i = -1
+			if n := uint(len(key)); t.lens>>min(n, 63)&1 != 0 { // else no field has its length
+				i = t.lookup(key, next)
+			}
+		}
 		if i < 0 {
 			if t.unknown == RefuseUnknown {
 				return false
@@ -163,10 +193,11 @@ func (t *table) read(s *Scanner, v, prev unsafe.Pointer) bool {
 			_, ok := s.Any(MaxDepth)
 			return ok
 		}
-		if seen&(1<<i) != 0 {
+		bit := uint64(1) << (uint(i) % maxFields)
+		if seen&bit != 0 {
 			return false // a repeated field: encoding/json merges, we leave it to it
 		}
-		seen |= 1 << i
+		seen |= bit
 		next = i + 1
 		f := &t.fields[i]
 		if f.present != 0 {
@@ -181,41 +212,55 @@ func (t *table) read(s *Scanner, v, prev unsafe.Pointer) bool {
 }
 
 // lookup returns the index of the field key names, from from on (and
-// around), or -1.
+// around), or -1. A field of another length is passed over without a call.
 func (t *table) lookup(key []byte, from int) int {
-	n := len(t.fields)
-	for j := range n {
-		i := from + j
-		if i >= n {
-			i -= n
+	fs := t.fields
+	for i := from; i < len(fs); i++ {
+		if len(fs[i].folded) == len(key) && fs[i].is(key) {
+			return i
 		}
-		if foldEqual(key, t.fields[i].name) {
+	}
+	for i := range min(from, len(fs)) {
+		if len(fs[i].folded) == len(key) && fs[i].is(key) {
 			return i
 		}
 	}
 	return -1
 }
 
-// foldEqual reports whether key and name, both ASCII, are equal but for
-// the case of letters: as encoding/json matches a key to a field's name.
-func foldEqual(key []byte, name string) bool {
-	if len(key) != len(name) {
-		return false
+// is reports whether key (of Raw's subset) names f as encoding/json
+// matches a key to a field's name: equal but for the case of letters.
+// Comparing each byte | 0x20 is that for the names NewDecoder takes: two
+// bytes of Raw's subset equal so are a letter in either case, or one of
+// @[]^_ and its `{}~ or DEL, none of them in a name but _, whose DEL no
+// key holds. A key of at most 16 bytes where the text read has 16 from
+// it on (it has, but near its end) is compared 8 bytes at a time, those
+// past the key masked out.
+func (f *field) is(key []byte) bool {
+	if len(key) > 16 || cap(key) < 16 {
+		return len(key) == len(f.folded) && f.isSlowly(key)
 	}
-	if string(key) == name {
-		return true
-	}
-	for i := range len(key) {
-		if lower(key[i]) != lower(name[i]) {
+	return f.quickly(key)
+}
+
+// quickly is is for a key of at most 16 bytes with 16 from it on in the
+// text: small enough to inline.
+func (f *field) quickly(key []byte) bool {
+	const fold = 0x2020202020202020
+	return len(key) == len(f.folded) && len(key) <= 16 && cap(key) >= 16 &&
+		(binary.LittleEndian.Uint64(key[:8])|fold)&f.masks[0] == f.words[0] &&
+		(binary.LittleEndian.Uint64(key[8:16])|fold)&f.masks[1] == f.words[1]
+}
+
+// isSlowly is is byte by byte, for a key of its length.
+//
+//go:noinline
+func (f *field) isSlowly(key []byte) bool {
+	name := f.folded
+	for i := 0; i < len(name) && i < len(key); i++ {
+		if key[i]|0x20 != name[i] {
 			return false
 		}
 	}
 	return true
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }

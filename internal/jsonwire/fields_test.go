@@ -34,7 +34,9 @@ type every struct {
 	Obj    inner           `json:"obj"`
 	ObjPtr *inner          `json:"Obj_Ptr"`
 	List   []inner         `json:"list"`
-	HasObj bool            `json:"-"` // "obj" was read (Present)
+	HasObj bool            `json:"-"`                        // "obj" was read (Present)
+	Long   int64           `json:"a_rather_long_Field_name"` // over 16 bytes: compared byte by byte
+	Eight  int64           `json:"eight_08"`                 // 8 bytes: one word
 }
 
 // strict is every beside a field the refusing Decoder leaves out, for
@@ -60,6 +62,8 @@ func fieldsOf(in *Decoder[inner]) []Field[every] {
 		Present(Object("obj", func(v *every) *inner { return &v.Obj }, in), func(v *every) *bool { return &v.HasObj }),
 		Pointer("Obj_Ptr", func(v *every) **inner { return &v.ObjPtr }, in),
 		Slice("list", func(v *every) *[]inner { return &v.List }, in),
+		Int("a_rather_long_Field_name", func(v *every) *int64 { return &v.Long }),
+		Int("eight_08", func(v *every) *int64 { return &v.Eight }),
 	)
 }
 
@@ -146,6 +150,8 @@ var taken = []string{
 	`{"STR":"x","Flag":false,"I64":1,"obj_ptr":{"A":2},"LIST":[],"RAW":"a\"b","OBJ":{}}`,
 	`{"str":null,"flag":null,"i64":null,"n":null,"ptr":null,"raw":null,"obj":null,"Obj_Ptr":null,"list":null,"ep":null}`,
 	`{"raw":[[[[]]]],"obj":{},"list":[null]}`,
+	`{"A_RATHER_LONG_FIELD_NAME":1,"Eight_08":2}`, `{"eight_08":2,"a_rather_long_field_name":1}`,
+	`{"n":1}`, `{"eIGHT_08":1}`, `{"n":2,"e":"x"}`, // keys near the end: compared byte by byte
 }
 
 // left are texts neither Decoder reads: outside the subset, invalid, or
@@ -156,6 +162,14 @@ var left = []string{
 	`{"obj":[]}`, `{"list":{}}`, `{"list":[1]}`, `{"Obj_Ptr":true}`, `{"raw":tru}`, `{"raw":"\x"}`, `{"raw":01}`,
 	`{"str":"a"} {}`, `{"str":"a",}`, `{"str" "a"}`, `null`, `[]`, ``, `{`,
 	`{"raw":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`,
+	"{\"eight\x7f08\":1}", // DEL | 0x20 is _ | 0x20, but DEL is out of Raw's subset
+}
+
+// nearMisses are keys that name no field, but nearly: skipped, or refused.
+var nearMisses = []string{
+	`{"a_rather_long_field_nam":1}`, `{"a_rather_long_field_namex":1}`, `{"a_rather_long_field_nane":1}`, `{"eight_8":1}`,
+	`{"eight_08 ":1}`, `{"eight_0":1}`, `{"eight_0h":1}`, `{"Str_":1}`, `{"st":1}`, `{"sTs":1}`, `{"eight_08?":1}`,
+	`{"eight_08":1,"list":[{"a":1},{"a":2}],"Lisu":"a_rather_long_field_nane"}`,
 }
 
 func TestDecoderTakesItsSubset(t *testing.T) {
@@ -174,6 +188,17 @@ func TestDecoderTakesItsSubset(t *testing.T) {
 			t.Errorf("%s: taken", b)
 		}
 	}
+	for _, b := range nearMisses {
+		var v every
+		want := every{}
+		if strings.Contains(b, "list") {
+			want = every{Eight: 1, List: []inner{{A: 1}, {A: 2}}}
+		}
+		if !skipping.Decode([]byte(b), &v) || !reflect.DeepEqual(v, want) || refusing.Decode([]byte(b), &strict{}) {
+			t.Errorf("%s: skipping reads %+v, or refusing takes it", b, v)
+		}
+		checkDecoder(t, []byte(b))
+	}
 	// Unknown keys: skipped, any JSON; or refused.
 	unknown := []byte(`{"str":"a","zzz":{"x":[1.5,"\u00e9",null,true]},"zzz":0,"other":[1.5]}`)
 	var v every
@@ -181,6 +206,26 @@ func TestDecoderTakesItsSubset(t *testing.T) {
 		t.Errorf("%s: skipping %v, refusing takes it too", unknown, v)
 	}
 	checkDecoder(t, unknown)
+}
+
+// Names that | 0x20 would confuse with other keys, or that encoding/json
+// takes for one another, are refused.
+func TestNewDecoderRefusesNames(t *testing.T) {
+	for _, names := range [][]string{{"a@b"}, {"a[b"}, {"x`"}, {"{"}, {"~"}, {"^"}, {"a|b"}, {"a]"}, {""}, {"é"}, {"a\\b"},
+		{"ab", "AB"}, {"a_b", "A_b"}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%q: no panic", names)
+				}
+			}()
+			var fields []Field[inner]
+			for _, n := range names {
+				fields = append(fields, String(n, func(v *inner) *string { return &v.S }))
+			}
+			NewDecoder(SkipUnknown, fields...)
+		}()
+	}
 }
 
 // A slice's elements share the strings equal to the element's before them.
@@ -200,7 +245,7 @@ func TestSliceSharesStrings(t *testing.T) {
 // DisallowUnknownFields. It covers every kind of field, and so the
 // decoders built of them (api, proxy, client).
 func FuzzDecoder(f *testing.F) {
-	for _, b := range append(taken, left...) {
+	for _, b := range append(append(taken, left...), nearMisses...) {
 		f.Add([]byte(b))
 	}
 	f.Fuzz(checkDecoder)

@@ -118,6 +118,37 @@ func offset[T, F any](field func(*T) *F) uintptr {
 // read reads f's value into the field at v.
 func (f *field) read(s *Scanner, v, prev unsafe.Pointer) bool {
 	switch f.kind {
+	case kString:
+		mark := s.i
+		b, ok := s.Raw()
+		switch {
+		case !ok: // null, which leaves the string, or not a string
+			s.i = mark
+			return s.Null()
+		case prev != nil && *(*string)(prev) == string(b):
+			*(*string)(v) = *(*string)(prev)
+		default:
+			*(*string)(v) = string(b)
+		}
+		return true
+	case kBool:
+		if s.Peek() == 'n' {
+			return s.Null()
+		}
+		x, ok := s.Bool()
+		*(*bool)(v) = x
+		return ok
+	case kInt64:
+		mark := s.i
+		x, ok := s.Int()
+		if !ok { // null, which leaves it, or not an integer
+			s.i = mark
+			return s.Null()
+		}
+		*(*int64)(v) = x
+		return true
+	case kInt, kIntPointer:
+		return f.readInt(s, v)
 	case kRaw:
 		b, ok := s.Any(MaxDepth)
 		*(*json.RawMessage)(v) = b
@@ -135,49 +166,31 @@ func (f *field) read(s *Scanner, v, prev unsafe.Pointer) bool {
 			prev = *(*unsafe.Pointer)(prev)
 		}
 		return f.sub.read(s, u, prev)
-	case kSlice:
-		return f.readSlice(s, (*sliceHeader)(v))
 	}
-	if s.Peek() == 'n' {
+	return f.readSlice(s, (*sliceHeader)(v))
+}
+
+// readInt reads an integer, or null, into an int or a *int64 (an int64 is
+// read, more often, by read itself).
+func (f *field) readInt(s *Scanner, v unsafe.Pointer) bool {
+	mark := s.i
+	x, ok := s.Int()
+	if !ok { // null, which leaves an integer and sets a pointer nil, or not an integer
+		s.i = mark
 		if f.kind == kIntPointer {
 			*(**int64)(v) = nil
 		}
 		return s.Null()
 	}
-	return f.readScalar(s, v, prev)
-}
-
-// readScalar reads a string, a bool or an integer (not null).
-func (f *field) readScalar(s *Scanner, v, prev unsafe.Pointer) bool {
-	switch f.kind {
-	case kString:
-		b, ok := s.Raw()
-		if !ok {
-			return false
-		}
-		if prev != nil && *(*string)(prev) == string(b) {
-			*(*string)(v) = *(*string)(prev)
-		} else {
-			*(*string)(v) = string(b)
-		}
-		return true
-	case kBool:
-		x, ok := s.Bool()
-		*(*bool)(v) = x
-		return ok
-	}
-	x, ok := s.Int()
 	switch f.kind {
 	case kInt:
 		*(*int)(v) = int(x)
-	case kInt64:
-		*(*int64)(v) = x
-	case kIntPointer:
+	default:
 		p := new(int64)
 		*p = x
 		*(**int64)(v) = p
 	}
-	return ok
+	return true
 }
 
 // readSlice reads an array of objects, or null, into the slice at xs.
