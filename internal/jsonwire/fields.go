@@ -231,11 +231,12 @@ func (t *table) lookup(key []byte, from int) int {
 // is reports whether key (of Raw's subset) names f as encoding/json
 // matches a key to a field's name: equal but for the case of letters.
 // Comparing each byte | 0x20 is that for the names NewDecoder takes: two
-// bytes of Raw's subset equal so are a letter in either case, or one of
-// @[]^_ and its `{}~ or DEL, none of them in a name but _, whose DEL no
-// key holds. A key of at most 16 bytes where the text read has 16 from
-// it on (it has, but near its end) is compared 8 bytes at a time, those
-// past the key masked out.
+// bytes of Raw's subset that differ but are equal so are a letter in
+// either case, or one of the pairs @`, [{, ]} and ^~, which NewDecoder
+// refuses in a name (the other pairs, _ and DEL, \ and |, have a byte out
+// of Raw's subset, which no key and no name holds). A key of at most 16
+// bytes where the text read has 16 from it on (it has, but near its end)
+// is compared 8 bytes at a time, those past the key masked out.
 func (f *field) is(key []byte) bool {
 	if len(key) > 16 || cap(key) < 16 {
 		return len(key) == len(f.folded) && f.isSlowly(key)
