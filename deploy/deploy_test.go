@@ -346,7 +346,7 @@ func checkEnvNames(t *testing.T, where string, env map[string]string, c commandL
 // stopBudget is the longest a SIGTERM'd tokenringd may take to exit once
 // its drain period is over: the literal timeouts of main.go's drain()
 // (announcing the leave, the handoff, the debts, leaving gossip) plus the
-// HTTP server's shutdown bound in run() (context.WithTimeout).
+// HTTP server's shutdown bound in shutdownHTTP() (context.WithTimeout).
 func stopBudget(t *testing.T) time.Duration {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -368,7 +368,7 @@ func stopBudget(t *testing.T) time.Duration {
 				}
 				return true
 			})
-		case "run":
+		case "shutdownHTTP":
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				if call, ok := n.(*ast.CallExpr); ok && isSelector(call.Fun, "context", "WithTimeout") && len(call.Args) == 2 {
 					if d, ok := literalDuration(call.Args[1]); ok {
@@ -380,7 +380,7 @@ func stopBudget(t *testing.T) time.Duration {
 		}
 	}
 	if drain == 0 || run == 0 {
-		t.Fatalf("cmd/tokenringd/main.go: found no literal timeouts in drain() (%v) or no context.WithTimeout in run() (%v): update stopBudget to how tokenringd bounds its shutdown now", drain, run)
+		t.Fatalf("cmd/tokenringd/main.go: found no literal timeouts in drain() (%v) or no context.WithTimeout in shutdownHTTP() (%v): update stopBudget to how tokenringd bounds its shutdown now", drain, run)
 	}
 	return drain + run
 }

@@ -71,7 +71,7 @@ func startTestServer(t *testing.T, hc config.HTTP, steps int, slow time.Duration
 }
 
 func testHTTP() config.HTTP {
-	return config.HTTP{MaxConns: 10000, ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+	return config.HTTP{MaxConns: 10000, FastPath: true, ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
 		IdleTimeout: 400 * time.Millisecond, WriteTimeout: 300 * time.Millisecond}
 }
 
