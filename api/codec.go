@@ -8,8 +8,8 @@ package api
 // encoding/json, which stays the reference: the fast path accepts a body
 // only when encoding/json would decode it to the same value (jsonwire's
 // FuzzDecoder; FuzzBatchCalls for a batch's calls), and every refusal,
-// with its message, is encoding/json's. Encoding: the
-// answers append themselves, byte for byte what json.Encoder writes
+// with its message, is encoding/json's. Encoding: the answers append
+// themselves, byte for byte what json.Encoder writes
 // (TestAppendJSONMatchesEncodingJSON); a string that needs escaping is
 // escaped by encoding/json.
 
@@ -25,8 +25,8 @@ import (
 // The decoders of the bodies, by table (internal/jsonwire). Each refuses
 // a key it does not know, as decodeBody's json.Decoder does
 // (DisallowUnknownFields): prompt, messages and the limits a gateway
-// sends, which it leaves out, are encoding/json's (TestDecodersMatchTheirStructs checks the tables
-// against the structs' tags).
+// sends, which the tables leave out, are encoding/json's
+// (TestDecodersMatchTheirStructs checks the tables against the structs).
 var (
 	acquireDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown,
 		jsonwire.String("tenant", func(in *acquireRequest) *string { return &in.Tenant }),
@@ -80,7 +80,7 @@ func decodeFast(body []byte, v any) (ok bool) {
 }
 
 // batchCalls reads {"calls": [call, ...]} from body, each call an object
-// kept raw (any JSON, as encoding/json keeps a json.RawMessage) for
+// (of any JSON) kept raw, as encoding/json keeps a json.RawMessage, for
 // batchCall. The raw calls are copied out of body, whose buffer is reused.
 // With pre not nil, a call that decodes as a batchAcquire (decodeFast's,
 // the same bytes) is decoded in the same pass into (*pre)[i], its strings
