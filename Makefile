@@ -72,7 +72,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecoder -fuzztime 20s ./internal/jsonwire/   # the one JSON field decoder (api, proxy, client) against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzBatchCalls -fuzztime 10s ./api/   # a batch's calls split in one pass, each as decoded alone
 	$(GO) test -run '^$$' -fuzz FuzzScalars -fuzztime 10s ./internal/jsonwire/   # the scanner's strings, integers and white space by table, against the byte-by-byte readers
-	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's answer decoder against encoding/json
+	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's exact answer reader and batch decoding against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/peer/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/replica/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/peer/
