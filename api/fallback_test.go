@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokenring/tokenring/fallback"
+	"github.com/tokenring/tokenring/internal/promtest"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
@@ -122,26 +123,7 @@ func TestFallbackOpenAndClosed(t *testing.T) {
 // counter returns the value of the counter name with the given label values.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i, lp := range m.GetLabel() {
-				if i >= len(labels) || lp.GetValue() != labels[i] {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s%v", name, labels)
-	return 0
+	return promtest.Counter(t, reg, name, labels...)
 }
 
 // Degraded slots are this node's share of the concurrency limit and come
@@ -251,28 +233,11 @@ func waitFor(t *testing.T, what string, f func() bool) {
 }
 
 // histogramSum returns the sum and count of the histogram name with the
-// given label values.
+// given label values (0, 0 when there is none).
 func histogramSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) (float64, uint64) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i, lp := range m.GetLabel() {
-				if i >= len(labels) || lp.GetValue() != labels[i] {
-					continue metric
-				}
-			}
-			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-		}
-	}
-	return 0, 0
+	h := promtest.Sample(t, reg, name, labels...).GetHistogram()
+	return h.GetSampleSum(), h.GetSampleCount()
 }
 
 // An owner that accepts connections but never answers (hung, not crashed)

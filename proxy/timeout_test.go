@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenring/tokenring/internal/promtest"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
@@ -33,17 +34,7 @@ func (slowCluster) Name() string       { return "n1" }
 // counter returns the value of the counter name in reg.
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s", name)
-	return 0
+	return promtest.Counter(t, reg, name)
 }
 
 // The proxy answers an owner alive but slower than forward_max_wait (the

@@ -7,6 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/tokenring/tokenring/internal/promtest"
 	"github.com/tokenring/tokenring/internal/testclock"
 )
 
@@ -20,26 +21,7 @@ func newFakeClock() *fakeClock { return testclock.New() }
 // counter returns the value of the counter name with the given label values.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i, lp := range m.GetLabel() {
-				if i >= len(labels) || lp.GetValue() != labels[i] {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s%v", name, labels)
-	return 0
+	return promtest.Counter(t, reg, name, labels...)
 }
 
 // samples returns the registry's samples of metric name (none: nil).

@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"internal/loopback":    nil,
 	"internal/layout":      nil,
 	"internal/testclock":   nil,
+	"internal/promtest":    nil,
 	"node/internal/wire":   nil,
 	"node/internal/shrink": nil,
 	"test/fakeupstream":    nil,
