@@ -20,7 +20,10 @@ import (
 
 // benchRouter is one node alone and its router, with limits no benchmark
 // reaches; the node closes when b ends.
-func benchRouter(b testing.TB) *testAPI {
+func benchRouter(b testing.TB) *testAPI { return benchChainRouter(b, nil) }
+
+// benchChainRouter is benchRouter with chain as the router's Config.Chain.
+func benchChainRouter(b testing.TB, chain func(tenant, model string) router.Chain) *testAPI {
 	b.Helper()
 	limits := func(string) limiter.Limits {
 		return limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 30, LeaseTTL: time.Minute}
@@ -30,14 +33,19 @@ func benchRouter(b testing.TB) *testAPI {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { n.Close() })
-	return newAPI(b, n, router.Config{Limits: limits}, Config{})
+	return newAPI(b, n, router.Config{Limits: limits, Chain: chain}, Config{})
 }
 
 // BenchmarkHTTPAcquireComplete measures the decision API's handler cost
 // without the network: one acquire and one complete per op, over 10,000
 // tenants, through the real router and node (no sockets).
 func BenchmarkHTTPAcquireComplete(b *testing.B) {
-	r := benchRouter(b)
+	acquireComplete(b, benchRouter(b))
+}
+
+// acquireComplete runs b's ops in parallel, each an acquire and its
+// complete through r's handler, over 10,000 tenants.
+func acquireComplete(b *testing.B, r *testAPI) {
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
