@@ -162,6 +162,7 @@ func (c Config) withDefaults() Config {
 		d := &net.Dialer{}
 		c.Dial = d.DialContext
 	}
+	c.Forward = c.Forward.WithDefaults() // the mandate's term reads Liveness
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = time.Second
 	}

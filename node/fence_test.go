@@ -181,6 +181,16 @@ func TestMandateLapsesWithoutAMajority(t *testing.T) {
 	}
 }
 
+// A node built without a peer liveness takes the shipped one (a second),
+// for its mandate as for its peers: a mandate cut to a few heartbeats
+// lapsed on loaded machines while every member answered.
+func TestMandateTermReadsTheDefaultLiveness(t *testing.T) {
+	nodes := newNodes(t, 1, func(string) limiter.Limits { return limiter.Limits{Requests: 1} })
+	if got, want := nodes[0].mandateTerm(), time.Second+4*heartbeatInterval; got != want {
+		t.Fatalf("mandate term %v, want %v (default liveness plus four heartbeats)", got, want)
+	}
+}
+
 // Fallback shares divide by the membership counted, not by the ring of
 // the moment: a member that saw the others go one by one keeps dividing by
 // all of them, so its side of a split does not give itself bigger shares.

@@ -45,7 +45,8 @@ const (
 	defaultLiveness   = time.Second
 )
 
-func (f ForwardConfig) withDefaults() ForwardConfig {
+// WithDefaults fills the zero fields of f with their documented defaults.
+func (f ForwardConfig) WithDefaults() ForwardConfig {
 	if f.ProbeAfter <= 0 {
 		f.ProbeAfter = defaultProbeAfter
 	}
@@ -112,7 +113,7 @@ type Client struct {
 }
 
 func newClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *Stats) *Client {
-	p := &Client{addr: addr, dial: dial, batch: batch, fwd: fwd.withDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+	p := &Client{addr: addr, dial: dial, batch: batch, fwd: fwd.WithDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
 	p.heard.Store(time.Now().UnixNano())
 	p.authLog.Interval = time.Second
 	return p
