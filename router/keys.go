@@ -10,6 +10,10 @@ package router
 //	g:<group>\x1fm:<entry>           the group's limits for the model, if any
 //	p:<pool>                         the model's pool, if any
 //
+// A descriptor key (d:<domain and entries>, rls/descriptors.Key) is one
+// descriptor of an Envoy rate limit request; a set of them is decided
+// together by DecideHits (descriptors.go), in the order of their keys.
+//
 // A model-scoped key is its level's key, the control character U+001F and
 // "m:" and the name of the models entry the model falls under (an exact
 // name or a "prefix*"). No tenant or model name the API accepts (CheckName)
@@ -55,10 +59,11 @@ type KeyKind uint8
 
 // The kinds of keys.
 const (
-	KeyUnknown KeyKind = iota
-	KeyTenant          // t:<tenant>, and t:<tenant>\x1fm:<entry>
-	KeyGroup           // g:<group>, and g:<group>\x1fm:<entry>
-	KeyPool            // p:<pool>
+	KeyUnknown    KeyKind = iota
+	KeyTenant             // t:<tenant>, and t:<tenant>\x1fm:<entry>
+	KeyGroup              // g:<group>, and g:<group>\x1fm:<entry>
+	KeyPool               // p:<pool>
+	KeyDescriptor         // d:<domain and entries>: an Envoy descriptor (rls/descriptors.Key)
 )
 
 // SplitKey returns the kind of key, the name of its level (tenant, group
@@ -74,6 +79,8 @@ func SplitKey(key string) (kind KeyKind, name, entry string) {
 		kind = KeyGroup
 	case 'p':
 		return KeyPool, key[2:], ""
+	case 'd':
+		return KeyDescriptor, key[2:], ""
 	default:
 		return KeyUnknown, key, ""
 	}
@@ -91,7 +98,8 @@ type Side struct {
 
 // Label names the side in answers: "tenant:acme", "group:team-research",
 // "pool:gpt-4o", and for a model-scoped key "tenant:acme|model:gpt-4o"
-// (the models entry, as configured: possibly "gpt-4o-*").
+// (the models entry, as configured: possibly "gpt-4o-*"); a descriptor
+// key is "descriptor:" and the key after its "d:".
 func (s Side) Label() string {
 	var b strings.Builder
 	switch s.Kind {
@@ -99,6 +107,8 @@ func (s Side) Label() string {
 		b.WriteString("group:")
 	case KeyPool:
 		b.WriteString("pool:")
+	case KeyDescriptor:
+		b.WriteString("descriptor:")
 	default:
 		b.WriteString("tenant:")
 	}
@@ -113,6 +123,8 @@ func (s Side) Label() string {
 // metric is the side's value of tokenring_decisions_total's "side" label.
 func (s Side) metric() string {
 	switch {
+	case s.Kind == KeyDescriptor:
+		return "descriptor"
 	case s.Kind == KeyPool:
 		return "pool"
 	case s.Kind == KeyGroup && s.Entry != "":

@@ -60,6 +60,8 @@ var allowed = map[string][]string{
 	"admin":     {"limiter", "node", "ring", "router"},
 	"frontdoor": {"admin", "api", "fallback", "internal/http1", "limiter", "proxy", "router"},
 	"client":    {"internal/idleconn", "internal/jsonwire"},
+	// Envoy's rate limit service: a gRPC front door over the router.
+	"rls": {"api", "limiter", "node", "rls/descriptors", "router"},
 }
 
 // imports returns, for every directory of the module holding non-test Go
