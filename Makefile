@@ -98,19 +98,27 @@ vet:
 clean:
 	rm -rf $(BIN)
 
-## bench-compare: starts its own redis-server, tokenringd nodes and fakellm
-## on free loopback ports and drives each with the same load generator
-## (tokenring load): Redis INCR and the sorted-set Lua sliding log against
-## tokenring (one node, batching client, 16 workers beside INCR at 16, three
-## nodes local/forwarded, a hot tenant), the Go floor (a server in its own
-## process that decides nothing: a goroutine a connection, or one epoll
-## loop), flatness, the LLM proxy's added latency and the servers' CPU per
-## decision; prints markdown tables and
-## stops everything it started. ~2 min;
-## go run ./scripts/benchcompare -h for -workers and -d.
+## bench-compare: starts its own redis-server, tokenringd nodes, fakellm and
+## envoyproxy/ratelimit on free loopback ports and drives each with the same
+## load generator (tokenring load): Redis INCR and the sorted-set Lua sliding
+## log against tokenring (one node, batching client, 16 workers beside INCR at
+## 16, three nodes local/forwarded, a hot tenant), the Go floor (a server in
+## its own process that decides nothing: a goroutine a connection, or one
+## epoll loop), flatness, the LLM proxy's added latency, Envoy's rate limit
+## service (gRPC) served by envoyproxy/ratelimit with its redis-server and by
+## tokenring on the same config file, and the servers' CPU per decision;
+## prints markdown tables and stops everything it started. ~3 min;
+## go run ./scripts/benchcompare -h for -workers, -d and -rls-only.
 .PHONY: bench-compare
-bench-compare: build
+bench-compare: build $(BIN)/envoy-ratelimit
 	$(GO) run ./scripts/benchcompare -bin $(BIN)
+
+## bin/envoy-ratelimit: envoyproxy/ratelimit's own server (its service_cmd),
+## bench-compare's reference for Envoy's rate limit service, built from its
+## Go module by scripts/rlsref, a module of its own so that its dependencies
+## stay out of tokenring's go.mod. ~1.5 min the first time.
+$(BIN)/envoy-ratelimit: scripts/rlsref/go.mod scripts/rlsref/go.sum
+	$(GO) build -C scripts/rlsref -o $(abspath $(BIN))/envoy-ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
 
 ## demo: a fake LLM upstream (fakellm) and three nodes on free loopback ports,
 ## then a scripted walk with the real HTTP exchanges: admits, a 429 with its

@@ -44,8 +44,11 @@ type loadConfig struct {
 	seed         uint64
 	json         bool
 
-	system     string // what decides: tokenring, redis-incr, redis-zset or proxy (see systems)
+	system     string // what decides: tokenring, redis-incr, redis-zset, proxy or rls (see systems)
 	redisAddr  string // host:port of the redis-server of the redis-* systems
+	rlsAddr    string // host:port of the rate limit service of -system rls
+	rlsConfig  string // rls: the service's config file, the requests are made from (rlsmix.go)
+	conns      int    // rls: gRPC connections, the workers taking them in turn
 	entries    int    // redis-zset: entries each key's sorted set holds (prefilled, then kept)
 	prefill    int    // tokenring: requests each tenant's window holds before the run (acquired and completed)
 	stream     bool   // proxy: stream the completion; the latency is then the time to its first byte
@@ -83,6 +86,9 @@ type loadResult struct {
 	Route       string         `json:"route"`
 	Workers     int            `json:"workers"`
 	Completions int            `json:"completions"` // admitted leases completed: /v1/complete answered 200 "settled":true
+	// Descriptors (-system rls) are the answers' statuses of each
+	// descriptor of the requests, by its place in them.
+	Descriptors []descriptorCount `json:"descriptors,omitempty"`
 }
 
 // maxWorkers and maxRoutedTenants bound -c, and -tenants under -route
@@ -115,8 +121,14 @@ wrk does), so that the generator's cost hides less of the server's.
 The same workers, loop and latency recording drive the baselines:
 -system redis-incr (one INCR per decision, the floor of any Redis limiter)
 and redis-zset (the sorted-set sliding log, one EVALSHA per decision) against
--redis host:port, and -system proxy times POST /v1/chat/completions against
--targets (tokenringd's LLM proxy, or the upstream directly).`
+-redis host:port, -system proxy times POST /v1/chat/completions against
+-targets (tokenringd's LLM proxy, or the upstream directly), and -system rls
+calls Envoy's rate limit service (gRPC ShouldRateLimit) at -rls host:port over
+-conns connections, with requests made from -rls-config, the service's YAML
+config (envoyproxy/ratelimit's format): its domain, a descriptor for each
+top-level key, a tenant's name as the value of keys that take any value, one
+of the literal values otherwise. An OK counts as allowed, OVER_LIMIT as
+refused.`
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseLoad(args, stderr)
@@ -138,6 +150,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		res.Route, res.Workers, res.Requests, res.Allowed, res.Refused, res.Fallback, res.Errors, res.Codes)
 	fmt.Fprintf(stdout, "%.0f decisions/s over %.2fs; latency p50 %.0fµs p90 %.0fµs p99 %.0fµs max %.0fµs\n",
 		res.PerSecond, res.Seconds, res.P50us, res.P90us, res.P99us, res.MaxUs)
+	for i, d := range res.Descriptors {
+		fmt.Fprintf(stdout, "descriptor %d (%s): ok=%d over_limit=%d\n", i+1, d.Key, d.OK, d.OverLimit)
+	}
 	return nil
 }
 
@@ -160,8 +175,11 @@ func parseLoad(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.model, "model", "", "model (selects a pool if configured)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random `seed` for tenant choice")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
-	fs.StringVar(&c.system, "system", "tokenring", "what decides: tokenring (POST /v1/acquire to -targets), redis-incr (one INCR per decision at -redis), redis-zset (a sorted-set sliding log in one EVALSHA at -redis, -entries a key) or proxy (POST /v1/chat/completions to -targets: tokenringd's LLM proxy or the upstream itself)")
+	fs.StringVar(&c.system, "system", "tokenring", "what decides: tokenring (POST /v1/acquire to -targets), redis-incr (one INCR per decision at -redis), redis-zset (a sorted-set sliding log in one EVALSHA at -redis, -entries a key), proxy (POST /v1/chat/completions to -targets: tokenringd's LLM proxy or the upstream itself) or rls (gRPC ShouldRateLimit at -rls)")
 	fs.StringVar(&c.redisAddr, "redis", "", "redis-server `host:port` of -system redis-incr and redis-zset")
+	fs.StringVar(&c.rlsAddr, "rls", "", "rate limit service `host:port` (gRPC) of -system rls")
+	fs.StringVar(&c.rlsConfig, "rls-config", "", "rls: the service's YAML config `file` (envoyproxy/ratelimit's format) the requests are made from")
+	fs.IntVar(&c.conns, "conns", 4, "rls: gRPC `connections` (at most one a worker), the workers taking them in turn")
 	fs.IntVar(&c.entries, "entries", 10, "redis-zset: `entries` each tenant's sorted set holds (prefilled before the run, then trimmed to the newest -entries)")
 	fs.IntVar(&c.prefill, "prefill", 0, "tokenring: `requests` each tenant's window holds before the run's clock starts (each acquired and completed at once, through batching clients), as -entries fills redis-zset's sorted sets")
 	fs.BoolVar(&c.stream, "stream", false, "proxy: ask for a streamed completion; the latency is then the time to its first byte")
@@ -229,6 +247,12 @@ func (c loadConfig) checkSystem() error {
 		return fmt.Errorf("-system %s needs -redis host:port", c.system)
 	case !redis && c.redisAddr != "":
 		return fmt.Errorf("-redis is for -system redis-incr and redis-zset, not %s", c.system)
+	case c.system == "rls" && (c.rlsAddr == "" || c.rlsConfig == ""):
+		return errors.New("-system rls needs -rls host:port and -rls-config file")
+	case c.system != "rls" && (c.rlsAddr != "" || c.rlsConfig != ""):
+		return fmt.Errorf("-rls and -rls-config are for -system rls, not %s", c.system)
+	case c.conns < 1 || c.conns > maxWorkers:
+		return fmt.Errorf("-conns must be between 1 and %d", maxWorkers)
 	case c.system == "redis-zset" && (c.entries < 1 || c.entries > maxEntries):
 		return fmt.Errorf("-entries must be between 1 and %d", maxEntries)
 	case c.system == "redis-zset" && int64(c.entries)*int64(c.tenants) > maxPrefill:
@@ -348,7 +372,11 @@ func load(ctx context.Context, c loadConfig) (loadResult, error) {
 	if c.announce != nil {
 		fmt.Fprintln(c.announce, loadStoppedLine)
 	}
-	return summarize(c, workers, elapsed)
+	res, err := summarize(c, workers, elapsed)
+	if s, ok := sys.(counter); ok && err == nil {
+		s.count(&res)
+	}
+	return res, err
 }
 
 // newWorkerRand is worker id's tenant chooser: seeded by -seed and id.

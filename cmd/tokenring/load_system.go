@@ -12,7 +12,7 @@ import (
 )
 
 // systems are the values of -system.
-var systems = []string{"tokenring", "redis-incr", "redis-zset", "proxy"}
+var systems = []string{"tokenring", "redis-incr", "redis-zset", "proxy", "rls"}
 
 // system is what a run asks for decisions: the connections it holds, and
 // a decideFunc for each worker.
@@ -24,6 +24,10 @@ type system interface {
 	close()
 }
 
+// counter is a system that counts more than the workers do: count adds it
+// to the run's result once the workers are done.
+type counter interface{ count(res *loadResult) }
+
 // newSystem opens what c's -system needs (routes, clients, a prefill),
 // before the run's clock starts.
 func newSystem(ctx context.Context, c loadConfig) (system, error) {
@@ -32,6 +36,8 @@ func newSystem(ctx context.Context, c loadConfig) (system, error) {
 		return newRedisSystem(ctx, c)
 	case "proxy":
 		return newProxySystem(c), nil
+	case "rls":
+		return newRLSSystem(ctx, c)
 	}
 	return newTokenringSystem(ctx, c)
 }

@@ -1,14 +1,15 @@
 // Command benchcompare is `make bench-compare`: it starts its own
-// redis-server, tokenringd nodes and fakellm on free loopback ports, and
-// the Go floor in its own process (floor.go), drives each with the same
-// load generator (`tokenring load`, one process a run),
+// redis-server, tokenringd nodes, fakellm and envoyproxy/ratelimit on free
+// loopback ports, and the Go floor in its own process (floor.go), drives
+// each with the same load generator (`tokenring load`, one process a run),
 // reads the servers' CPU time from /proc over each timed run, stops
 // everything it started, and prints the comparison as markdown tables.
 //
-//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s] [-repeat 1] [-max-steal 0]
+//	go run ./scripts/benchcompare [-bin bin] [-workers 32] [-d 4s] [-repeat 1] [-max-steal 0] [-rls-only]
 //
 // The binaries come from `make build` (bin/tokenringd, bin/tokenring,
-// bin/fakellm); redis-server from the PATH.
+// bin/fakellm) and, envoyproxy/ratelimit's, from `make bin/envoy-ratelimit`
+// (scripts/rlsref); redis-server from the PATH.
 package main
 
 import (
@@ -41,6 +42,8 @@ func main() {
 type options struct {
 	bin         string        // directory of tokenringd, tokenring and fakellm
 	redisServer string        // the redis-server binary
+	ratelimit   string        // envoyproxy/ratelimit's server binary (rls.go)
+	rlsOnly     bool          // run the Envoy rate limit service stage alone
 	workers     int           // load generator workers of each run
 	duration    time.Duration // of each run
 	repeat      int           // runs of each measurement, in rounds (rounds.go)
@@ -58,6 +61,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bin, "bin", "bin", "`dir` of tokenringd, tokenring and fakellm (make build)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server `binary`")
+	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's server `binary` (default: envoy-ratelimit in -bin; make bin/envoy-ratelimit builds it)")
+	fs.BoolVar(&o.rlsOnly, "rls-only", false, "run only Envoy's rate limit service comparison (envoyproxy/ratelimit and tokenring over gRPC)")
 	fs.IntVar(&o.workers, "workers", 32, "load generator `workers` of each run (the proxy runs: 1; one row: 16)")
 	fs.DurationVar(&o.duration, "d", 4*time.Second, "`duration` of each run")
 	fs.IntVar(&o.repeat, "repeat", 1, "`runs` of each measurement: each figure is their median, and a ratio or difference of measurements made in turn the median of each round's own (3: steadier numbers on a shared machine, 3× as long)")
@@ -83,6 +88,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("%s: %w (run make build)", name, err)
 		}
 	}
+	if o.ratelimit == "" {
+		o.ratelimit = filepath.Join(o.bin, "envoy-ratelimit")
+	}
+	if _, err := os.Stat(o.ratelimit); err != nil {
+		return o, fmt.Errorf("envoyproxy/ratelimit: %w (make bin/envoy-ratelimit builds it)", err)
+	}
 	bin, err := exec.LookPath(o.redisServer)
 	if err != nil {
 		return o, fmt.Errorf("redis-server: %w", err)
@@ -103,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	r := &report{workers: o.workers, seconds: o.duration.Seconds(), repeat: o.repeat, cpus: runtime.NumCPU()}
+	r := &report{workers: o.workers, seconds: o.duration.Seconds(), repeat: o.repeat, cpus: runtime.NumCPU(), rlsOnly: o.rlsOnly}
 	if r.loadBefore, err = loadAverage(procRoot); err != nil {
 		return err
 	}
@@ -111,14 +122,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := o.redisStage(ctx, r); err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if err := o.singleStage(ctx, dir, r); err != nil {
-		return fmt.Errorf("one node: %w", err)
-	}
-	if err := o.clusterStage(ctx, dir, r); err != nil {
-		return fmt.Errorf("three nodes: %w", err)
+	if err := o.stages(ctx, dir, r); err != nil {
+		return err
 	}
 	if r.loadAfter, err = loadAverage(procRoot); err != nil {
 		return err
@@ -130,5 +135,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.steal = stealShare(ticksBefore, ticksAfter)
 	r.maxSteal, r.reruns = o.maxSteal, *o.reruns
 	r.write(stdout)
+	return nil
+}
+
+// stages runs the stages: all of them, or -rls-only's.
+func (o options) stages(ctx context.Context, dir string, r *report) error {
+	if !o.rlsOnly {
+		if err := o.redisStage(ctx, r); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		if err := o.singleStage(ctx, dir, r); err != nil {
+			return fmt.Errorf("one node: %w", err)
+		}
+		if err := o.clusterStage(ctx, dir, r); err != nil {
+			return fmt.Errorf("three nodes: %w", err)
+		}
+	}
+	if err := o.rlsStage(ctx, dir, r); err != nil {
+		return fmt.Errorf("Envoy rate limit service: %w", err)
+	}
 	return nil
 }

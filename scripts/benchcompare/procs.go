@@ -71,6 +71,12 @@ func (s *server) output(n int64) string {
 // to it (golang/go#27505): the child is started and waited for on a
 // goroutine locked to its thread, so that thread ends with the child.
 func startServer(name, addr, bin string, args ...string) (*server, error) {
+	return startServerEnv(name, addr, nil, bin, args...)
+}
+
+// startServerEnv is startServer with env added to this process's
+// environment (later entries win).
+func startServerEnv(name, addr string, env []string, bin string, args ...string) (*server, error) {
 	log, err := os.CreateTemp("", "benchcompare-*.log")
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -79,6 +85,9 @@ func startServer(name, addr, bin string, args ...string) (*server, error) {
 	s := &server{name: name, addr: addr, log: log, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if env != nil {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started := make(chan error)
 	go func() {
@@ -345,7 +354,8 @@ func startCluster(ctx context.Context, bin, cfg string, n int) (servers, error) 
 // gossip address. A port found free can be taken before the node binds
 // it (another process's outgoing connection, say): a node that exits on
 // "address already in use" is started again on other ports, up to twice.
-func startMember(ctx context.Context, bin, cfg, name, join string) (*server, string, error) {
+// extra are added to its flags.
+func startMember(ctx context.Context, bin, cfg, name, join string, extra ...string) (*server, string, error) {
 	var addrs [3]string // HTTP, peer, gossip
 	for try := 0; ; try++ {
 		for j := range addrs {
@@ -359,6 +369,7 @@ func startMember(ctx context.Context, bin, cfg, name, join string) (*server, str
 		if join != "" {
 			args = append(args, "-join", join)
 		}
+		args = append(args, extra...)
 		s, err := startServer("tokenringd "+name, addrs[0], filepath.Join(bin, "tokenringd"), args...)
 		if err != nil {
 			return nil, "", err

@@ -22,6 +22,13 @@ type loadResult struct {
 	PerSecond float64 `json:"decisions_per_second"` // (allowed + refused) / seconds
 	P50us     float64 `json:"p50_us"`
 	P99us     float64 `json:"p99_us"`
+	// Descriptors are -system rls's statuses of each descriptor of its
+	// requests, by its place in them.
+	Descriptors []struct {
+		Key       string `json:"key"`
+		OK        int    `json:"ok"`
+		OverLimit int    `json:"over_limit"`
+	} `json:"descriptors"`
 }
 
 // measured is one run: what the load generator saw, and the CPU its
@@ -108,6 +115,13 @@ type report struct {
 	// through Go's standard reverse proxy (a Go proxy that does nothing
 	// else) and through a TCP relay (the floor of a second hop).
 	direct, through, directStream, throughStream, reference, relay measured
+	// Envoy's rate limit service (rls.go): envoyproxy/ratelimit with its
+	// redis-server, and tokenringd's gRPC server. rlsRan says the stage
+	// ran; rlsPending, when not empty, why tokenring's side did not.
+	rlsRef, rlsTokenring measured
+	rlsRan               bool
+	rlsPending           string
+	rlsOnly              bool // -rls-only: that stage alone
 }
 
 // tableRow is one line of the main table.
@@ -139,10 +153,13 @@ func (r *report) rows() []tableRow {
 
 // write prints the whole comparison as markdown.
 func (r *report) write(w io.Writer) {
-	median := ""
-	if r.repeat > 1 {
-		median = fmt.Sprintf(", each figure the median of %d runs, and a ratio or difference of measurements made in turn the median of their rounds' own", r.repeat)
+	if r.rlsOnly {
+		fmt.Fprintf(w, "%gs a run%s; %d CPUs, load average %.2f before the runs, %.2f after; %s of the CPUs' time stolen by the hypervisor during them\n",
+			r.seconds, r.medianNote(), r.cpus, r.loadBefore, r.loadAfter, percent(r.steal))
+		r.writeRLS(w)
+		return
 	}
+	median := r.medianNote()
 	steady := ""
 	if r.maxSteal > 0 {
 		steady = fmt.Sprintf("; a run that lost over %s was made again, up to %d times: %d tries again, %d runs kept over it",
@@ -170,6 +187,7 @@ func (r *report) write(w io.Writer) {
 	r.writeFloor(w)
 	r.writeFlat(w)
 	r.writeProxy(w)
+	r.writeRLS(w)
 	fmt.Fprintln(w, "\nMust-show:")
 	for _, c := range r.checks() {
 		mark := "meets "
@@ -178,6 +196,14 @@ func (r *report) write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "- %s %s: %s\n", mark, c.name, c.got)
 	}
+}
+
+// medianNote says, with -repeat, how each figure was taken.
+func (r *report) medianNote() string {
+	if r.repeat < 2 {
+		return ""
+	}
+	return fmt.Sprintf(", each figure the median of %d runs, and a ratio or difference of measurements made in turn the median of their rounds' own", r.repeat)
 }
 
 func (r *report) forwardedRatio() float64 { return pairedRatio(r.forwarded, r.local, perSecond) }

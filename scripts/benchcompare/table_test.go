@@ -221,14 +221,18 @@ func TestFormats(t *testing.T) {
 // anything.
 func TestParseFlags(t *testing.T) {
 	bin := t.TempDir()
-	for _, name := range []string{"tokenringd", "tokenring", "fakellm"} {
+	for _, name := range []string{"tokenringd", "tokenring", "fakellm", "envoy-ratelimit"} {
 		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	o, err := parseFlags([]string{"-bin", bin, "-redis-server", "sh", "-workers", "8", "-d", "2s", "-max-steal", "5"}, io.Discard)
-	if err != nil || o.workers != 8 || o.duration != 2*time.Second || !strings.HasSuffix(o.redisServer, "/sh") || o.maxSteal != 0.05 || o.reruns == nil {
+	if err != nil || o.workers != 8 || o.duration != 2*time.Second || !strings.HasSuffix(o.redisServer, "/sh") || o.maxSteal != 0.05 || o.reruns == nil ||
+		o.ratelimit != filepath.Join(bin, "envoy-ratelimit") || o.rlsOnly {
 		t.Fatalf("good flags: %+v %v", o, err)
+	}
+	if o, err := parseFlags([]string{"-bin", bin, "-redis-server", "sh", "-ratelimit", "/bin/sh", "-rls-only"}, io.Discard); err != nil || o.ratelimit != "/bin/sh" || !o.rlsOnly {
+		t.Fatalf("-ratelimit and -rls-only: %+v %v", o, err)
 	}
 	for _, args := range [][]string{
 		{"-bin", bin, "-redis-server", "sh", "-workers", "0"},
@@ -240,6 +244,7 @@ func TestParseFlags(t *testing.T) {
 		{"-bin", bin, "-redis-server", "sh", "now"},
 		{"-bin", bin, "-redis-server", "no-such-redis-server"},
 		{"-bin", t.TempDir(), "-redis-server", "sh"},
+		{"-bin", bin, "-redis-server", "sh", "-ratelimit", filepath.Join(bin, "no-such-ratelimit")},
 		{"-bogus"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
