@@ -62,6 +62,8 @@ var allowed = map[string][]string{
 	"client":    {"internal/idleconn", "internal/jsonwire"},
 	// Envoy's rate limit service: a gRPC front door over the router.
 	"rls": {"api", "limiter", "node", "rls/descriptors", "router"},
+	// The reference rate limit service's configuration files, pure.
+	"rls/descriptors": {"limiter"},
 }
 
 // imports returns, for every directory of the module holding non-test Go
