@@ -97,14 +97,29 @@ const (
 	Batch                       // background work; any other value counts as Batch too
 )
 
-// Request asks a Budget to admit one request. Token amounts are capped at
-// 2^48; negative ones count as 0 (absent, for MaxTokens and Reserve).
+// Request asks a Budget to admit one request (or Hits requests at once,
+// under one lease). Token amounts and Hits are capped at 2^48; negative
+// token amounts count as 0 (absent, for MaxTokens and Reserve).
 type Request struct {
 	PromptTokens int64         // T_in, counted by the caller
 	MaxTokens    int64         // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
 	Reserve      int64         // if > 0, reserve exactly this many tokens (a pool following its tenant's estimate)
 	Priority     Priority      // the wait queue class, if it queues
 	Wait         time.Duration // how long the caller may queue; 0 answers at once
+
+	// Hits is how many requests the admission counts in the request
+	// window (Envoy's hits_addend); 0 or negative means 1. It is
+	// admitted only if Hits more fit, and its lease still holds one slot
+	// and reserves the tokens once; a Cancel of it removes all Hits.
+	Hits int64
+
+	// Lease, if not 0, is the lease id the admission takes, chosen by the
+	// caller (derived from something both of its calls know, so that a
+	// later call names the lease without keeping state); 0: the Budget
+	// draws one. While a live lease holds that id, an Acquire naming it
+	// is a repeat: it admits nothing and answers Allowed with that
+	// lease. See Budget.Acquire.
+	Lease uint64
 }
 
 // Usage is what the provider reported for a finished request. Negative

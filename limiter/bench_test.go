@@ -32,6 +32,29 @@ func BenchmarkAcquireComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireCompleteHits is BenchmarkAcquireComplete for an
+// admission as Envoy's rate limit service makes it: several hits, a lease
+// id the caller chose (the ids a hash would give), repeated once (the
+// repeat charges nothing), then settled by that id.
+func BenchmarkAcquireCompleteHits(b *testing.B) {
+	bud := NewBudget(benchLimits, nil, t0)
+	now := t0
+	r := Request{PromptTokens: 500, MaxTokens: 256, Hits: 3}
+	u := Usage{PromptTokens: 500, CompletionTokens: 120}
+	id := uint64(0x9e3779b97f4a7c15)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(100 * time.Microsecond)
+		id = id*6364136223846793005 + 1442695040888963407
+		r.Lease = id | 1
+		d := bud.Acquire(now, r)
+		if !d.Allowed || bud.Acquire(now, r).Lease != d.Lease {
+			b.Fatalf("refused or not repeated: %+v", d)
+		}
+		bud.Settle(now, d.Lease, u)
+	}
+}
+
 // BenchmarkTableParallel runs acquire+settle through a Table of 10 000 keys
 // from GOMAXPROCS goroutines (use -cpu 1,2,… to see the scaling). Each
 // goroutine has its own fake clock and picks keys pseudo-randomly.

@@ -60,9 +60,11 @@ func (l Limits) normalize() Limits {
 	return l
 }
 
-// lease is one admitted request that has not been settled, released or
-// cancelled, and whose slot has not expired. Every lease holds one
-// concurrency slot.
+// lease is one admission that has not been settled, released or cancelled,
+// and whose slot has not expired. Every lease holds one concurrency slot,
+// whatever the number of requests it counts (Budget.hits). Kept at 24
+// bytes: the hits of the rare lease that counts more than one request live
+// in a map of their own rather than in every lease.
 type lease struct {
 	bucket   int64 // absolute bucket of the reservation, or gone
 	reserved int64 // tokens charged at admission (T_est)
@@ -76,10 +78,10 @@ type lease struct {
 // Units: requests and tokens are counted over Limits.Window in
 // Policy.Buckets time buckets of width ceil(Window/Buckets) each, a bucket
 // being counted until its end plus Window (so Buckets+1 buckets count at any
-// time); memory is constant per key. Every admission charges 1 request and
-// T_est tokens to the current bucket and takes one slot until it is settled,
-// released, cancelled or its lease expires (Limits.LeaseTTL after admission
-// or the last Renew).
+// time); memory is constant per key. Every admission charges its requests
+// (1, or Request.Hits) and T_est tokens to the current bucket and takes one
+// slot until it is settled, released, cancelled or its lease expires
+// (Limits.LeaseTTL after admission or the last Renew).
 //
 // Invariants: in any interval of length Window the requests admitted, and the
 // tokens they are finally charged (when no usage exceeded its reservation),
@@ -100,7 +102,12 @@ type lease struct {
 // Tickets, and lease ids when Policy.IDs is nil, come from one sequence
 // that snapshots carry, so they are unique within the key, across handoffs
 // too; 0 is never used. With Policy.IDs set, lease ids are drawn from it
-// instead: unique among the key's live leases, never 0.
+// instead: unique among the key's live leases, never 0. A lease id a caller
+// chooses (Request.Lease) is unique among the live leases too: a drawn or
+// counted id skips every live one, and an Acquire naming a live id admits
+// nothing (Acquire). Only live leases are known: once a lease is settled,
+// released, cancelled or expired, its id (chosen or not) may name a new
+// one.
 //
 // Create one with NewBudget or RestoreBudget; the zero value is not usable.
 // A Budget is not safe for concurrent use; the Table serialises access.
@@ -108,7 +115,6 @@ type Budget struct {
 	pol    *Policy // shared by every Budget of a table; never nil
 	lim    Limits  // normalised
 	width  int64   // bucket width, ns
-	nb     int     // buckets per window (N); the ring holds N+1
 	last   int64   // the latest time seen, unix ns
 	head   int64   // absolute index of the newest bucket: floor(last/width)
 	cnt    []int64 // requests ring then tokens ring, 2(N+1) counters
@@ -118,12 +124,16 @@ type Budget struct {
 	seq    uint64  // last ticket (or counted lease id, Policy.IDs nil) handed out
 
 	leases   map[uint64]lease // allocated on first admission
+	hits     map[uint64]int64 // requests of each live lease counting more than one (≥ 2); allocated on the first such admission
 	minExp   int64            // ≤ every lease's expiry (exact after a scan)
 	maxExp   int64            // ≥ every lease's expiry
 	maxStale bool             // maxExp may be above the true maximum
 	sent     bool             // lim's numbers were sent by a request (SetSentLimits)
+	// nb: buckets per window (N ≤ maxBuckets); the ring holds N+1 (ring).
+	// A uint16 in maxStale's padding, so that hits costs a key no memory.
+	nb uint16
 	// limitsGen: the Table's limits generation lim was taken at (Table.LimitsChanged).
-	limitsGen uint32 // with sent, in maxStale's padding
+	limitsGen uint32 // with sent and nb, in maxStale's padding
 
 	q *waitQueue // nil while nothing is queued
 }
@@ -141,7 +151,7 @@ func NewBudget(l Limits, p *Policy, now time.Time) *Budget {
 	b := &Budget{
 		pol:   p,
 		lim:   l,
-		nb:    nb,
+		nb:    uint16(nb),
 		width: bucketWidth(int64(l.Window), nb),
 		cnt:   make([]int64, 2*(nb+1)),
 		ewma:  -1,
@@ -196,6 +206,7 @@ func (b *Budget) rescan(t int64) {
 	for id, l := range b.leases {
 		if t >= l.expiry {
 			delete(b.leases, id)
+			delete(b.hits, id)
 			continue
 		}
 		lo, hi = min(lo, l.expiry), max(hi, l.expiry)
@@ -222,8 +233,27 @@ func (b *Budget) putLease(id uint64, l lease) {
 // dropLease frees lease id's slot.
 func (b *Budget) dropLease(id uint64, l lease) {
 	delete(b.leases, id)
+	b.forgetHits(id)
 	if l.expiry >= b.maxExp {
 		b.maxStale = true
+	}
+}
+
+// leaseHits is how many requests live lease id counts.
+func (b *Budget) leaseHits(id uint64) int64 {
+	if n, ok := b.hits[id]; ok {
+		return n
+	}
+	return 1
+}
+
+// forgetHits drops what b.hits holds for id, a lease that is gone. The
+// map stays, like leases, for the next admission of several requests.
+// (rescan deletes from it directly, the runtime's delete being a no-op on
+// an empty map: the call would make slotReset too costly to inline.)
+func (b *Budget) forgetHits(id uint64) {
+	if len(b.hits) > 0 {
+		delete(b.hits, id)
 	}
 }
 
@@ -245,10 +275,17 @@ func (b *Budget) estimate(r Request) int64 {
 	return clampUnits(clampUnits(r.PromptTokens) + c)
 }
 
-// neverFits reports whether a request reserving tok tokens exceeds the token
-// limit on its own.
-func (b *Budget) neverFits(tok int64) bool {
-	return b.lim.Tokens > 0 && tok > b.lim.Tokens
+// neverFits is the first dimension, requests then tokens, whose limit n
+// exceeds on its own, so that it can never fit: None if it can. (Its one
+// slot always fits a concurrency limit.)
+func (b *Budget) neverFits(n need) Dimension {
+	if l := b.lim.Requests; l > 0 && n.req > l {
+		return Requests
+	}
+	if l := b.lim.Tokens; l > 0 && n.tok > l {
+		return Tokens
+	}
+	return None
 }
 
 // blocking is the first dimension, in the order requests, tokens,
@@ -272,7 +309,7 @@ func (b *Budget) blocking(n need) Dimension {
 // times. ok is false if n can never fit.
 func (b *Budget) fitAfter(t int64, n need) (wait int64, ok bool) {
 	wr, ok1 := b.fitWindow(t, 0, b.lim.Requests, b.sumReq, n.req)
-	wt, ok2 := b.fitWindow(t, b.nb+1, b.lim.Tokens, b.sumTok, n.tok)
+	wt, ok2 := b.fitWindow(t, b.ring(), b.lim.Tokens, b.sumTok, n.tok)
 	ws, ok3 := b.fitSlots(t, n.slots)
 	return max(wr, wt, ws), ok1 && ok2 && ok3
 }
@@ -306,7 +343,7 @@ func (b *Budget) fitBehind(t int64, hn need, hw int64, n need) int64 {
 	th := t + hw
 	kh := max(b.head, floorDiv(th, b.width))
 	wr := b.fitWindowWith(t, 0, b.lim.Requests, b.sumReq, n.req, kh, hn.req)
-	wt := b.fitWindowWith(t, b.nb+1, b.lim.Tokens, b.sumTok, n.tok, kh, hn.tok)
+	wt := b.fitWindowWith(t, b.ring(), b.lim.Tokens, b.sumTok, n.tok, kh, hn.tok)
 	var ws int64
 	if l := b.lim.Concurrency; l > 0 {
 		if excess := int64(len(b.leases)) + hn.slots + n.slots - l; excess > 0 {
@@ -357,33 +394,54 @@ func selectKth(s []int64, k int) int64 {
 // The request reserves T_est tokens: r.Reserve if > 0, else r.PromptTokens
 // plus the smaller of max_tokens (r.MaxTokens, or Policy.DefaultMaxTokens if
 // 0) and ceil(1.5 × the key's running average of settled completion tokens),
-// or plus max_tokens while the key has no settled completion yet. It is
-// admitted if the request window has room for one more, the token
-// window for T_est more, a concurrency slot is free, and no waiter is queued
-// (no barging). Admission charges both windows in the current bucket and
-// returns a lease holding one slot until now+LeaseTTL; settle, release,
-// cancel or renew it by Decision.Lease.
+// or plus max_tokens while the key has no settled completion yet. The
+// request counts H = r.Hits requests (1 if r.Hits ≤ 0). It is admitted if
+// the request window has room for H more, the token window for T_est
+// more, a concurrency slot is free, and no waiter is queued (no barging).
+// Admission charges both windows in the current bucket and returns a lease
+// holding one slot until now+LeaseTTL; settle, release, cancel or renew it
+// by Decision.Lease, which is r.Lease if that is not 0 and a fresh id
+// otherwise.
 //
 // Otherwise, if r.Wait > 0 and the queue has room, the request is queued
 // until now+r.Wait and the Decision says Queued with a Ticket; its outcome is
-// a later Grant from Wake. If not, it is refused: Reason is the first
+// a later Grant from Wake (a waiter needs what it would need now: H
+// requests, T_est tokens, a slot). If not, it is refused: Reason is the first
 // dimension without room (requests, tokens, concurrency), or the blocking
 // dimension of the queue head while waiters are queued, or QueueFull; and
 // RetryAfter is the exact time until the request would fit if nothing else
-// happened. A request whose T_est exceeds the token limit can never fit: it
-// is refused at once with Reason Tokens and RetryAfter = Window.
+// happened. A request that exceeds a limit on its own (H above the request
+// limit, T_est above the token limit) can never fit: it is refused at once
+// with that Reason (Requests first) and RetryAfter = Window.
+//
+// A repeat is answered before anything else: if r.Lease is not 0 and a
+// live lease (not settled, released, cancelled or expired at now) holds
+// that id, nothing is admitted or charged, and the Decision is Allowed with
+// that lease, its Reserved tokens and the key's Status, whatever the rest
+// of r; so a caller that chooses its lease id can repeat an Acquire and be
+// charged once (until the lease ends: then the id admits anew). An id the
+// Budget draws never equals a live chosen one; a chosen id that equals a
+// live drawn one is taken for a repeat of that lease, so chosen ids must
+// be unguessable and spread like the drawn ones: one derived from a 64-bit
+// hash meets one of n live random ids (Policy.IDs) with chance n·2^-64,
+// and counted ids (Policy.IDs nil) are small numbers.
 func (b *Budget) Acquire(now time.Time, r Request) Decision {
 	t := now.UnixNano()
 	b.tick(t)
+	if r.Lease != 0 {
+		if l, ok := b.leases[r.Lease]; ok {
+			return b.repeat(t, r.Lease, l)
+		}
+	}
 	tok := b.estimate(r)
-	n := oneRequest(tok)
-	if b.neverFits(tok) {
-		return b.refuse(t, Tokens, int64(b.lim.Window))
+	n := admission(hitsOf(r), tok)
+	if d := b.neverFits(n); d != None {
+		return b.refuse(t, d, int64(b.lim.Window))
 	}
 	if b.q.len() > 0 {
 		reason, wait := b.behindQueue(t, n)
 		if r.Wait > 0 && b.q.len() < b.pol.queueLen() {
-			return b.enqueue(t, r, tok, reason)
+			return b.enqueue(t, r, n, reason)
 		}
 		if r.Wait > 0 {
 			reason = QueueFull
@@ -392,23 +450,36 @@ func (b *Budget) Acquire(now time.Time, r Request) Decision {
 	}
 	if d := b.blocking(n); d != None {
 		if r.Wait > 0 {
-			return b.enqueue(t, r, tok, d)
+			return b.enqueue(t, r, n, d)
 		}
 		wait, _ := b.fitAfter(t, n)
 		return b.refuse(t, d, wait)
 	}
-	return b.admit(t, tok)
+	return b.admit(t, n, r.Lease)
 }
 
-// admit charges one request reserving tok tokens at t (after tick) and
-// creates its lease.
-func (b *Budget) admit(t int64, tok int64) Decision {
+// admit charges an admission needing n at t (after tick) and creates its
+// lease: id, which no live lease holds, or a fresh id if id is 0.
+func (b *Budget) admit(t int64, n need, id uint64) Decision {
 	k := b.head
-	b.addReq(k, 1)
-	b.addTok(k, tok)
-	id := b.newLeaseID()
-	b.putLease(id, lease{bucket: k, reserved: tok, expiry: t + int64(b.lim.LeaseTTL)})
-	return Decision{Allowed: true, Lease: id, Reserved: tok, Status: b.status(t)}
+	b.addReq(k, n.req)
+	b.addTok(k, n.tok)
+	if id == 0 {
+		id = b.newLeaseID()
+	}
+	b.putLease(id, lease{bucket: k, reserved: n.tok, expiry: t + int64(b.lim.LeaseTTL)})
+	if n.req != 1 {
+		if b.hits == nil {
+			b.hits = make(map[uint64]int64)
+		}
+		b.hits[id] = n.req
+	}
+	return Decision{Allowed: true, Lease: id, Reserved: n.tok, Status: b.status(t)}
+}
+
+// repeat is the answer at t to an Acquire naming live lease id, l.
+func (b *Budget) repeat(t int64, id uint64, l lease) Decision {
+	return Decision{Allowed: true, Lease: id, Reserved: l.reserved, Status: b.status(t)}
 }
 
 // refuse is a refusal at t.
@@ -464,12 +535,12 @@ func (b *Budget) Release(now time.Time, id uint64) bool {
 	return true
 }
 
-// Cancel rolls an admission back completely at now: its request and its
-// reserved tokens are removed from the bucket they were charged to (if that
-// bucket is still in the window) and its slot is freed, as if it had never
-// been admitted. Use it when another key (a pool) refused after this one
-// admitted. It returns false and changes nothing if the lease is unknown,
-// finished or expired.
+// Cancel rolls an admission back completely at now: its requests (all of
+// its Request.Hits) and its reserved tokens are removed from the bucket
+// they were charged to (if that bucket is still in the window) and its slot
+// is freed, as if it had never been admitted. Use it when another key (a
+// pool) refused after this one admitted. It returns false and changes
+// nothing if the lease is unknown, finished or expired.
 func (b *Budget) Cancel(now time.Time, id uint64) bool {
 	b.tick(now.UnixNano())
 	l, ok := b.leases[id]
@@ -477,7 +548,7 @@ func (b *Budget) Cancel(now time.Time, id uint64) bool {
 		return false
 	}
 	if b.live(l.bucket) {
-		b.addReq(l.bucket, -1)
+		b.addReq(l.bucket, -b.leaseHits(id))
 		b.addTok(l.bucket, -l.reserved)
 	}
 	b.dropLease(id, l)
@@ -519,7 +590,7 @@ func (b *Budget) Status(now time.Time) Status {
 func (b *Budget) status(t int64) Status {
 	return Status{
 		Requests:    dimStatus(b.lim.Requests, b.sumReq, b.resetWindow(t, 0)),
-		Tokens:      dimStatus(b.lim.Tokens, b.sumTok, b.resetWindow(t, b.nb+1)),
+		Tokens:      dimStatus(b.lim.Tokens, b.sumTok, b.resetWindow(t, b.ring())),
 		Concurrency: dimStatus(b.lim.Concurrency, int64(len(b.leases)), b.slotReset(t)),
 	}
 }
@@ -585,11 +656,11 @@ func (b *Budget) Charge(now, at time.Time, requests, tokens int64) bool {
 // tokens) contributes nothing, so the result never undercounts; a base of a
 // different bucket width counts as empty. base may be nil.
 func (b *Budget) Since(base *Budget, fn func(at time.Time, requests, tokens int64)) {
-	m := b.nb + 1
+	m := b.ring()
 	for k := b.head - int64(b.nb); k <= b.head; k++ {
 		req, tok := b.cnt[ringIndex(k, m)], b.cnt[m+ringIndex(k, m)]
 		if base != nil && base.width == b.width && base.live(k) {
-			bm := base.nb + 1
+			bm := base.ring()
 			req -= base.cnt[ringIndex(k, bm)]
 			tok -= base.cnt[bm+ringIndex(k, bm)]
 		}

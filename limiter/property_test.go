@@ -10,14 +10,17 @@ import (
 
 // The property tests drive a Budget with random operation sequences on a fake
 // clock and check it against a model that knows nothing of rings, only of
-// admissions: when each was admitted, into which bucket, what it is charged
-// now and what it holds.
+// admissions: when each was admitted, into which bucket, how many requests
+// it counts (Request.Hits), what it is charged now and what it holds; and
+// of lease ids: a caller may choose one (Request.Lease), and naming a live
+// one is a repeat that admits nothing.
 
 // madm is one admission in the model.
 type madm struct {
 	id        uint64
 	at        int64 // unix ns of admission
 	bucket    int64 // floor(at / width)
+	hits      int64 // requests it counts (≥ 1)
 	reserved  int64
 	charge    int64 // tokens it is charged now (reserved, then settled actual)
 	cancelled bool
@@ -33,6 +36,8 @@ type mwaiter struct {
 	enq    int64
 	dl     int64
 	tok    int64
+	hits   int64  // requests it counts (≥ 1)
+	lease  uint64 // the lease id it chose; 0: drawn
 }
 
 // extraCharge is a debit charged to a later bucket than its admission's.
@@ -45,17 +50,20 @@ type harness struct {
 	pol    *Policy
 	debits bool // usage may exceed the reservation
 
-	now    int64
-	width  int64
-	nb     int64
-	aging  int64
-	ewma   float64
-	adms   []*madm
-	byID   map[uint64]*madm
-	extras []extraCharge
-	queue  []*mwaiter // in arrival order
-	qseq   int
-	issued []uint64 // every lease id and ticket seen, for picking stale ones
+	now     int64
+	width   int64
+	nb      int64
+	aging   int64
+	ewma    float64
+	adms    []*madm
+	byID    map[uint64]*madm // the latest admission of each lease id (only it may be open)
+	counted map[uint64]bool  // the lease ids the Budget drew (not chosen)
+	extras  []extraCharge
+	queue   []*mwaiter // in arrival order
+	qseq    int
+	issued  []uint64 // every lease id and ticket seen, for picking stale ones
+	tickets []uint64 // every ticket handed out
+	repeats int      // acquires and grants answered as repeats of a live lease
 	// outcome counts every ticket's final answers (grant or CancelWait).
 	outcome map[uint64]int
 }
@@ -90,6 +98,7 @@ func newHarness(t *rapid.T, debits bool) *harness {
 		aging:   int64(pol.Aging),
 		ewma:    -1,
 		byID:    map[uint64]*madm{},
+		counted: map[uint64]bool{},
 		outcome: map[uint64]int{},
 	}
 	h.b = NewBudget(lim, pol, time.Unix(0, start))
@@ -106,7 +115,7 @@ func (h *harness) liveBucket(k int64) bool { return k <= h.head() && k >= h.head
 func (h *harness) liveSums() (req, tok, slots int64) {
 	for _, a := range h.adms {
 		if !a.cancelled && h.liveBucket(a.bucket) {
-			req++
+			req += a.hits
 			tok += a.charge
 		}
 		if a.open && h.now < a.expiry {
@@ -121,11 +130,12 @@ func (h *harness) liveSums() (req, tok, slots int64) {
 	return
 }
 
-// blocking is the model's first dimension without room for tok tokens.
-func (h *harness) blocking(tok int64) Dimension {
+// blocking is the model's first dimension without room for an admission
+// of hits requests and tok tokens.
+func (h *harness) blocking(tok, hits int64) Dimension {
 	req, sum, slots := h.liveSums()
 	switch {
-	case h.lim.Requests > 0 && req+1 > h.lim.Requests:
+	case h.lim.Requests > 0 && req+hits > h.lim.Requests:
 		return Requests
 	case h.lim.Tokens > 0 && sum+tok > h.lim.Tokens:
 		return Tokens
@@ -135,7 +145,20 @@ func (h *harness) blocking(tok int64) Dimension {
 	return None
 }
 
-func (h *harness) neverFits(tok int64) bool { return h.lim.Tokens > 0 && tok > h.lim.Tokens }
+// neverFits is the dimension whose limit an admission of hits requests and
+// tok tokens exceeds on its own, requests first; None if it can fit.
+func (h *harness) neverFits(tok, hits int64) Dimension {
+	switch {
+	case h.lim.Requests > 0 && hits > h.lim.Requests:
+		return Requests
+	case h.lim.Tokens > 0 && tok > h.lim.Tokens:
+		return Tokens
+	}
+	return None
+}
+
+// modelHits is the number of requests Request.Hits h counts.
+func modelHits(h int64) int64 { return max(h, 1) }
 
 func (h *harness) estimate(r Request) int64 {
 	if r.Reserve > 0 {
@@ -160,24 +183,49 @@ func (h *harness) expire() {
 	}
 }
 
-// admitted records an admission at h.now and checks the window invariant
-// for the interval of length Window ending now: since charges only shrink
+// admitted records an admission of hits requests and tok tokens, under the
+// chosen lease id (0: drawn), at h.now and checks the window invariant for
+// the interval of length Window ending now: since charges only shrink
 // later (without debits), checking each admission's interval when it is
 // made covers every interval.
-func (h *harness) admitted(d Decision, tok int64) {
+func (h *harness) admitted(d Decision, tok, hits int64, chosen uint64) {
 	t := h.t
 	if d.Reserved != tok {
 		t.Fatalf("reserved %d, model estimate %d", d.Reserved, tok)
 	}
-	if _, dup := h.byID[d.Lease]; dup || d.Lease == 0 {
-		t.Fatalf("lease id %d reused or zero", d.Lease)
+	if d.Lease == 0 || h.openLease(d.Lease) != nil {
+		t.Fatalf("lease id %d zero or held by a live lease", d.Lease)
 	}
-	a := &madm{id: d.Lease, at: h.now, bucket: h.head(), reserved: tok, charge: tok, open: true,
+	if chosen != 0 && d.Lease != chosen {
+		t.Fatalf("lease id %d, chosen %d", d.Lease, chosen)
+	}
+	if chosen == 0 {
+		h.counted[d.Lease] = true
+	}
+	a := &madm{id: d.Lease, at: h.now, bucket: h.head(), hits: hits, reserved: tok, charge: tok, open: true,
 		expiry: h.now + int64(h.lim.LeaseTTL)}
 	h.adms = append(h.adms, a)
 	h.byID[a.id] = a
 	h.issued = append(h.issued, a.id)
 	h.checkWindowInvariant(h.now)
+}
+
+// openLease is the model's live lease with id at h.now, or nil.
+func (h *harness) openLease(id uint64) *madm {
+	if a := h.byID[id]; a != nil && a.open && h.now < a.expiry {
+		return a
+	}
+	return nil
+}
+
+// repeated checks d, the answer to an acquire (or a waiter) naming the id
+// of live lease a: it is that lease, and nothing was charged (check
+// compares the windows after every step).
+func (h *harness) repeated(d Decision, a *madm) {
+	if !d.Allowed || d.Queued || d.Lease != a.id || d.Reserved != a.reserved {
+		h.t.Fatalf("repeat of lease %d (reserved %d): %+v", a.id, a.reserved, d)
+	}
+	h.repeats++
 }
 
 // checkWindowInvariant checks the interval (end−Window, end].
@@ -188,7 +236,7 @@ func (h *harness) checkWindowInvariant(end int64) {
 	var req, tok int64
 	for _, a := range h.adms {
 		if !a.cancelled && a.at > end-int64(h.lim.Window) && a.at <= end {
-			req++
+			req += a.hits
 			tok += a.charge
 		}
 	}
@@ -265,14 +313,22 @@ func (h *harness) acquire() {
 	if rapid.Bool().Draw(t, "wait") {
 		r.Wait = time.Duration(rapid.Int64Range(1, 2*int64(h.lim.Window)).Draw(t, "wait_ns"))
 	}
+	if rapid.IntRange(0, 2).Draw(t, "several_hits") == 0 {
+		r.Hits = rapid.Int64Range(-1, 7).Draw(t, "hits")
+	}
+	r.Lease = h.chooseLease()
 	h.expire()
-	tok := h.estimate(r)
-	want := h.blocking(tok)
+	if a := h.openLease(r.Lease); r.Lease != 0 && a != nil {
+		h.repeated(h.b.Acquire(h.nowT(), r), a)
+		return
+	}
+	tok, hits := h.estimate(r), modelHits(r.Hits)
+	want := h.blocking(tok, hits)
 	d := h.b.Acquire(h.nowT(), r)
 	switch {
-	case h.neverFits(tok):
-		if d.Allowed || d.Queued || d.Reason != Tokens || d.RetryAfter != h.lim.Window {
-			t.Fatalf("never-fitting request: %+v", d)
+	case h.neverFits(tok, hits) != None:
+		if d.Allowed || d.Queued || d.Reason != h.neverFits(tok, hits) || d.RetryAfter != h.lim.Window {
+			t.Fatalf("never-fitting request (%d hits, %d tokens): %+v", hits, tok, d)
 		}
 	case len(h.queue) > 0:
 		if d.Allowed {
@@ -307,17 +363,47 @@ func (h *harness) acquire() {
 		h.checkRetry(r, d)
 	}
 	if d.Allowed {
-		h.admitted(d, tok)
+		h.admitted(d, tok, hits, r.Lease)
 	}
 	if d.Queued {
-		if _, dup := h.byID[d.Ticket]; dup {
-			t.Fatalf("ticket %d reuses a lease id", d.Ticket)
+		if h.counted[d.Ticket] {
+			t.Fatalf("ticket %d reuses a drawn lease id", d.Ticket)
 		}
 		h.qseq++
 		h.queue = append(h.queue, &mwaiter{ticket: d.Ticket, class: r.Priority, seq: h.qseq, enq: h.now,
-			dl: h.now + int64(r.Wait), tok: tok})
+			dl: h.now + int64(r.Wait), tok: tok, hits: hits, lease: r.Lease})
 		h.issued = append(h.issued, d.Ticket)
+		h.tickets = append(h.tickets, d.Ticket)
 	}
+}
+
+// chooseLease returns the lease id an acquire names: mostly 0 (the Budget
+// draws one), else an open lease's (a repeat), any id seen (a closed
+// lease's id taken again, a ticket's), a small id the sequence may draw
+// later, or a large one.
+func (h *harness) chooseLease() uint64 {
+	t := h.t
+	var open []uint64
+	for _, a := range h.adms {
+		if h.openLease(a.id) == a {
+			open = append(open, a.id)
+		}
+	}
+	switch rapid.IntRange(0, 7).Draw(t, "lease_kind") {
+	case 0:
+		if len(open) > 0 {
+			return rapid.SampledFrom(open).Draw(t, "repeat_lease")
+		}
+	case 1:
+		if len(h.issued) > 0 {
+			return rapid.SampledFrom(h.issued).Draw(t, "seen_lease")
+		}
+	case 2:
+		return rapid.Uint64Range(1, 40).Draw(t, "small_lease")
+	case 3:
+		return rapid.Uint64Range(math.MaxUint64-3, math.MaxUint64).Draw(t, "large_lease")
+	}
+	return 0
 }
 
 // pickLease returns an open lease most of the time, else any id seen or a
@@ -467,15 +553,22 @@ func (h *harness) processGrants(gs []Grant) {
 		}
 		h.outcome[g.Ticket]++
 		d := g.Decision
+		if a := h.openLease(w.lease); w.lease != 0 && a != nil {
+			// Its id is live (an earlier waiter's, admitted): answered
+			// with that lease as it leaves, at its turn or its deadline.
+			h.repeated(d, a)
+			h.removeWaiter(w.ticket)
+			continue
+		}
 		if d.Allowed {
 			h.checkOrder(w)
-			if dim := h.blocking(w.tok); dim != None || h.neverFits(w.tok) {
+			if dim := h.blocking(w.tok, w.hits); dim != None || h.neverFits(w.tok, w.hits) != None {
 				t.Fatalf("waiter %d admitted without room (%v)", w.ticket, dim)
 			}
 			h.removeWaiter(w.ticket)
-			h.admitted(d, w.tok)
+			h.admitted(d, w.tok, w.hits, w.lease)
 		} else {
-			if h.now < w.dl && !h.neverFits(w.tok) {
+			if h.now < w.dl && h.neverFits(w.tok, w.hits) == None {
 				t.Fatalf("waiter %d refused before its deadline: %+v", w.ticket, d)
 			}
 			if d.Reason == None || d.Reason == QueueFull || d.RetryAfter < 0 {
@@ -485,8 +578,11 @@ func (h *harness) processGrants(gs []Grant) {
 		}
 	}
 	if hw := h.modelHead(); hw != nil {
-		if h.blocking(hw.tok) == None || h.neverFits(hw.tok) {
+		if h.blocking(hw.tok, hw.hits) == None || h.neverFits(hw.tok, hw.hits) != None {
 			t.Fatalf("head %d fits at %d but was not admitted", hw.ticket, h.now)
+		}
+		if hw.lease != 0 && h.openLease(hw.lease) != nil {
+			t.Fatalf("head %d names live lease %d but was not answered", hw.ticket, hw.lease)
 		}
 	}
 	for _, w := range h.queue {
@@ -573,7 +669,7 @@ func (h *harness) check() {
 		var req, tok int64
 		for _, a := range h.adms {
 			if !a.cancelled && a.bucket == k {
-				req++
+				req += a.hits
 				tok += a.charge
 			}
 		}
@@ -582,9 +678,9 @@ func (h *harness) check() {
 				tok += e.tok
 			}
 		}
-		i := ringIndex(k, b.nb+1)
-		if b.cnt[i] != req || b.cnt[b.nb+1+i] != tok {
-			t.Fatalf("bucket %d: requests %d tokens %d, model %d %d", k, b.cnt[i], b.cnt[b.nb+1+i], req, tok)
+		i := ringIndex(k, b.ring())
+		if b.cnt[i] != req || b.cnt[b.ring()+i] != tok {
+			t.Fatalf("bucket %d: requests %d tokens %d, model %d %d", k, b.cnt[i], b.cnt[b.ring()+i], req, tok)
 		}
 	}
 	req, tok, slots := h.liveSums()
@@ -614,8 +710,8 @@ func (h *harness) finish() {
 	if len(h.queue) != 0 {
 		t.Fatalf("%d waiters left after every deadline", len(h.queue))
 	}
-	for _, tk := range h.issued {
-		if _, isLease := h.byID[tk]; !isLease && h.outcome[tk] != 1 {
+	for _, tk := range h.tickets {
+		if h.outcome[tk] != 1 {
 			t.Fatalf("ticket %d got %d outcomes", tk, h.outcome[tk])
 		}
 	}
@@ -666,11 +762,25 @@ func (h *harness) run(steps int) {
 // every property checked by the harness (conservation, slots, queue order,
 // exact RetryAfter, NextWake) holds.
 func TestPropertyWindowInvariant(t *testing.T) {
+	var repeats, several, cancelled int
 	rapid.Check(t, func(t *rapid.T) {
 		h := newHarness(t, false)
 		h.run(rapid.IntRange(10, 250).Draw(t, "steps"))
 		h.finish()
+		repeats += h.repeats
+		for _, a := range h.adms {
+			if a.hits > 1 {
+				several++
+				if a.cancelled {
+					cancelled++
+				}
+			}
+		}
 	})
+	// The runs must have met what Hits and chosen ids change.
+	if repeats == 0 || several == 0 || cancelled == 0 {
+		t.Fatalf("%d repeats, %d admissions of several requests (%d cancelled): the runs missed a case", repeats, several, cancelled)
+	}
 }
 
 // TestPropertyConservation: with debits (usage above the reservation) too,
@@ -753,6 +863,10 @@ func (p *twin) step() {
 			MaxTokens:    rapid.Int64Range(0, 300).Draw(t, "max_tokens"),
 			Priority:     rapid.SampledFrom([]Priority{Interactive, Batch}).Draw(t, "priority"),
 			Wait:         time.Duration(rapid.Int64Range(0, p.window).Draw(t, "wait")),
+			Hits:         rapid.Int64Range(-1, 4).Draw(t, "hits"),
+		}
+		if rapid.Bool().Draw(t, "choose_lease") {
+			r.Lease = id()
 		}
 		da, db := p.a.Acquire(now, r), p.b.Acquire(now, r)
 		same("acquire", da, db)

@@ -9,9 +9,25 @@ import (
 type waiter struct {
 	ticket   uint64
 	tok      int64     // T_est, fixed when it was queued
+	hits     int64     // requests it counts (Request.Hits, ≥ 1)
+	lease    uint64    // the lease id it asked for (Request.Lease); 0: drawn
 	enq      int64     // unix ns when it was queued
 	deadline int64     // unix ns; refused at and after this time
 	dim      Dimension // what blocked it when it was queued; never None
+}
+
+// need is what admitting w takes.
+func (w *waiter) need() need { return admission(w.hits, w.tok) }
+
+// repeats reports whether w names the id of a live lease: it is answered
+// with that lease (Budget.repeat) when it leaves the queue, as its Acquire
+// would have been, charging nothing.
+func (b *Budget) repeats(w *waiter) (lease, bool) {
+	if w.lease == 0 {
+		return lease{}, false
+	}
+	l, ok := b.leases[w.lease]
+	return l, ok
 }
 
 // fifo is one priority class: waiters in arrival order, w[h:] live.
@@ -112,8 +128,8 @@ func (q *waitQueue) removed(dl int64) {
 	}
 }
 
-// enqueue queues r (reserving tok, blocked by dim) at t.
-func (b *Budget) enqueue(t int64, r Request, tok int64, dim Dimension) Decision {
+// enqueue queues r (needing n, blocked by dim) at t.
+func (b *Budget) enqueue(t int64, r Request, n need, dim Dimension) Decision {
 	if b.q == nil {
 		b.q = new(waitQueue)
 	}
@@ -131,7 +147,7 @@ func (b *Budget) enqueue(t int64, r Request, tok int64, dim Dimension) Decision 
 		b.q.minDL = min(b.q.minDL, dl)
 	}
 	b.seq++
-	b.q.cls[c].push(waiter{ticket: b.seq, tok: tok, enq: t, deadline: dl, dim: dim})
+	b.q.cls[c].push(waiter{ticket: b.seq, tok: n.tok, hits: n.req, lease: r.Lease, enq: t, deadline: dl, dim: dim})
 	return Decision{Queued: true, Ticket: b.seq, Status: b.status(t)}
 }
 
@@ -142,12 +158,21 @@ func (b *Budget) enqueue(t int64, r Request, tok int64, dim Dimension) Decision 
 // sooner, so retrying earlier is pointless.
 func (b *Budget) behindQueue(t int64, n need) (Dimension, int64) {
 	_, h := b.q.head(b.pol.aging())
-	if b.neverFits(h.tok) {
+	hn := h.need()
+	if d := b.neverFits(hn); d != None {
 		// The head will be refused at the next Wake; it delays nobody.
 		own, _ := b.fitAfter(t, n)
-		return Tokens, own
+		return d, own
 	}
-	hn := oneRequest(h.tok)
+	if _, ok := b.repeats(h); ok {
+		// The head will be answered with its lease at the next Wake,
+		// taking nothing; it delays nobody either.
+		own, _ := b.fitAfter(t, n)
+		if d := b.blocking(n); d != None {
+			return d, own
+		}
+		return h.dim, own
+	}
 	hw, _ := b.fitAfter(t, hn)
 	wait := b.fitBehind(t, hn, hw, n)
 	reason := b.blocking(hn)
@@ -165,11 +190,15 @@ func (b *Budget) behindQueue(t int64, n need) (Dimension, int64) {
 
 // answer is the refusal of queued waiter w at t: its own blocking dimension
 // and fit time if it is the head (or can never fit), else as behind the head.
+// A waiter that names a live lease's id is answered with that lease instead.
 func (b *Budget) answer(t int64, w *waiter, isHead bool) Decision {
-	if b.neverFits(w.tok) {
-		return b.refuse(t, Tokens, int64(b.lim.Window))
+	if l, ok := b.repeats(w); ok {
+		return b.repeat(t, w.lease, l)
 	}
-	n := oneRequest(w.tok)
+	n := w.need()
+	if d := b.neverFits(n); d != None {
+		return b.refuse(t, d, int64(b.lim.Window))
+	}
 	if isHead {
 		d := b.blocking(n)
 		if d == None {
@@ -186,11 +215,15 @@ func (b *Budget) answer(t int64, w *waiter, isHead bool) Decision {
 // appending one Grant per waiter that left the queue to dst and returning
 // it. Expired slots are freed; then, in queue order, the head is admitted
 // if it fits, or refused if its deadline has come (or if it can never fit,
-// after SetLimits lowered the token limit), until the head neither fits nor
-// has expired (head-of-line: a later waiter is never admitted while the head
+// after SetLimits lowered a limit), until the head neither fits nor has
+// expired (head-of-line: a later waiter is never admitted while the head
 // does not fit); then every other waiter whose deadline has come is
 // refused. A refusal carries the dimension that blocks the waiter and an
-// honest RetryAfter, as for Acquire.
+// honest RetryAfter, as for Acquire. A waiter that named a lease id
+// (Request.Lease) a live lease holds when it leaves the queue (an earlier
+// waiter with the same id was admitted) is answered as its Acquire would
+// have been then: Allowed with that lease, charging nothing; as the head,
+// it leaves at once.
 //
 // Call Wake at the time NextWake names and after anything that frees
 // capacity. It is cheap when nothing is queued.
@@ -204,10 +237,13 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 	for b.q.len() > 0 {
 		c, w := b.q.head(aging)
 		g := Grant{Ticket: w.ticket}
+		n := w.need()
+		never := b.neverFits(n) != None
+		_, again := b.repeats(w)
 		switch {
-		case !b.neverFits(w.tok) && b.blocking(oneRequest(w.tok)) == None:
-			g.Decision = b.admit(t, w.tok)
-		case b.neverFits(w.tok) || t >= w.deadline:
+		case !again && !never && b.blocking(n) == None:
+			g.Decision = b.admit(t, n, w.lease)
+		case again || never || t >= w.deadline:
 			g.Decision = b.answer(t, w, true)
 		default:
 			return b.expireWaiters(t, dst)
@@ -256,9 +292,9 @@ func (b *Budget) NextWake(now time.Time) (time.Time, bool) {
 	b.tick(t)
 	next := b.q.minDeadline()
 	_, h := b.q.head(b.pol.aging())
-	if b.neverFits(h.tok) {
+	if _, again := b.repeats(h); again || b.neverFits(h.need()) != None {
 		next = t
-	} else if wait, _ := b.fitAfter(t, oneRequest(h.tok)); t+wait < next {
+	} else if wait, _ := b.fitAfter(t, h.need()); t+wait < next {
 		next = t + wait
 	}
 	if next <= t {
@@ -294,7 +330,8 @@ func (b *Budget) CancelWait(now time.Time, ticket uint64) bool {
 func (b *Budget) Waiters() int { return b.q.len() }
 
 // DrainWaiters refuses every queued waiter at now, in queue order, as if its
-// deadline had come, appending the Grants to dst. Use it before Table.Take
+// deadline had come (a waiter naming a live lease gets that lease, as from
+// Wake), appending the Grants to dst. Use it before Table.Take
 // hands the key to another node: waiters are connections at this node and
 // are not part of a snapshot.
 func (b *Budget) DrainWaiters(now time.Time, dst []Grant) []Grant {

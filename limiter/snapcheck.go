@@ -19,8 +19,8 @@ func CheckSnapshot(data []byte, l Limits, now time.Time, skew time.Duration) err
 	}
 	// The bucket geometry without the counters (the window's units are
 	// only range-checked), and without a lease map.
-	b := &Budget{lim: l.normalize(), width: h.width, nb: int(h.nb), head: h.head, last: h.head*h.width + int64(h.offset)}
-	for k := 0; k <= b.nb; k++ {
+	b := &Budget{lim: l.normalize(), width: h.width, nb: uint16(h.nb), head: h.head, last: h.head*h.width + int64(h.offset)}
+	for range b.ring() {
 		r.units("requests")
 		r.units("tokens")
 	}
@@ -39,7 +39,7 @@ func CheckSnapshot(data []byte, l Limits, now time.Time, skew time.Duration) err
 	var prev uint64
 	future := -1 // the first lease expiring beyond expLimit; -1: none
 	for i := uint64(0); i < n; i++ {
-		id, ls, ok := r.lease(b, prev, version == snapshotV1)
+		id, ls, _, ok := r.lease(b, prev, version)
 		if !ok {
 			break
 		}

@@ -34,7 +34,8 @@ func checkAgrees(t *testing.T, data []byte, l Limits, now time.Time, skew time.D
 // before, at and after their times.
 func TestCheckSnapshotAgreesWithRestore(t *testing.T) {
 	accepted, future, leaseFuture := 0, 0, 0
-	for _, data := range sampleSnapshots(t) {
+	v2, v3 := newerSnapshots(t)
+	for _, data := range append(sampleSnapshots(t), append(v2, v3...)...) {
 		for _, now := range []time.Time{at(-time.Hour), at(0), at(10 * sec), at(time.Hour), time.Unix(-200, 0)} {
 			for _, skew := range []time.Duration{0, time.Second, time.Minute} {
 				checkAgrees(t, data, snapLimits, now, skew)
@@ -68,7 +69,8 @@ func TestCheckSnapshotAgreesWithRestore(t *testing.T) {
 // FuzzCheckSnapshot: on any bytes, CheckSnapshot agrees with RestoreBudget
 // followed by CheckClock.
 func FuzzCheckSnapshot(f *testing.F) {
-	for _, s := range sampleSnapshots(f) {
+	v2, v3 := newerSnapshots(f)
+	for _, s := range append(sampleSnapshots(f), append(v2, v3...)...) {
 		f.Add(s, int64(0))
 		f.Add(s, int64(-3600))
 	}

@@ -11,7 +11,8 @@ import (
 // The first byte of a snapshot is its format version; see AppendBinary.
 const (
 	snapshotV1 = 1 // lease ids ≤ the sequence (counted ids)
-	snapshotV2 = 2 // lease ids any non-zero uint64 (drawn from Policy.IDs)
+	snapshotV2 = 2 // lease ids any non-zero uint64 (drawn from Policy.IDs, or chosen)
+	snapshotV3 = 3 // as 2, and each lease's hits (Request.Hits)
 )
 
 // AppendBinary appends a snapshot of the Budget's complete state except
@@ -41,15 +42,24 @@ const (
 //
 // Format 2 is format 1 with version byte 2 and lease ids that are any
 // non-zero uint64, still increasing, not bounded by the sequence: random
-// ids drawn from Policy.IDs.
+// ids drawn from Policy.IDs, or ids callers chose (Request.Lease).
 //
-// Compatibility: AppendBinary writes format 1 when every lease id is at
-// most the sequence (always so with counted ids, and for a key without
-// leases), else format 2; so a node of an older build, which reads only
-// format 1, still takes every state it could represent, and refuses (with
-// ErrBadSnapshot, as any unknown version) only those holding random ids.
-// RestoreBudget reads both. A future format gets the next version byte;
-// readers reject versions they do not know rather than guess.
+// Format 3 is format 2 with version byte 3 and each lease closed by one
+// more field, after its expiry:
+//
+//	uvarint  hits: the requests it counts (1 … 2^48)
+//
+// Compatibility: AppendBinary writes the oldest format that holds the
+// state: format 3 when some lease counts more than one request (an
+// admission with Request.Hits > 1), else format 1 when every lease id is
+// at most the sequence (always so with counted ids and no chosen ones, and
+// for a key without leases), else format 2. So a node of an older build,
+// which reads only formats 1 (or 1 and 2), still takes every state it
+// could represent, and refuses (with ErrBadSnapshot, as any unknown
+// version) only those it cannot: random or chosen ids beyond the
+// sequence, leases of several requests (whose Cancel it would get wrong).
+// RestoreBudget reads all three. A future format gets the next version
+// byte; readers reject versions they do not know rather than guess.
 //
 // Limits and Policy are not part of a snapshot: RestoreBudget takes the
 // current ones, so a key restored under new limits obeys them at once.
@@ -61,7 +71,10 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	slices.Sort(ids)
 	version := byte(snapshotV1)
-	if len(ids) > 0 && ids[len(ids)-1] > b.seq {
+	switch {
+	case len(b.hits) > 0:
+		version = snapshotV3
+	case len(ids) > 0 && ids[len(ids)-1] > b.seq:
 		version = snapshotV2
 	}
 	dst = append(dst, version)
@@ -69,7 +82,7 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 	dst = binary.AppendUvarint(dst, uint64(b.nb))
 	dst = binary.AppendVarint(dst, b.head)
 	dst = binary.AppendUvarint(dst, uint64(b.last-b.head*b.width))
-	m := b.nb + 1
+	m := b.ring()
 	for k := b.head - int64(b.nb); k <= b.head; k++ {
 		i := ringIndex(k, m)
 		dst = binary.AppendUvarint(dst, uint64(b.cnt[i]))
@@ -93,13 +106,16 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, age)
 		dst = binary.AppendUvarint(dst, uint64(l.reserved))
 		dst = binary.AppendVarint(dst, l.expiry)
+		if version == snapshotV3 {
+			dst = binary.AppendUvarint(dst, uint64(b.leaseHits(id)))
+		}
 	}
 	return dst, nil
 }
 
 // MarshalBinary returns a snapshot of the Budget; see AppendBinary.
 func (b *Budget) MarshalBinary() ([]byte, error) {
-	return b.AppendBinary(make([]byte, 0, 64+4*(b.nb+1)+24*len(b.leases)))
+	return b.AppendBinary(make([]byte, 0, 64+4*(b.ring())+24*len(b.leases)))
 }
 
 // ErrBadSnapshot is wrapped by every error RestoreBudget (and Table.Put)
@@ -188,7 +204,7 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	r.windows(b)
 	b.ewma = r.average()
 	b.seq = r.uvarint("lease sequence")
-	if err := r.leases(b, version == snapshotV1); err != nil {
+	if err := r.leases(b, version); err != nil {
 		return nil, err
 	}
 	if r.err == nil && len(r.data) > 0 {
@@ -217,7 +233,7 @@ type snapHeader struct {
 // wrapping ErrBadSnapshot if either is truncated, unknown or out of range.
 func (r *snapReader) header() (snapHeader, byte, error) {
 	v := r.byte("version")
-	if r.err == nil && v != snapshotV1 && v != snapshotV2 {
+	if r.err == nil && (v < snapshotV1 || v > snapshotV3) {
 		return snapHeader{}, v, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
 	}
 	h := snapHeader{
@@ -259,7 +275,7 @@ func (h snapHeader) emptyBudget(l Limits, p *Policy) *Budget {
 		pol:   p,
 		lim:   l.normalize(),
 		width: h.width,
-		nb:    int(h.nb),
+		nb:    uint16(h.nb),
 		head:  h.head,
 		last:  h.head*h.width + int64(h.offset),
 		cnt:   make([]int64, 2*(h.nb+1)),
@@ -299,13 +315,15 @@ func (r *snapReader) average() float64 {
 	}
 }
 
-// leases reads the lease count and the leases, and puts them in b, whose
-// windows and sequence must already be read. The ids must increase, be
-// non-zero and, if counted (format 1), not exceed b.seq; every age must lie within b's window. It returns r's
-// error if there is one once the count is read, or an error if the count is
-// more than the remaining bytes could hold (so a forged count allocates
-// nothing); an error in a lease stops the reading and sticks in r.
-func (r *snapReader) leases(b *Budget, counted bool) error {
+// leases reads the lease count and the leases of a snapshot of format
+// version, and puts them in b, whose windows and sequence must already be
+// read. The ids must increase, be non-zero and, if counted (format 1), not
+// exceed b.seq; every age must lie within b's window; hits (format 3) lie
+// in 1 … maxUnits. It returns r's error if there is one once the count is
+// read, or an error if the count is more than the remaining bytes could
+// hold (so a forged count allocates nothing); an error in a lease stops
+// the reading and sticks in r.
+func (r *snapReader) leases(b *Budget, version byte) error {
 	n := r.uvarint("lease count")
 	if r.err != nil {
 		return r.err
@@ -315,38 +333,52 @@ func (r *snapReader) leases(b *Budget, counted bool) error {
 	}
 	var prev uint64
 	for i := uint64(0); i < n; i++ {
-		id, l, ok := r.lease(b, prev, counted)
+		id, l, hits, ok := r.lease(b, prev, version)
 		if !ok {
 			break
 		}
 		prev = id
 		b.putLease(id, l)
+		if hits != 1 {
+			if b.hits == nil {
+				b.hits = make(map[uint64]int64)
+			}
+			b.hits[id] = hits
+		}
 	}
 	return nil
 }
 
-// lease reads one lease of b whose id must follow prev (and, if counted, not
-// exceed b.seq). ok is false if the lease could not be read or is
-// inconsistent with b; the error is in r.
-func (r *snapReader) lease(b *Budget, prev uint64, counted bool) (id uint64, l lease, ok bool) {
+// lease reads one lease of b, in a snapshot of format version, whose id
+// must follow prev (and, counted in format 1, not exceed b.seq), and the
+// requests it counts (1 before format 3). ok is false if the lease could
+// not be read or is inconsistent with b; the error is in r.
+func (r *snapReader) lease(b *Budget, prev uint64, version byte) (id uint64, l lease, hits int64, ok bool) {
 	id = r.uvarint("lease id")
 	age := r.uvarint("lease bucket")
 	reserved := r.units("lease reservation")
 	expiry := r.varint("lease expiry")
+	hits = 1
+	if version >= snapshotV3 {
+		hits = r.units("lease hits")
+		if r.err == nil && hits < 1 {
+			r.fail("lease %d counts no request", id)
+		}
+	}
 	if r.err != nil {
-		return 0, lease{}, false
+		return 0, lease{}, 0, false
 	}
-	if id <= prev || (counted && id > b.seq) {
+	if id <= prev || (version == snapshotV1 && id > b.seq) {
 		r.fail("lease id %d out of order or beyond the sequence %d", id, b.seq)
-		return 0, lease{}, false
+		return 0, lease{}, 0, false
 	}
-	if age > uint64(b.nb+1) {
+	if age > uint64(b.ring()) {
 		r.fail("lease bucket age %d beyond the window", age)
-		return 0, lease{}, false
+		return 0, lease{}, 0, false
 	}
 	bucket := int64(gone)
 	if age > 0 {
 		bucket = b.head - int64(age-1)
 	}
-	return id, lease{bucket: bucket, reserved: reserved, expiry: expiry}, true
+	return id, lease{bucket: bucket, reserved: reserved, expiry: expiry}, hits, true
 }

@@ -47,10 +47,48 @@ func sampleSnapshots(t testing.TB) [][]byte {
 	return out
 }
 
+// newerSnapshots returns snapshots of Budgets whose leases need a newer
+// format than 1: chosen ids beyond the sequence (format 2), and leases of
+// several requests (format 3), one of them with a bucket gone.
+func newerSnapshots(t testing.TB) (v2, v3 [][]byte) {
+	snap := func(b *Budget) []byte {
+		data, err := b.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	b := NewBudget(snapLimits, pol10, t0)
+	b.Acquire(at(0), Request{PromptTokens: 100, MaxTokens: 200, Lease: 1 << 50})
+	b.Acquire(at(500*ms), Request{Reserve: 300})
+	v2 = append(v2, snap(b))
+	b.Acquire(at(sec), Request{Reserve: 30, Hits: 4})
+	v3 = append(v3, snap(b))
+	b.Acquire(at(12*sec), Request{Reserve: 1, Hits: 2, Lease: 3})
+	v3 = append(v3, snap(b))
+	return v2, v3
+}
+
 func TestSnapshotRoundTrip(t *testing.T) {
-	for i, data := range sampleSnapshots(t) {
-		if data[0] != snapshotV1 {
-			t.Fatalf("%d: version byte %d", i, data[0])
+	v2, v3 := newerSnapshots(t)
+	type sample struct {
+		data    []byte
+		version byte
+	}
+	var all []sample
+	for _, data := range sampleSnapshots(t) {
+		all = append(all, sample{data, snapshotV1})
+	}
+	for _, data := range v2 {
+		all = append(all, sample{data, snapshotV2})
+	}
+	for _, data := range v3 {
+		all = append(all, sample{data, snapshotV3})
+	}
+	for i, s := range all {
+		data := s.data
+		if data[0] != s.version {
+			t.Fatalf("%d: version byte %d, want %d", i, data[0], s.version)
 		}
 		b, err := RestoreBudget(data, snapLimits, pol10)
 		if err != nil {
@@ -127,7 +165,7 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 	}
 	bad := map[string][]byte{
 		"trailing byte": append(bytes.Clone(good), 0),
-		"version 3":     append([]byte{3}, good[1:]...),
+		"version 4":     append([]byte{4}, good[1:]...),
 		"version 0":     append([]byte{0}, good[1:]...),
 		"zero width":    {1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		"no buckets":    {1, 2, 0, 0, 0, 0, 0, 0, 0},
@@ -180,7 +218,8 @@ func TestSnapshotRejectsGarbage(t *testing.T) {
 // an error or a Budget that works, never panic; and whatever it accepts
 // must snapshot back to a stable form.
 func FuzzRestoreBudget(f *testing.F) {
-	for _, s := range sampleSnapshots(f) {
+	v2, v3 := newerSnapshots(f)
+	for _, s := range append(sampleSnapshots(f), append(v2, v3...)...) {
 		f.Add(s)
 	}
 	f.Add([]byte{})
@@ -206,10 +245,26 @@ func FuzzRestoreBudget(f *testing.F) {
 		// The restored Budget must work: exercise it near its own time.
 		now := time.Unix(0, b.head*b.width)
 		d := b.Acquire(now, Request{PromptTokens: 10, MaxTokens: 10, Wait: sec})
+		var first uint64
 		for id := range b.leases {
+			first = id
+			break
+		}
+		// A repeat of a restored lease charges nothing.
+		before := b.sumReq
+		if e := b.Acquire(now, Request{Reserve: 1, Hits: 3, Lease: first}); first != 0 && (!e.Allowed || e.Lease != first || b.sumReq != before) {
+			t.Fatalf("repeat of restored lease %d: %+v", first, e)
+		}
+		for id := range b.leases {
+			if id%2 == 0 {
+				b.Cancel(now, id)
+				continue
+			}
 			b.Renew(now, id)
 			b.Settle(now, id, Usage{PromptTokens: 1, CompletionTokens: 2})
 		}
+		checkInternals(t, b)
+		b.Acquire(now, Request{Reserve: 1, Hits: 2, Lease: 1 << 63})
 		checkInternals(t, b)
 		b.Cancel(now, d.Lease)
 		b.Wake(now.Add(time.Minute), nil)
@@ -234,7 +289,7 @@ func checkInternals(t interface {
 }, b *Budget) {
 	t.Helper()
 	var req, tok int64
-	m := b.nb + 1
+	m := b.ring()
 	if len(b.cnt) != 2*m || b.width <= 0 || b.head != floorDiv(b.last, b.width) {
 		t.Fatalf("geometry: %d counters for %d buckets, width %d", len(b.cnt), b.nb, b.width)
 	}
@@ -254,6 +309,11 @@ func checkInternals(t interface {
 		}
 		if l.expiry < b.minExp || l.expiry > b.maxExp {
 			t.Fatalf("lease %d expiry %d outside [%d, %d]", id, l.expiry, b.minExp, b.maxExp)
+		}
+	}
+	for id, n := range b.hits {
+		if _, ok := b.leases[id]; !ok || n < 2 || n > maxUnits {
+			t.Fatalf("hits %d of lease %d (live %v)", n, id, ok)
 		}
 	}
 }

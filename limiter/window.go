@@ -78,8 +78,18 @@ type need struct {
 	req, tok, slots int64
 }
 
-// oneRequest is the need of a single request reserving tok tokens.
-func oneRequest(tok int64) need { return need{req: 1, tok: tok, slots: 1} }
+// admission is the need of one admission counting hits requests (≥ 1) and
+// reserving tok tokens: it holds one slot whatever hits is.
+func admission(hits, tok int64) need { return need{req: hits, tok: tok, slots: 1} }
+
+// hitsOf is the number of requests r counts: Request.Hits, 1 if that is
+// not positive, capped at maxUnits.
+func hitsOf(r Request) int64 {
+	if r.Hits <= 1 { // the common case: one branch, no clamping
+		return 1
+	}
+	return min(r.Hits, maxUnits)
+}
 
 func (a need) plus(b need) need {
 	return need{a.req + b.req, a.tok + b.tok, a.slots + b.slots}
@@ -101,7 +111,7 @@ func (b *Budget) advance(t int64) {
 		clear(b.cnt)
 		b.sumReq, b.sumTok = 0, 0
 	} else {
-		m := b.nb + 1
+		m := b.ring()
 		for k := b.head + 1; k <= c; k++ {
 			i := ringIndex(k, m)
 			b.sumReq -= b.cnt[i]
@@ -112,6 +122,9 @@ func (b *Budget) advance(t int64) {
 	b.head = c
 }
 
+// ring is the number of buckets the ring holds: N+1.
+func (b *Budget) ring() int { return int(b.nb) + 1 }
+
 // live reports whether absolute bucket k is still counted by the window.
 func (b *Budget) live(k int64) bool {
 	return k <= b.head && k >= b.head-int64(b.nb)
@@ -119,7 +132,7 @@ func (b *Budget) live(k int64) bool {
 
 // addReq adds d requests to live bucket k.
 func (b *Budget) addReq(k, d int64) {
-	i := ringIndex(k, b.nb+1)
+	i := ringIndex(k, b.ring())
 	v := min(max(b.cnt[i]+d, 0), maxUnits)
 	b.sumReq += v - b.cnt[i]
 	b.cnt[i] = v
@@ -127,7 +140,7 @@ func (b *Budget) addReq(k, d int64) {
 
 // addTok adds d tokens (negative: a credit) to live bucket k.
 func (b *Budget) addTok(k, d int64) {
-	i := b.nb + 1 + ringIndex(k, b.nb+1)
+	i := b.ring() + ringIndex(k, b.ring())
 	v := min(max(b.cnt[i]+d, 0), maxUnits)
 	b.sumTok += v - b.cnt[i]
 	b.cnt[i] = v
@@ -161,7 +174,7 @@ func (b *Budget) fitWindowWith(t int64, base int, limit, sum, n, extraK, extra i
 	}
 	N := int64(b.nb)
 	for k := b.head - N; k <= b.head; k++ {
-		excess -= b.cnt[base+ringIndex(k, b.nb+1)]
+		excess -= b.cnt[base+ringIndex(k, b.ring())]
 		if excess <= 0 {
 			return max(0, (k+N+1)*b.width-t)
 		}
@@ -176,7 +189,7 @@ func (b *Budget) fitWindowWith(t int64, base int, limit, sum, n, extraK, extra i
 func (b *Budget) resetWindow(t int64, base int) int64 {
 	N := int64(b.nb)
 	for k := b.head; k >= b.head-N; k-- {
-		if b.cnt[base+ringIndex(k, b.nb+1)] != 0 {
+		if b.cnt[base+ringIndex(k, b.ring())] != 0 {
 			return max(0, (k+N+1)*b.width-t)
 		}
 	}
@@ -191,11 +204,11 @@ func (b *Budget) resetWindow(t int64, base int) int64 {
 // of the new window at last are dropped; leases follow their units, or are
 // marked gone with them.
 func (b *Budget) rebucket(width int64, nb int) {
-	if width == b.width && nb == b.nb {
+	if width == b.width && nb == int(b.nb) {
 		return
 	}
-	oldW, oldN, oldHead, old := b.width, b.nb, b.head, b.cnt
-	b.width, b.nb, b.head = width, nb, floorDiv(b.last, width)
+	oldW, oldN, oldHead, old := b.width, int(b.nb), b.head, b.cnt
+	b.width, b.nb, b.head = width, uint16(nb), floorDiv(b.last, width)
 	remap := func(k int64) (int64, bool) {
 		if k < oldHead-int64(oldN) || k > oldHead {
 			return 0, false

@@ -138,11 +138,22 @@ func requestBound(r limiter.Request) (int64, bool) {
 	return 0, false
 }
 
+// sliceable reports whether an admission from a slice can answer r: it is
+// one request under an id its owner drew. An acquire that counts several
+// requests (Hits > 1) or names its lease (Lease, so that a repeat of it is
+// charged once) is its owner's to decide: no slice serves it, and it does
+// not make its key hot (slices it could not use would idle).
+func sliceable(r limiter.Request) bool { return r.Hits <= 1 && r.Lease == 0 }
+
 // Take serves acquire c from a slice of its key, at now, while the key is
 // forwarded to addr. expired returns the admissions of slices past their
 // deadline or of another owner, to give back; ask is true when a new slice
-// should be asked for.
+// should be asked for. An acquire no slice can serve (sliceable) is left
+// alone: ok false, nothing else.
 func (al *Holder) Take(c *peer.Call, now time.Time, addr string) (a peer.Answer, ok bool, expired []uint64, ask bool) {
+	if !sliceable(c.Req) {
+		return peer.Answer{}, false, nil, false
+	}
 	tokens, bounded := requestBound(c.Req)
 	sh := al.shard(c.Key)
 	defer sh.mu.Unlock()
@@ -167,8 +178,12 @@ func (al *Holder) Take(c *peer.Call, now time.Time, addr string) (a peer.Answer,
 }
 
 // Forwarded counts acquire c, which was forwarded, at now and reports
-// whether a slice should be asked for.
+// whether a slice should be asked for. An acquire no slice could serve
+// (sliceable) is not counted.
 func (al *Holder) Forwarded(c *peer.Call, now time.Time) (ask bool) {
+	if !sliceable(c.Req) {
+		return false
+	}
 	sh := al.shard(c.Key)
 	defer sh.mu.Unlock()
 	k := sh.keys[c.Key]

@@ -57,8 +57,20 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 				al.Granted(key, "owner", now, now, 8, a, nil)
 			case 1: // a request
 				tokens := int64(rapid.IntRange(1, 10).Draw(t, "tokens"))
-				a, ok, expired, _ := al.Take(call(tokens), now, "owner")
+				c := call(tokens)
+				// Some count several requests or name their lease: the
+				// owner's to decide, never served from a slice.
+				switch rapid.IntRange(0, 5).Draw(t, "kind") {
+				case 0:
+					c.Req.Hits = rapid.Int64Range(-1, 4).Draw(t, "hits")
+				case 1:
+					c.Req.Lease = rapid.Uint64Range(1, 1<<63).Draw(t, "lease")
+				}
+				a, ok, expired, _ := al.Take(c, now, "owner")
 				returned(expired)
+				if ok && (c.Req.Hits > 1 || c.Req.Lease != 0) {
+					t.Fatalf("step %d: %+v served from a slice", step, c.Req)
+				}
 				if ok {
 					id := a.Decision.Lease
 					dl, out := outstanding[id]
@@ -89,6 +101,29 @@ func TestSliceHandsOutEachAdmissionOnceBeforeItsDeadline(t *testing.T) {
 			t.Fatalf("%d admissions neither handed out nor returned: %v", len(outstanding), outstanding)
 		}
 	})
+}
+
+// Acquires no slice can serve (several hits, a chosen lease id) do not make
+// a key hot, however many are forwarded; ordinary ones beside them do.
+func TestHitsAndChosenLeasesDoNotHeatAKey(t *testing.T) {
+	al := NewHolder(10)
+	t0 := time.Unix(1000, 0)
+	for i := range 300 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		for _, r := range []limiter.Request{{MaxTokens: 1, Hits: 2}, {MaxTokens: 1, Lease: uint64(i + 1)}} {
+			if al.Forwarded(&peer.Call{Op: peer.OpAcquire, Key: "k", Req: r}, now) {
+				t.Fatalf("%+v made the key hot", r)
+			}
+		}
+	}
+	plain := &peer.Call{Op: peer.OpAcquire, Key: "k", Req: limiter.Request{MaxTokens: 1, Hits: 1}}
+	asked := false
+	for i := range 300 {
+		asked = asked || al.Forwarded(plain, t0.Add(time.Duration(300+i)*time.Millisecond))
+	}
+	if !asked {
+		t.Fatal("300 plain acquires in 300 ms (hits 1) did not make the key hot")
+	}
 }
 
 // A key whose slice ended with its bucket while it was being served is

@@ -50,8 +50,8 @@ func (o Op) String() string {
 type Call struct {
 	Op    Op
 	Key   string          // the limiter key, e.g. "t:acme" or "p:gpt-4o-mini"
-	Req   limiter.Request // OpAcquire
-	Lease uint64          // OpSettle, OpRelease, OpCancel, OpRenew
+	Req   limiter.Request // OpAcquire (Hits and Lease included), OpAllot (Reserve, Priority)
+	Lease uint64          // OpSettle, OpRelease, OpCancel, OpRenew (an acquire names the lease it takes in Req.Lease)
 	Usage limiter.Usage   // OpSettle
 	Hops  uint8           // how many times this call was forwarded already (at most 127)
 	// Handed says the forwarder is handing (or handed) the key's
@@ -128,20 +128,31 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.Op == OpAllot {
 		b = binary.AppendUvarint(b, uint64(c.Count))
 	}
+	// An acquire's optional sections, last, each only when it has
+	// something to say, in the order of their marks: an acquire without
+	// them keeps its bytes. A member of an older build refuses a call
+	// with a section it does not know (an unknown mark, or trailing bytes)
+	// rather than decide without it.
 	if c.Op == OpAcquire && c.Limits != nil {
-		// Last, only when sent: an acquire without keeps its bytes. A
-		// member of an older build refuses the call (trailing bytes)
-		// rather than decide without the limits.
 		b = append(b, sentLimits)
 		b = binary.AppendVarint(b, c.Limits.Requests)
 		b = binary.AppendVarint(b, c.Limits.Tokens)
 		b = binary.AppendVarint(b, c.Limits.Concurrency)
 	}
+	if c.Op == OpAcquire && (c.Req.Hits != 0 || c.Req.Lease != 0) {
+		b = append(b, hitsLease)
+		b = binary.AppendVarint(b, c.Req.Hits)
+		b = binary.AppendUvarint(b, c.Req.Lease)
+	}
 	return b
 }
 
-// sentLimits marks an acquire's sent limits on the wire.
-const sentLimits = 1
+// The marks of an acquire's optional sections on the wire, in the order
+// they come in.
+const (
+	sentLimits = 1 // Limits: varint requests, tokens, concurrency (≥ 0)
+	hitsLease  = 2 // Req.Hits (varint), Req.Lease (uvarint): not both 0
+)
 
 // AppendAnswer encodes a onto b.
 func AppendAnswer(b []byte, a *Answer) []byte {
@@ -210,20 +221,42 @@ func readCall(r *wire.Reader, c *Call) error {
 			r.Fail(fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot))
 		}
 	}
-	if c.Op == OpAcquire && r.Err() == nil && r.Len() > 0 {
-		if m := r.Byte(); m != sentLimits {
-			r.Fail(fmt.Errorf("acquire: unknown section %d", m))
-		}
-		l := limiter.Limits{Requests: r.Varint(), Tokens: r.Varint(), Concurrency: r.Varint()}
-		if l.Requests < 0 || l.Tokens < 0 || l.Concurrency < 0 {
-			r.Fail(fmt.Errorf("acquire: negative sent limits %+v", l))
-		}
-		c.Limits = &l
+	if c.Op == OpAcquire {
+		readSections(r, c)
 	}
 	if r.Err() == nil && (c.Op == 0 || c.Op >= opMax) {
 		r.Fail(fmt.Errorf("unknown op %d", c.Op))
 	}
 	return r.Err()
+}
+
+// readSections reads what follows an acquire: its optional sections, each
+// at most once, in the order of their marks (AppendCall writes them so).
+func readSections(r *wire.Reader, c *Call) {
+	var last byte
+	for r.Err() == nil && r.Len() > 0 {
+		m := r.Byte()
+		if m <= last {
+			r.Fail(fmt.Errorf("acquire: section %d after %d", m, last))
+			return
+		}
+		last = m
+		switch m {
+		case sentLimits:
+			l := limiter.Limits{Requests: r.Varint(), Tokens: r.Varint(), Concurrency: r.Varint()}
+			if l.Requests < 0 || l.Tokens < 0 || l.Concurrency < 0 {
+				r.Fail(fmt.Errorf("acquire: negative sent limits %+v", l))
+			}
+			c.Limits = &l
+		case hitsLease:
+			c.Req.Hits, c.Req.Lease = r.Varint(), r.Uvarint()
+			if r.Err() == nil && c.Req.Hits == 0 && c.Req.Lease == 0 {
+				r.Fail(fmt.Errorf("acquire: empty hits and lease section"))
+			}
+		default:
+			r.Fail(fmt.Errorf("acquire: unknown section %d", m))
+		}
+	}
 }
 
 // readAnswer decodes an Answer from r.

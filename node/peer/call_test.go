@@ -3,6 +3,8 @@ package peer
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -48,7 +50,7 @@ func TestCallRoundTrip(t *testing.T) {
 		t.Fatal("a settle encoded sent limits")
 	}
 	for _, bad := range [][]byte{
-		append(AppendCall(nil, &plain), 2, 1, 1, 1), // an unknown section
+		append(AppendCall(nil, &plain), 9, 1, 1, 1), // an unknown section
 		append(AppendCall(nil, &plain), 1, 1, 3, 1), // a negative limit (zigzag 3 = -2)
 		append(AppendCall(nil, &plain), 1, 2),       // cut short
 	} {
@@ -84,10 +86,117 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 }
 
+// An acquire carries Req.Hits and Req.Lease only when one is not 0, after
+// the sent limits if any: without them its bytes are what they were before
+// the section existed, and with them they start with those bytes, so a
+// member of an older build refuses the call (an unknown section, or
+// trailing bytes) rather than decide it as one request under an id of its
+// own. Other calls never carry them.
+func TestCallHitsLease(t *testing.T) {
+	base := Call{Op: OpAcquire, Key: "t:acme", Hops: 1, Req: limiter.Request{PromptTokens: 1200, MaxTokens: 512, Reserve: 7, Priority: limiter.Batch, Wait: 3 * time.Second}}
+	withLimits := base
+	withLimits.Limits = &limiter.Limits{Requests: 100, Tokens: 50_000, Concurrency: 4}
+	// The bytes of these two acquires as the build before the section wrote them.
+	for c, want := range map[*Call]string{
+		&base:       "010106743a61636d6500e01280080e0180f882ad1600000000",
+		&withLimits: "010106743a61636d6500e01280080e0180f882ad160000000001c801a08d0608",
+	} {
+		if got := fmt.Sprintf("%x", AppendCall(nil, c)); got != want {
+			t.Errorf("%+v encodes to %s, want %s as before", c, got, want)
+		}
+	}
+	for _, c := range []Call{base, withLimits} {
+		for _, hl := range []struct {
+			hits  int64
+			lease uint64
+		}{{3, 0}, {0, 1 << 63}, {-1, 1}, {1, 0x9e3779b97f4a7c15}, {1 << 62, math.MaxUint64}} {
+			with := c
+			with.Req.Hits, with.Req.Lease = hl.hits, hl.lease
+			b := AppendCall(nil, &with)
+			got, err := DecodeCall(b)
+			if err != nil || !reflect.DeepEqual(got, with) {
+				t.Fatalf("round trip of %+v: %+v %v", with, got, err)
+			}
+			old := AppendCall(nil, &c)
+			if !bytes.HasPrefix(b, old) || b[len(old)] != hitsLease {
+				t.Fatalf("%x does not extend %x with the section", b, old)
+			}
+		}
+	}
+	// Only acquires: a settle names its lease in Call.Lease.
+	st := Call{Op: OpSettle, Key: "t:acme", Lease: 77}
+	stHits := st
+	stHits.Req.Hits, stHits.Req.Lease = 5, 9
+	if !bytes.Equal(AppendCall(nil, &st), AppendCall(nil, &stHits)) {
+		t.Fatal("a settle encoded Req.Hits or Req.Lease")
+	}
+	plain := AppendCall(nil, &base)
+	lim := AppendCall(nil, &withLimits)
+	sec := lim[len(plain):] // the sent limits' section
+	for name, bad := range map[string][]byte{
+		"empty section":       append(bytes.Clone(plain), hitsLease, 0, 0),
+		"cut short":           append(bytes.Clone(plain), hitsLease, 2),
+		"twice":               append(bytes.Clone(plain), hitsLease, 2, 0, hitsLease, 2, 0),
+		"limits after it":     append(append(bytes.Clone(plain), hitsLease, 2, 0), sec...),
+		"unknown after it":    append(bytes.Clone(plain), hitsLease, 2, 0, 3),
+		"limits twice":        append(bytes.Clone(lim), sec...),
+		"lease overflow":      append(bytes.Clone(plain), hitsLease, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02),
+		"on a settle instead": append(AppendCall(nil, &st), hitsLease, 2, 0),
+	} {
+		if c, err := DecodeCall(bad); err == nil {
+			t.Errorf("%s: DecodeCall(%x) = %+v, want an error", name, bad, c)
+		}
+	}
+}
+
+// FuzzCallRoundTrip: any Call AppendCall encodes decodes to itself, less
+// the fields its op does not carry; an acquire's hits and lease add bytes
+// only when set.
+func FuzzCallRoundTrip(f *testing.F) {
+	f.Add(uint8(OpAcquire), "t:a", uint64(0), int64(5), int64(0), int64(0), uint8(0), int64(0), int64(0), uint64(0), false, int64(0), int64(0), int64(0))
+	f.Add(uint8(OpAcquire), "t:a", uint64(0), int64(5), int64(100), int64(0), uint8(1), int64(1e9), int64(3), uint64(1<<60), true, int64(10), int64(0), int64(2))
+	f.Add(uint8(OpSettle), "p:b", uint64(42), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(7), uint64(8), false, int64(0), int64(0), int64(0))
+	f.Add(uint8(OpAllot), "p:b", uint64(0), int64(0), int64(0), int64(20), uint8(0), int64(0), int64(0), uint64(0), false, int64(0), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, op uint8, key string, lease uint64, prompt, maxTokens, reserve int64, prio uint8, wait, hits int64, reqLease uint64, sent bool, lr, lt, lc int64) {
+		c := Call{Op: Op(op), Key: key, Lease: lease, Req: limiter.Request{PromptTokens: prompt, MaxTokens: maxTokens, Reserve: reserve,
+			Priority: limiter.Priority(prio), Wait: time.Duration(wait), Hits: hits, Lease: reqLease}}
+		if sent {
+			c.Limits = &limiter.Limits{Requests: lr, Tokens: lt, Concurrency: lc}
+		}
+		if c.Op == OpAllot {
+			c.Count = uint32(uint64(lease) % (MaxAllot + 1))
+		}
+		b := AppendCall(nil, &c)
+		got, err := DecodeCall(b)
+		valid := c.Op != 0 && c.Op < opMax && !(c.Op == OpAcquire && sent && (lr < 0 || lt < 0 || lc < 0))
+		if !valid {
+			if err == nil {
+				t.Fatalf("%+v decoded from %x", got, b)
+			}
+			return
+		}
+		want := c
+		if c.Op != OpAcquire {
+			want.Limits, want.Req.Hits, want.Req.Lease = nil, 0, 0
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip of %+v: %+v %v", want, got, err)
+		}
+		without := c
+		without.Req.Hits, without.Req.Lease = 0, 0
+		short := AppendCall(nil, &without)
+		if (c.Op == OpAcquire && (hits != 0 || reqLease != 0)) != (len(b) > len(short)) || !bytes.HasPrefix(b, short) {
+			t.Fatalf("%x against %x without hits and lease", b, short)
+		}
+	})
+}
+
 func FuzzDecodeCall(f *testing.F) {
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{PromptTokens: 5}}))
 	f.Add(AppendCall(nil, &Call{Op: OpAllot, Key: "p:a", Count: 7, Req: limiter.Request{Reserve: 20}}))
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Limits: &limiter.Limits{Requests: 5, Tokens: 7, Concurrency: 1}}))
+	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{Hits: 3, Lease: 1 << 63}}))
+	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{Lease: 9}, Limits: &limiter.Limits{Requests: 5}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCall(b)
