@@ -71,15 +71,16 @@ const (
 
 // loadResult is what it measured.
 type loadResult struct {
-	Requests    int            `json:"requests"`             // decisions answered (acquires; INCRs or scripts; completions under -system proxy), whatever the status (each has a latency)
-	Allowed     int            `json:"allowed"`              // 200 {"allowed":true}
-	Refused     int            `json:"refused"`              // 429
-	Fallback    int            `json:"fallback"`             // answers flagged "fallback":true, allowed or refused
-	Errors      int            `json:"errors"`               // transport errors, and answers neither allowed nor refused (a 503, a 400, a 200 without "allowed":true)
-	Codes       map[string]int `json:"codes"`                // answers by HTTP status
-	Seconds     float64        `json:"seconds"`              // the run's wall time
-	PerSecond   float64        `json:"decisions_per_second"` // (allowed + refused) / seconds
-	P50us       float64        `json:"p50_us"`               // latency quantiles of the answered acquires
+	Requests    int            `json:"requests"`              // decisions answered (acquires; INCRs or scripts; completions under -system proxy), whatever the status (each has a latency)
+	Allowed     int            `json:"allowed"`               // 200 {"allowed":true}
+	Refused     int            `json:"refused"`               // 429
+	Fallback    int            `json:"fallback"`              // answers flagged "fallback":true, allowed or refused
+	Errors      int            `json:"errors"`                // transport errors, and answers neither allowed nor refused (a 503, a 400, a 200 without "allowed":true)
+	FirstError  string         `json:"first_error,omitempty"` // what one of them was: a worker's first
+	Codes       map[string]int `json:"codes"`                 // answers by HTTP status
+	Seconds     float64        `json:"seconds"`               // the run's wall time
+	PerSecond   float64        `json:"decisions_per_second"`  // (allowed + refused) / seconds
+	P50us       float64        `json:"p50_us"`                // latency quantiles of the answered acquires
 	P90us       float64        `json:"p90_us"`
 	P99us       float64        `json:"p99_us"`
 	MaxUs       float64        `json:"max_us"`
@@ -150,6 +151,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		res.Route, res.Workers, res.Requests, res.Allowed, res.Refused, res.Fallback, res.Errors, res.Codes)
 	fmt.Fprintf(stdout, "%.0f decisions/s over %.2fs; latency p50 %.0fµs p90 %.0fµs p99 %.0fµs max %.0fµs\n",
 		res.PerSecond, res.Seconds, res.P50us, res.P90us, res.P99us, res.MaxUs)
+	if res.FirstError != "" {
+		fmt.Fprintf(stdout, "first error: %s\n", res.FirstError)
+	}
 	for i, d := range res.Descriptors {
 		fmt.Fprintf(stdout, "descriptor %d (%s): ok=%d over_limit=%d\n", i+1, d.Key, d.OK, d.OverLimit)
 	}
@@ -425,16 +429,30 @@ type worker struct {
 	lat                                             []time.Duration // of every answered decision
 	allowed, refused, fallback, errors, completions int
 	codes                                           map[int]int // answers by HTTP status
+	firstError                                      string      // its first error's
 }
 
 // run asks for decisions until the quota is spent or ctx ends, timing each.
 func (w *worker) run(ctx context.Context) {
-	for i := 0; ctx.Err() == nil && w.quota.take(); i++ {
+	for i := 0; !ended(ctx) && w.quota.take(); i++ {
 		ti := w.rng.IntN(w.c.tenants)
 		t0 := time.Now()
 		o := w.decide(ctx, i, ti, w.tenant(ti))
 		w.count(ctx, o, time.Since(t0))
 	}
+}
+
+// ended reports whether the run is over: ctx ended, or its deadline has
+// passed. The second comes first by a timer's latency, and a client may
+// see it before ctx does: gRPC fails a call whose deadline has passed at
+// once (DeadlineExceeded), and a worker would fail call after call until
+// ctx's timer fired, each counted as an error.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // tenant is the name of tenant ti: made ahead, or now past maxNamedTenants.
@@ -453,8 +471,8 @@ func (w *worker) count(ctx context.Context, o outcome, lat time.Duration) {
 		o.drain()
 	}
 	if o.err != nil {
-		if ctx.Err() == nil {
-			w.errors++
+		if !ended(ctx) {
+			w.error(o.err.Error())
 		}
 		return
 	}
@@ -472,7 +490,15 @@ func (w *worker) count(ctx context.Context, o outcome, lat time.Duration) {
 	case o.code == http.StatusTooManyRequests:
 		w.refused++
 	default:
-		w.errors++
+		w.error(fmt.Sprintf("an answer with code %d, neither an admission nor a refusal", o.code))
+	}
+}
+
+// error counts an error, said by what.
+func (w *worker) error(what string) {
+	w.errors++
+	if w.firstError == "" {
+		w.firstError = what
 	}
 }
 
@@ -486,6 +512,9 @@ func summarize(c loadConfig, workers []*worker, elapsed time.Duration) (loadResu
 		res.Refused += w.refused
 		res.Fallback += w.fallback
 		res.Errors += w.errors
+		if res.FirstError == "" {
+			res.FirstError = w.firstError
+		}
 		res.Completions += w.completions
 		for k, v := range w.codes {
 			res.Codes[strconv.Itoa(k)] += v

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -192,6 +193,9 @@ func TestLoadRLS(t *testing.T) {
 	if got := countsOf(res); !equalCounts(got, want) {
 		t.Fatalf("reported %+v\nwant       %+v", got, want)
 	}
+	if want := "an answer with code 500, neither an admission nor a refusal"; res.FirstError != want {
+		t.Errorf("first error %q, want %q", res.FirstError, want)
+	}
 	wantDesc := []descriptorCount{{"tenant", 300, 0}, {"route", 300, 0}, {"model", 200, 100}}
 	if !slices.Equal(res.Descriptors, wantDesc) {
 		t.Errorf("descriptors %+v, want %+v", res.Descriptors, wantDesc)
@@ -243,6 +247,36 @@ func TestLoadRLSFlags(t *testing.T) {
 	} {
 		if _, err := runLoadCLI(t, append([]string{"-system", "rls", "-n", "1"}, args...)...); err == nil {
 			t.Errorf("%q: no error", args)
+		}
+	}
+}
+
+// deadlineOnly is a context whose deadline has passed but whose timer has
+// not fired yet: Err is still nil.
+type deadlineOnly struct {
+	context.Context
+	dl time.Time
+}
+
+func (d deadlineOnly) Deadline() (time.Time, bool) { return d.dl, true }
+
+// A run has ended once its context has, or once its deadline has passed
+// (gRPC fails calls from then on, before the context's timer fires).
+func TestEnded(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want bool
+	}{
+		{"no deadline", context.Background(), false},
+		{"canceled", canceled, true},
+		{"deadline ahead", deadlineOnly{context.Background(), time.Now().Add(time.Hour)}, false},
+		{"deadline passed, timer not fired", deadlineOnly{context.Background(), time.Now().Add(-time.Millisecond)}, true},
+	} {
+		if got := ended(c.ctx); got != c.want {
+			t.Errorf("%s: ended = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

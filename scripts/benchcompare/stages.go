@@ -86,7 +86,7 @@ func (o options) loadOnce(ctx context.Context, name string, pids []int, args ...
 		return measured{}, fmt.Errorf("%s: output %q: %w", name, stdout.String(), err)
 	}
 	if m.res.Errors > 0 { // shown in the table beside the run
-		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors\n%s\n", name, m.res.Errors, strings.Join(other, "\n"))
+		fmt.Fprintf(o.stderr, "benchcompare: %s: %d errors (one: %s)\n%s\n", name, m.res.Errors, m.res.FirstError, strings.Join(other, "\n"))
 	}
 	switch {
 	case cpuErr != nil:

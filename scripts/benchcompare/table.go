@@ -14,14 +14,16 @@ import (
 // loadResult is the part of `tokenring load -json`'s output the
 // comparison reads (cmd/tokenring's loadResult).
 type loadResult struct {
-	Requests  int     `json:"requests"`
-	Allowed   int     `json:"allowed"`
-	Refused   int     `json:"refused"`
-	Errors    int     `json:"errors"`
-	Seconds   float64 `json:"seconds"`
-	PerSecond float64 `json:"decisions_per_second"` // (allowed + refused) / seconds
-	P50us     float64 `json:"p50_us"`
-	P99us     float64 `json:"p99_us"`
+	Requests int `json:"requests"`
+	Allowed  int `json:"allowed"`
+	Refused  int `json:"refused"`
+	Errors   int `json:"errors"`
+	// FirstError is what one of the errors was.
+	FirstError string  `json:"first_error"`
+	Seconds    float64 `json:"seconds"`
+	PerSecond  float64 `json:"decisions_per_second"` // (allowed + refused) / seconds
+	P50us      float64 `json:"p50_us"`
+	P99us      float64 `json:"p99_us"`
 	// Descriptors are -system rls's statuses of each descriptor of its
 	// requests, by its place in them.
 	Descriptors []struct {
