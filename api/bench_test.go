@@ -46,10 +46,17 @@ func BenchmarkHTTPAcquireComplete(b *testing.B) {
 // acquireComplete runs b's ops in parallel, each an acquire and its
 // complete through r's handler, over 10,000 tenants.
 func acquireComplete(b *testing.B, r *testAPI) {
+	acquireCompleteOn(b, func() *testAPI { return r })
+}
+
+// acquireCompleteOn is acquireComplete with each op sent to the handler
+// next returns.
+func acquireCompleteOn(b *testing.B, next func() *testAPI) {
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
+			r := next()
 			tenant := fmt.Sprintf("t%d", seq.Add(1)%10000)
 			rec := benchAcquire(r, tenant)
 			body := rec.Body.String()

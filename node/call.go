@@ -28,6 +28,7 @@ const (
 	OpRenew   = peer.OpRenew   // extend a lease's slot
 	OpStatus  = peer.OpStatus  // report the key's limits and usage
 	OpCharge  = peer.OpCharge  // charge a debt (Charge)
+	OpRun     = peer.OpRun     // several calls in one (RunCall)
 )
 
 // ErrPeerDown is returned (wrapped) when a key's owner cannot be reached:

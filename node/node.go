@@ -267,6 +267,9 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 	if n.fenced.Load() {
 		return Answer{}, fmt.Errorf("call %s %q at %s: %w", c.Op, c.Key, n.cfg.Name, ErrMinority)
 	}
+	if c.Op == peer.OpRun {
+		return n.run(ctx, c)
+	}
 	t := n.tr.Load()
 	if t == nil && c.Hops == 0 {
 		return n.local.do(ctx, c) // no cluster: everything is here

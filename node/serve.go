@@ -97,6 +97,8 @@ func (n *Node) inline(c *Call) bool {
 		return true
 	case c.Op == peer.OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
 		return false
+	case c.Op == peer.OpRun:
+		return n.runInline(c)
 	case n.cfg.ReplicationSync:
 		return false // a change is answered once its backup acknowledged it: a round trip on another connection
 	}

@@ -191,6 +191,9 @@ func (r *Router) Admit(ctx context.Context, adm Admission) (Verdict, error) {
 // at first. Every key reserves the tokens the first one did. On a refusal
 // it cancels what it reserved and returns the refusal and the index of
 // the key that refused; on an error, what it reserved is cancelled too.
+// Consecutive keys (in that order) that another member owns go to it in
+// one call (decideRun): the same decisions, in the same order, in fewer
+// round trips.
 func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSet, first int) (v Verdict, refusedAt int, err error) {
 	var held [MaxSides]outcome
 	var order [MaxSides]int
@@ -202,22 +205,40 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 		}
 	}
 	tokens := req.PromptTokens + req.MaxTokens
-	for k, i := range order[:ss.n] {
-		c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req, Limits: ss.sent[i]}
-		if k > 0 {
-			c.Req.Wait = 0
+	var one [1]outcome
+	for k := 0; k < ss.n; {
+		var outs []outcome
+		if m := r.runLen(ss, order[k:ss.n], k == 0 && req.Wait > 0); m > 1 {
+			if outs, err = r.decideRun(ctx, ss, order[k:k+m], req, tokens); err != nil {
+				r.rollback(ss, &held, order[:k])
+				return Verdict{}, order[k], err
+			}
 		}
-		o, err := r.decide(ctx, &c, tokens)
-		if err != nil || !o.answer.Decision.Allowed {
-			r.rollback(ss, &held, order[:k])
+		if len(outs) == 0 {
+			i := order[k]
+			c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req, Limits: ss.sent[i]}
+			if k > 0 {
+				c.Req.Wait = 0
+			}
+			o, err := r.decide(ctx, &c, tokens)
 			if err != nil {
+				r.rollback(ss, &held, order[:k])
 				return Verdict{}, i, err
 			}
-			return r.refusal(ss, &held, order[:k], i, o), i, nil
+			one[0] = o
+			outs = one[:]
 		}
-		held[i] = o
-		if k == 0 { // every other key follows the first one's estimate
-			req.Reserve, tokens = o.answer.Decision.Reserved, o.answer.Decision.Reserved
+		for _, o := range outs {
+			i := order[k]
+			if !o.answer.Decision.Allowed {
+				r.rollback(ss, &held, order[:k])
+				return r.refusal(ss, &held, order[:k], i, o), i, nil
+			}
+			held[i] = o
+			if k == 0 { // every other key follows the first one's estimate
+				req.Reserve, tokens = o.answer.Decision.Reserved, o.answer.Decision.Reserved
+			}
+			k++
 		}
 	}
 	return r.admitted(ss, &held, tokens), -1, nil

@@ -78,7 +78,7 @@ func (r *Router) decide(ctx context.Context, c *node.Call, tokens int64) (outcom
 		// their report while it holds the key (reportHeld), and the
 		// key's status is handed to the fallback as its state leaves the
 		// table (node.OnRelease), before any call for it goes elsewhere.
-		if where == "forwarded" {
+		if where == "forwarded" && c.Op != node.OpRun { // a run's answers are reported one by one (decideRun)
 			r.degraded.Report(c.Key, a.Decision.Status, end)
 		}
 		return outcome{answer: a}, nil

@@ -47,11 +47,17 @@ func (l *Lease) Sides() []LeaseSide { return l.sides[:l.n] }
 // true when every side found its lease. Status and expiry are the
 // tenant's.
 func (r *Router) LeaseCall(ctx context.Context, l Lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
+	sides := l.Sides()
+	var ran [MaxSides]bool
+	var answers [MaxSides]node.Answer
+	r.leaseRuns(ctx, sides, op, usage, &ran, &answers)
 	ok = true
-	for i, s := range l.Sides() {
+	for i, s := range sides {
 		var found bool
 		var a node.Answer
 		switch {
+		case ran[i]:
+			found, a = answers[i].OK, answers[i]
 		case s.Fallback && op == node.OpRenew:
 			found = true // local slots live one lease TTL; a degraded period is short
 		case s.Fallback:
@@ -69,4 +75,55 @@ func (r *Router) LeaseCall(ctx context.Context, l Lease, op node.Op, usage limit
 		}
 	}
 	return ok, status, expires
+}
+
+// leaseRuns runs op for the sides of a lease that another member owns, by
+// this node's ring, in one call for each member owning two or more of them
+// (node.RunCall; the order of a lease's settles, renewals and releases
+// does not matter), and marks in ran the sides it got answers for. The
+// others, and those of a run that failed, LeaseCall asks one by one.
+func (r *Router) leaseRuns(ctx context.Context, sides []LeaseSide, op node.Op, usage limiter.Usage, ran *[MaxSides]bool, answers *[MaxSides]node.Answer) {
+	rg := r.cluster.Ring()
+	if rg == nil || len(sides) < 2 {
+		return
+	}
+	var owners [MaxSides]string
+	for i, s := range sides {
+		if m, ok := rg.Owner(s.Key); ok && !s.Fallback && m.Name != r.cluster.Name() {
+			owners[i] = m.Name
+		}
+	}
+	var calls [MaxSides]node.Call
+	var at [MaxSides]int
+	for i := range sides {
+		if owners[i] == "" {
+			continue
+		}
+		n := 0
+		for j := i; j < len(sides); j++ {
+			if owners[j] == owners[i] {
+				calls[n] = node.Call{Op: op, Key: sides[j].Key, Lease: sides[j].ID, Usage: usage}
+				at[n] = j
+				n++
+			}
+		}
+		for k := range n {
+			owners[at[k]] = "" // asked now: what the run does not answer is asked alone
+		}
+		if n < 2 {
+			continue
+		}
+		c := node.RunCall(calls[:n])
+		o, err := r.decide(ctx, &c, 0)
+		if err != nil || o.fallback {
+			continue
+		}
+		got, _, err := node.RunAnswers(o.answer)
+		if err != nil || len(got) > n {
+			continue
+		}
+		for k, a := range got {
+			ran[at[k]], answers[at[k]] = true, a
+		}
+	}
 }

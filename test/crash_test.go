@@ -3,11 +3,12 @@ package test
 import (
 	"context"
 	"fmt"
-	"github.com/tokenring/tokenring/ring"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tokenring/tokenring/ring"
 )
 
 // metric sums the samples of a Prometheus metric on node p's /metrics.

@@ -18,6 +18,7 @@ import (
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
+	"github.com/tokenring/tokenring/router"
 )
 
 // InProc is a tokenring cluster whose members all run in this process, each
@@ -84,6 +85,8 @@ type inProcConfig struct {
 	forwardMaxWait time.Duration
 	fallback       fallback.Policy
 	poolFor        func(model string) (string, bool)
+	chain          func(tenant, model string) router.Chain
+	hotKeyRate     int
 	policy         limiter.Policy
 	batch          node.BatchConfig
 	gossip         func(*gossip.Config)
@@ -121,6 +124,19 @@ func WithFallback(p fallback.Policy) InProcOption {
 // Default: no pools.
 func WithPools(poolFor func(model string) (pool string, ok bool)) InProcOption {
 	return func(c *inProcConfig) { c.poolFor = poolFor }
+}
+
+// WithChain sets router.Config.Chain on every member: the groups above a
+// tenant and the models entries that apply at each level.
+func WithChain(chain func(tenant, model string) router.Chain) InProcOption {
+	return func(c *inProcConfig) { c.chain = chain }
+}
+
+// WithHotKeyRate sets node.Config.HotKeyRate on every member: how many
+// acquires a second a member forwards for a key before it asks the owner
+// for slices; negative turns slices off.
+func WithHotKeyRate(rate int) InProcOption {
+	return func(c *inProcConfig) { c.hotKeyRate = rate }
 }
 
 // WithPolicy sets the limiter policy of every node.
@@ -265,13 +281,14 @@ func (u undoStack) run() {
 // batching and forward timeout, its peer listener on a free loopback port.
 func (c *InProc) newNode(name string, log *slog.Logger) (*node.Node, error) {
 	return node.New(node.Config{
-		Name:      name,
-		PeerAddr:  "127.0.0.1:0",
-		Policy:    c.cfg.policy,
-		LimitsFor: c.limits,
-		Batch:     c.cfg.batch,
-		Forward:   node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
-		Logger:    log,
+		Name:       name,
+		PeerAddr:   "127.0.0.1:0",
+		Policy:     c.cfg.policy,
+		LimitsFor:  c.limits,
+		Batch:      c.cfg.batch,
+		Forward:    node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
+		HotKeyRate: c.cfg.hotKeyRate,
+		Logger:     log,
 	})
 }
 
@@ -311,6 +328,7 @@ func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Log
 	return frontdoor.New(n, frontdoor.Config{
 		Limits:         c.limits,
 		PoolFor:        c.cfg.poolFor,
+		Chain:          c.cfg.chain,
 		Fallback:       c.cfg.fallback,
 		ForwardTimeout: c.cfg.forwardTimeout,
 		ForwardMaxWait: c.cfg.forwardMaxWait,

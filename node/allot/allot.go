@@ -177,6 +177,15 @@ func (al *Holder) Take(c *peer.Call, now time.Time, addr string) (a peer.Answer,
 	return peer.Answer{}, false, expired, false
 }
 
+// Sliced reports whether the holder holds a slice of key's owner now:
+// an acquire of key may be served here (Take) rather than forwarded.
+func (al *Holder) Sliced(key string) bool {
+	sh := al.shard(key)
+	defer sh.mu.Unlock()
+	k := sh.keys[key]
+	return k != nil && len(k.slices) > 0
+}
+
 // Forwarded counts acquire c, which was forwarded, at now and reports
 // whether a slice should be asked for. An acquire no slice could serve
 // (sliceable) is not counted.

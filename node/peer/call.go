@@ -13,7 +13,7 @@ import (
 type Op uint8
 
 // The operations of the decision protocol. Each acts on one key, except
-// OpReplicateMany.
+// OpReplicateMany and OpRun.
 const (
 	OpAcquire       Op = iota + 1 // admit a request (may queue when Req.Wait > 0)
 	OpSettle                      // settle a lease with the reported usage and free its slot
@@ -31,10 +31,11 @@ const (
 	OpAllot                       // admit Count requests at once for a forwarder to hand out (node/allot): a hot key's slice
 	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, allot.AppendGrant)
 	OpReplicateMany               // replication of many keys: State holds their snapshots (AppendEntry, after a count); Key is empty
+	OpRun                         // several calls in one (run.go): State holds them (AppendRun); Key is the first one's
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many", "run"}
 
 // String is the op's name, as logs and errors show it.
 func (o Op) String() string {
