@@ -271,6 +271,10 @@ type Config struct {
 	HTTP HTTP `yaml:"http"`
 	// Peer bounds the peer protocol.
 	Peer Peer `yaml:"peer"`
+	// GRPC is the gRPC server of Envoy's rate limit service (rls.go).
+	GRPC GRPC `yaml:"grpc"`
+	// RLS configures Envoy's rate limit service: its rate limit files.
+	RLS RLS `yaml:"rls"`
 }
 
 // MinSecretLen is the shortest cluster_secret and cluster_secret_secondary,
@@ -333,7 +337,8 @@ const (
 // (headers), 30 s (request), 120 s (idle) and 60 s (write), an automatic
 // connection cap, peer frames up to 1 MiB and 256 peer connections, and
 // upstream timeouts of 5 s (dial), 10 s (TLS), 300 s (response headers) and
-// 60 s (stream idle).
+// 60 s (stream idle), no gRPC server, and Envoy's rate limit service
+// deciding a request's descriptors all or nothing.
 func Default() Config {
 	up := Upstream{
 		DialTimeout:           DefaultDialTimeout,
@@ -371,6 +376,7 @@ func Default() Config {
 			WriteTimeout:      DefaultWriteTimeout,
 		},
 		Peer: Peer{MaxFrameBytes: DefaultMaxFrameBytes, MaxConns: DefaultPeerMaxConns},
+		RLS:  RLS{AllOrNothing: true},
 	}
 }
 
@@ -505,6 +511,7 @@ func (c Config) Validate() error {
 	errs.upstreamTimeouts("upstream", c.Upstream)
 	errs.upstreamTimeouts("anthropic_upstream", c.AnthropicUpstream)
 	c.validateSecurity(&errs)
+	c.validateRLS(&errs)
 	return errs.err()
 }
 

@@ -95,6 +95,7 @@ func TestDefault(t *testing.T) {
 		HTTP: HTTP{FastPath: true, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 			IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second},
 		Peer: Peer{MaxFrameBytes: 1 << 20, MaxConns: 256},
+		RLS:  RLS{AllOrNothing: true},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("Default() = %+v\nwant %+v", d, want)
@@ -246,7 +247,7 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency, parent, models)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},

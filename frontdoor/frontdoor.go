@@ -146,6 +146,10 @@ func (d *Door) SetClients(tokens map[string][]string, certs map[string]api.CertC
 	d.api.SetClients(tokens, certs, setters)
 }
 
+// Router is the router every front end of the node decides through (the
+// gRPC rate limit service, package rls, is one).
+func (d *Door) Router() *router.Router { return d.router }
+
 // Close stops the background work: the router's (router.Router.Close)
 // and the proxy's (proxy.Server.Close). It does not stop serving HTTP, and
 // is safe to call more than once.

@@ -33,8 +33,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const configDir = "testdata/config"
 
 // slotTTL is the lease TTL of a token key in these tests (the daemon's
-// limits.lease_ttl).
-const slotTTL = 2 * time.Minute
+// limits.lease_ttl): shorter than llm.yaml's minute, so that a slot
+// expires while its tokens are still counted.
+const slotTTL = 30 * time.Second
 
 // harness is one in-process node, its router and this package's service
 // on a loopback gRPC listener, called through go-control-plane's

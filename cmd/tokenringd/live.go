@@ -1,11 +1,14 @@
 package main
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/tokenring/tokenring/config"
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/proxy"
+	"github.com/tokenring/tokenring/rls"
+	"github.com/tokenring/tokenring/rls/descriptors"
 	"github.com/tokenring/tokenring/router"
 )
 
@@ -14,7 +17,12 @@ import (
 // each call, so a reload takes effect at the next one; the node's table
 // also needs LimitsChanged to look again at the keys it holds. Safe for
 // concurrent use.
-type live struct{ p atomic.Pointer[liveState] }
+type live struct {
+	p atomic.Pointer[liveState]
+	// descs is the rate limit files of rls.config_dir in force (nil: none),
+	// replaced whole when the directory changes (rlsDir).
+	descs atomic.Pointer[descriptors.Config]
+}
 
 // liveState is one config and what is resolved from it once.
 type liveState struct {
@@ -38,7 +46,27 @@ func (l *live) set(cfg config.Config) {
 // pool's, "g:<group>" to the group's, a model-scoped key to its entry's.
 func (l *live) limits(key string) limiter.Limits {
 	s := l.p.Load()
+	if strings.HasPrefix(key, "d:") {
+		return descriptorLimits(&s.cfg, l.descs.Load(), key)
+	}
 	return keyLimits(&s.cfg, key)
+}
+
+// descriptorLimits is the limits of a descriptor key ("d:...") in descs
+// (rls.KeyLimits): a token or concurrency limit's slots live
+// limits.lease_ttl, the longest a stream may run before its slot is freed
+// with its reservation still charged; a request limit's leases
+// rls.KeyLeaseTTL. A key descs does not know (the files changed since it
+// was charged) is unlimited until it goes idle.
+func descriptorLimits(cfg *config.Config, descs *descriptors.Config, key string) limiter.Limits {
+	lim, _ := rls.KeyLimits(descs, key)
+	if lim.LeaseTTL == 0 {
+		lim.LeaseTTL = cfg.Limits.LeaseTTL
+	}
+	if lim.Window == 0 {
+		lim.Window = cfg.Limits.Window
+	}
+	return lim
 }
 
 // keyLimits is key's limits in cfg (see live.limits).
@@ -78,6 +106,8 @@ func (l *live) source(key string) string {
 	cfg := &l.p.Load().cfg
 	kind, name, entry := router.SplitKey(key)
 	switch {
+	case kind == router.KeyDescriptor:
+		return "rls.config_dir"
 	case kind == router.KeyPool:
 		if _, ok := cfg.Pools[name]; ok {
 			return "pools." + name

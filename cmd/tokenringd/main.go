@@ -94,6 +94,7 @@ var errUsage = errors.New("usage")
 // flags are tokenringd's command line (docs/configuration.md, "Flags").
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
+	grpc                                          string
 	advertise                                     string
 	gossipProfile, logLevel                       string
 	batchWait                                     time.Duration
@@ -108,6 +109,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.config, "config", "", "YAML config `file` (built-in defaults when empty)")
 	fs.StringVar(&f.name, "name", "", "node `name`, unique in the cluster (default: host-httpport)")
 	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "`addr` for the client API, LLM proxy, admin and metrics")
+	fs.StringVar(&f.grpc, "grpc", "", "`addr` for Envoy's rate limit service over gRPC (default: grpc.addr in the config; neither: no gRPC server)")
 	fs.StringVar(&f.peer, "peer", "", "`addr` for the node-to-node protocol (default: 127.0.0.1, a free port)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "memberlist bind `addr`")
 	fs.StringVar(&f.join, "join", "", "gossip `addrs` of existing members, comma separated; a host name is resolved at every attempt and each of its addresses tried (none: a new cluster)")
@@ -182,6 +184,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}()
 	cur := newLive(cfg)
+	if err := loadDescriptors(cfg, cur); err != nil {
+		return err
+	}
 	n, err := newNode(f, cfg, cur.limits, checkpoint, base)
 	if err != nil {
 		return err
@@ -197,32 +202,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer r.Close() // stops charging fallback debts
-	runtime.GC()    // the tokenizer's garbage, collected before this node owns anything
+	rs, err := newRLS(grpcAddr(f, cfg), cfg, cur, r.Router(), reg, log.With("component", "rls"))
+	if err != nil {
+		return err
+	}
+	if rs != nil && rs.ln != nil {
+		defer rs.ln.Close() // on an early return; served, the gRPC server closes it
+	}
+	runtime.GC() // the tokenizer's garbage, collected before this node owns anything
 	// A fence (this node on the minority side of a split) hands what it
 	// admitted since its last replication to the router's debts.
 	n.OnFence(r.Owe)
-	members, err := joinCluster(ctx, f, cfg, n, httpLn.Addr().String(), rc, base, log)
+	members, err := joinCluster(ctx, f, cfg, limitsHash(cfg, cur.descs.Load()), n, httpLn.Addr().String(), rc, base, log)
 	if err != nil {
 		return err
 	}
 	defer members.Shutdown()
 	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load, log.With("component", "http"))
 	reg.MustRegister(append(serverCollectors(srv), members.Collectors()...)...)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httpLn) }()
+	errc := make(chan error, 2) // the HTTP server's end, the gRPC server's
+	go func() { errc <- fmt.Errorf("serve http: %w", srv.Serve(httpLn)) }()
+	rs.serve(errc)
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
 	if f.config != "" {
-		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, reloaded(cur, n, r, members, log)))()
+		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, reloaded(cur, n, r, rs, members, log),
+			watchRLS(cfg, cur, rs, n, members, reg, log)))()
 	}
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "grpc", rs.addr(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
 	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
+		return err
 	case <-ctx.Done():
 	}
 	served = true
 	drain(log, &draining, n, r, members, cfg.Drain)
+	rs.stop(10 * time.Second)
 	shutdownHTTP(srv, log)
 	return nil
 }
@@ -239,14 +254,17 @@ func shutdownHTTP(srv httpServer, log *slog.Logger) {
 
 // reloaded applies a reloaded config to a running node: the limits, chains,
 // pools and proxy keys in force (cur), the node's keys told to look at
-// their limits again, the decision API's clients, and the new limits hash
-// gossiped.
-func reloaded(cur *live, n *node.Node, r *frontdoor.Door, members *gossip.Cluster, log *slog.Logger) func(config.Config) {
+// their limits again, the clients of the decision API and of the rate
+// limit service (rs; nil: none), and the new limits hash gossiped.
+func reloaded(cur *live, n *node.Node, r *frontdoor.Door, rs *rlsServer, members *gossip.Cluster, log *slog.Logger) func(config.Config) {
 	return func(next config.Config) {
 		cur.set(next)
 		n.LimitsChanged()
 		r.SetClients(clientTokens(next), clientCerts(next), limitSetters(next))
-		if err := members.SetLimitsHash(next.LimitsHash(), time.Second); err != nil {
+		if rs != nil {
+			rs.srv.SetClients(api.NewClients(clientTokens(next), clientCerts(next), limitSetters(next)))
+		}
+		if err := members.SetLimitsHash(limitsHash(next, cur.descs.Load()), time.Second); err != nil {
 			log.Warn("limits hash not published", "err", err)
 		}
 	}
@@ -325,10 +343,11 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 	})
 }
 
-// joinCluster starts gossip for n and joins the members at -join, after
+// joinCluster starts gossip for n, publishing hash as its limits hash,
+// and joins the members at -join, after
 // preloading the checkpoint from rc when there is one. The meta's BootID is
 // left empty: gossip.Start makes a new one at every start.
-func joinCluster(ctx context.Context, f flags, cfg config.Config, n *node.Node, httpAddr string, rc *redis.Client, base, log *slog.Logger) (*gossip.Cluster, error) {
+func joinCluster(ctx context.Context, f flags, cfg config.Config, hash string, n *node.Node, httpAddr string, rc *redis.Client, base, log *slog.Logger) (*gossip.Cluster, error) {
 	gcfg := gossip.DefaultLANConfig()
 	if f.gossipProfile == "local" {
 		gcfg = gossip.DefaultLocalConfig()
@@ -352,7 +371,7 @@ func joinCluster(ctx context.Context, f flags, cfg config.Config, n *node.Node, 
 	if err != nil {
 		return nil, fmt.Errorf("-peer %s: %w", n.PeerAddr(), err)
 	}
-	gcfg.Meta = gossip.Meta{HTTP: advHTTP, Peer: advPeer, LimitsHash: cfg.LimitsHash()}
+	gcfg.Meta = gossip.Meta{HTTP: advHTTP, Peer: advPeer, LimitsHash: hash}
 	gcfg.Secrets = clusterSecrets(cfg)
 	log.Info("advertising", "http", advHTTP, "peer", advPeer, "gossip", gcfg.AdvertiseAddr)
 	if f.join != "" {

@@ -42,6 +42,10 @@ type configFile struct {
 	current config.Config // the config in force
 	read    config.Config // the file as last read: current before keepRestartOnly
 	stamp   fileStamp
+
+	// also is checked with the file, forced on SIGHUP: the rate limit
+	// files of rls.config_dir (rlsDir.check); nil: nothing.
+	also func(forced bool)
 }
 
 // newConfigFile watches path, from which cfg, the config in force, was
@@ -78,9 +82,18 @@ func (f *configFile) run(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 			f.check(true)
+			f.checkAlso(true)
 		case <-t.C:
 			f.check(false)
+			f.checkAlso(false)
 		}
+	}
+}
+
+// checkAlso runs also, if any.
+func (f *configFile) checkAlso(forced bool) {
+	if f.also != nil {
+		f.also(forced)
 	}
 }
 
@@ -181,9 +194,10 @@ func keepRestartOnly(inForce, last, next config.Config) (config.Config, []string
 
 // watchConfig returns the loop that reloads the config file at path (see
 // configFile) on SIGHUP and when the file changes, with cfg in force now,
-// its metric registered on reg.
-func watchConfig(path string, cfg config.Config, getenv func(string) string, reg prometheus.Registerer, log *slog.Logger, apply func(config.Config)) func(context.Context) {
+// its metric registered on reg; also (nil: none) is checked with it.
+func watchConfig(path string, cfg config.Config, getenv func(string) string, reg prometheus.Registerer, log *slog.Logger, apply func(config.Config), also func(bool)) func(context.Context) {
 	f := newConfigFile(path, cfg, getenv, apply, log)
+	f.also = also
 	reg.MustRegister(f.reloads)
 	return func(ctx context.Context) {
 		hup := make(chan os.Signal, 1)

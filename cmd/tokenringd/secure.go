@@ -62,8 +62,8 @@ type lookupIP func(ctx context.Context, network, host string) ([]net.IP, error)
 
 // checkProtected is protected mode, port by port: a non-loopback -peer or
 // -gossip needs a cluster secret (without one the peer protocol and gossip
-// are plaintext and unauthenticated), a non-loopback -http needs its
-// callers authenticated (httpAuthenticated). Unless -insecure, a node with
+// are plaintext and unauthenticated), a non-loopback -http or -grpc (or
+// grpc.addr) needs its callers authenticated (httpAuthenticated). Unless -insecure, a node with
 // any port exposed without its guard refuses to start with a usage error
 // naming each such port and its fix. An empty host, 0.0.0.0 and :: are
 // every interface: not loopback.
@@ -80,6 +80,7 @@ func checkProtected(ctx context.Context, f flags, cfg config.Config, lookup look
 		{"-http", f.http, httpAuthenticated(cfg), "set client tokens under clients: or a client CA (http.tls.client_ca_file)"},
 		{"-peer", f.peer, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
 		{"-gossip", f.gossip, cfg.ClusterSecret != "", "set cluster_secret in the config (or " + clusterSecretEnv + ")"},
+		{"-grpc", grpcAddr(f, cfg), httpAuthenticated(cfg), "set client tokens under clients: or a client CA (http.tls.client_ca_file)"},
 	} {
 		if l.addr == "" || l.guarded {
 			continue // -peer's default: 127.0.0.1, a free port
