@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/router"
 )
@@ -24,6 +26,10 @@ func (anthropic) upstream(cfg Config) (Upstream, string) {
 }
 
 func (anthropic) authorize(h http.Header, key string) { h.Set("x-api-key", key) }
+
+func (anthropic) limitHeaders(h http.Header, st limiter.Status, now time.Time) {
+	anthropicRateLimitHeaders(h, st, now)
+}
 
 // anthropicRequest is what the proxy reads of a Messages request.
 type anthropicRequest struct {

@@ -9,11 +9,13 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 )
 
-// Rate-limit headers of the LLM proxy's answers. They describe the tenant's
-// own budget, the caller's quota; a pool's limits are shared by every tenant
-// and are not advertised (a pool refusal still says so in its error message
-// and carries the pool's honest retry-after). A dimension without a limit
-// (Limit 0) is left out.
+// Rate-limit headers of the LLM proxy's answers. They describe one level
+// of the request's chain: on an admitted request and on most refusals the
+// tenant's own budget, the caller's quota; on a refusal by the model's
+// pool, the pool's (its limit, what remains of it, when it resets), since
+// that is the level that bound and the one whose reset the caller must
+// wait for (boundLevel). A dimension without a limit (Limit 0) is left
+// out: a pool with a token limit alone shows no requests headers.
 //
 // OpenAI's headers, as api.openai.com sends them:
 //
@@ -33,6 +35,21 @@ import (
 //	RateLimit-Policy: "requests";q=60;w=60, "tokens";q=100000;qu="tokens";w=60, "concurrency";q=10;qu="concurrent-requests"
 //	RateLimit: "requests";r=59;t=60, "tokens";r=95904;t=60, "concurrency";r=9;t=120
 //
+// Anthropic's headers, written beside those on the answers to Anthropic's
+// endpoint (anthropicRateLimitHeaders), as api.anthropic.com sends them:
+//
+//	anthropic-ratelimit-requests-limit: 60
+//	anthropic-ratelimit-requests-remaining: 59
+//	anthropic-ratelimit-requests-reset: 2026-12-04T10:16:05Z
+//	anthropic-ratelimit-tokens-limit: 100000
+//	anthropic-ratelimit-tokens-remaining: 95904
+//	anthropic-ratelimit-tokens-reset: 2026-12-04T10:16:05Z
+//
+// The resets are RFC 3339 times in UTC, rounded up to the second. Anthropic
+// limits input and output tokens apart too (anthropic-ratelimit-input-tokens-*,
+// -output-tokens-*); tokenring's token limit counts both, and is the
+// tokens-* headers alone.
+//
 // The tokens policy names its unit with qu="tokens" because the draft's
 // default unit is "request"; "concurrent-requests" is a unit the draft
 // registers. Concurrency has no window, so no w; its t is when the last slot
@@ -49,6 +66,7 @@ const (
 	hdrWaitMS          = "x-tokenring-wait-ms"
 	hdrPriority        = "x-tokenring-priority"
 	hdrOpenAIPrefix    = "x-ratelimit-"
+	hdrAnthropicPrefix = "anthropic-ratelimit-"
 )
 
 // rateLimitDims are the dimensions of the rate-limit headers, in order,
@@ -63,6 +81,18 @@ var rateLimitDims = [...]struct {
 	{name: "requests", windowed: true, openAI: openAINames("requests")},
 	{name: "tokens", unit: "tokens", windowed: true, openAI: openAINames("tokens")},
 	{name: "concurrency", unit: "concurrent-requests"},
+}
+
+// anthropicNames are the names of Anthropic's headers, canonical: limit,
+// remaining and reset for requests, then for tokens.
+var anthropicNames = [2][3]string{anthropicNamesOf("requests"), anthropicNamesOf("tokens")}
+
+func anthropicNamesOf(dim string) [3]string {
+	return [3]string{
+		http.CanonicalHeaderKey(hdrAnthropicPrefix + dim + "-limit"),
+		http.CanonicalHeaderKey(hdrAnthropicPrefix + dim + "-remaining"),
+		http.CanonicalHeaderKey(hdrAnthropicPrefix + dim + "-reset"),
+	}
 }
 
 var (
@@ -143,6 +173,24 @@ func setRateLimitHeaders(h http.Header, st limiter.Status, window time.Duration)
 	}
 }
 
+// anthropicRateLimitHeaders writes Anthropic's rate-limit headers for a
+// level whose status is st at now.
+func anthropicRateLimitHeaders(h http.Header, st limiter.Status, now time.Time) {
+	for i, d := range [2]limiter.DimStatus{st.Requests, st.Tokens} {
+		if d.Limit <= 0 {
+			continue
+		}
+		reset := now.Add(d.Reset)
+		if reset.Truncate(time.Second) != reset {
+			reset = reset.Truncate(time.Second).Add(time.Second)
+		}
+		n := anthropicNames[i]
+		h[n[0]] = []string{strconv.FormatInt(d.Limit, 10)}
+		h[n[1]] = []string{strconv.FormatInt(d.Remaining, 10)}
+		h[n[2]] = []string{reset.UTC().Format(time.RFC3339)}
+	}
+}
+
 // setRetryHeaders writes retry-after (whole seconds, rounded up, at least 1)
 // and retry-after-ms (at least 1) for a refusal.
 func setRetryHeaders(h http.Header, ms int64) {
@@ -174,9 +222,10 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // isRateLimitHeader reports whether an upstream's response header describes
-// the upstream's own rate limits in a name the proxy writes itself; those are
-// dropped so the answer carries the tenant's limits only.
+// the upstream's own rate limits (the operator's account) in a name the
+// proxy writes itself; those are dropped so the answer carries tokenring's
+// limits only.
 func isRateLimitHeader(name string) bool {
 	n := strings.ToLower(name)
-	return strings.HasPrefix(n, hdrOpenAIPrefix) || n == "ratelimit" || n == "ratelimit-policy"
+	return strings.HasPrefix(n, hdrOpenAIPrefix) || strings.HasPrefix(n, hdrAnthropicPrefix) || n == "ratelimit" || n == "ratelimit-policy"
 }

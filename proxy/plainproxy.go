@@ -7,7 +7,8 @@ package proxy
 // the handler runs. A chat completion or message that does not ask for a
 // stream is answered whole, so the fast path can serve it: the same
 // handler (proxyParsed) writes into a plainWriter, which the server sends
-// once the handler returns. Streams stay with net/http, which writes as
+// once the handler returns. So are a response that does not ask for a
+// stream and an embedding. Streams stay with net/http, which writes as
 // they come.
 
 import (
@@ -28,13 +29,18 @@ import (
 // upstream that answers sooner costs no watch at all.
 const clientWatchDelay = 20 * time.Millisecond
 
-// ServePlain is the proxy's http1.Handler: it serves the chat completions
-// and messages that do not ask for a stream (proxyPlain), and declines
-// (false, nothing done) every other request.
+// ServePlain is the proxy's http1.Handler: it serves the chat completions,
+// responses, embeddings and messages that do not ask for a stream
+// (proxyPlain), and declines (false, nothing done) every other request
+// (the endpoints passed through among them).
 func (s *Server) ServePlain(_ context.Context, req *http1.Request, resp *http1.Response) bool {
 	switch string(req.Path) {
 	case "/v1/chat/completions":
 		return s.proxyPlain(req, resp, openAI{})
+	case "/v1/responses":
+		return s.proxyPlain(req, resp, openAIResponses{})
+	case "/v1/embeddings":
+		return s.proxyPlain(req, resp, openAIEmbeddings{})
 	case "/v1/messages":
 		return s.proxyPlain(req, resp, anthropic{})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/prompt"
@@ -45,6 +46,15 @@ type provider interface {
 	// written. pass is false for an event the client must not receive (one
 	// the proxy caused, see proxyCall.stripUsage).
 	readEvent(c *proxyCall, s *usageSeen, data []byte) (end, pass bool)
+}
+
+// ownLimitHeaders is a provider whose API has rate-limit headers of its
+// own, written beside OpenAI's and the IETF's, which every answer carries
+// (headers.go). Optional: a provider without it writes those two alone.
+type ownLimitHeaders interface {
+	// limitHeaders writes the headers of a level whose status is st, at
+	// now.
+	limitHeaders(h http.Header, st limiter.Status, now time.Time)
 }
 
 // errKind is what went wrong, for a provider to name in its own error
@@ -93,6 +103,7 @@ type proxyCall struct {
 	count        func(router.Counter) int // counts the prompt; set by parse (setCount)
 	promptBytes  int                      // the bytes count reads
 	maxTokens    int64                    // the completion bound the client gave (× n); 0: none
+	noCompletion bool                     // the answer has no completion (embeddings): the prompt alone is reserved
 	stream       bool                     // the client asked for a stream
 	stripUsage   bool                     // the proxy asked the upstream for usage in the stream; the provider drops it from what the client receives
 	body         []byte                   // what to forward

@@ -88,6 +88,9 @@ type Config struct {
 	// timeouts still apply). Nil gives each upstream a client of its own,
 	// NewUpstreamClient(its Timeouts).
 	Client *http.Client
+	// Now is the clock of the rate-limit headers that are times
+	// (Anthropic's resets). Nil: time.Now.
+	Now func() time.Time
 }
 
 // Server is the LLM proxy of one node, admitting through its router.
@@ -147,10 +150,46 @@ func (s *Server) upstreamClient(u Upstream) *http.Client {
 	return s.upstreams[u]
 }
 
-// Routes serves each provider at its endpoint on mux.
+// Routes serves each provider at its endpoint on mux, and the endpoints
+// passed through uncharged (passthrough.go).
 func (s *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, openAI{}) })
+	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, openAIResponses{}) })
+	mux.HandleFunc("/v1/embeddings", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, openAIEmbeddings{}) })
 	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, req *http.Request) { s.proxy(w, req, anthropic{}) })
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, req *http.Request) { s.models(w, req, false) })
+	mux.HandleFunc("/v1/models/{id...}", func(w http.ResponseWriter, req *http.Request) { s.models(w, req, true) })
+	mux.HandleFunc("/v1/messages/count_tokens", s.countTokens)
+}
+
+// now is the time of Config.Now.
+func (s *Server) now() time.Time {
+	if s.cfg.Now != nil {
+		return s.cfg.Now()
+	}
+	return time.Now()
+}
+
+// setLimitHeaders writes the rate-limit headers of a level whose status
+// is st, counted over window, in every shape p's clients read.
+func (s *Server) setLimitHeaders(h http.Header, p provider, st limiter.Status, window time.Duration) {
+	setRateLimitHeaders(h, st, window)
+	if o, ok := p.(ownLimitHeaders); ok {
+		o.limitHeaders(h, st, s.now())
+	}
+}
+
+// boundLevel is the level whose status the rate-limit headers of an
+// answer with verdict v show, and its window: the pool's when the pool
+// refused, the tenant's (limits tl) otherwise. A group's or a models
+// entry's refusal shows the tenant's too: the verdict does not carry the
+// status of those levels (the 429's message and x-tokenring-refused-by
+// name them).
+func (s *Server) boundLevel(v *router.Verdict, tl limiter.Limits) (limiter.Status, time.Duration) {
+	if !v.Allowed && v.RefusedBy.Kind == router.KeyPool {
+		return v.PoolStatus, s.r.Limits(v.RefusedBy.Key).Window
+	}
+	return v.Status, tl.Window
 }
 
 // proxy serves one provider's endpoint: authenticate, parse and count, admit
@@ -196,12 +235,15 @@ func (s *Server) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 	}
 	tl := s.r.Limits(router.TenantKey(tenant))
 	if v, refused := s.r.RefuseExhausted(req.Context(), adm); refused { // before counting: see RefuseExhausted
-		setRateLimitHeaders(w.Header(), v.Status, tl.Window)
+		s.setLimitHeaders(w.Header(), p, v.Status, tl.Window)
 		s.refuse(w, &c, &v)
 		return
 	}
 	s.countProxyPrompt(&c)
 	adm.Req.PromptTokens = c.promptTokens
+	if c.noCompletion { // the prompt alone, exactly (a MaxTokens of 0 would reserve the default)
+		adm.Req.Reserve = max(c.promptTokens, 1)
+	}
 	v, err := s.r.Admit(req.Context(), adm)
 	if full := (*router.TableFullError)(nil); errors.As(err, &full) { // the owner holds max_keys keys: nothing admitted
 		setRetryHeaders(w.Header(), full.RetryMS())
@@ -218,7 +260,8 @@ func (s *Server) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		p.fail(w, apiError{499, errInvalid, "request cancelled: " + err.Error()})
 		return
 	}
-	setRateLimitHeaders(w.Header(), v.Status, tl.Window)
+	st, window := s.boundLevel(&v, tl)
+	s.setLimitHeaders(w.Header(), p, st, window)
 	if !v.Allowed {
 		s.refuse(w, &c, &v)
 		return

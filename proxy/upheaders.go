@@ -68,18 +68,29 @@ func upstreamHeader(req *http.Request, c *proxyCall, key string) http.Header {
 	if ip := peerIP(req.RemoteAddr); ip != "" {
 		h["X-Forwarded-For"] = []string{ip}
 	}
-	if _, ok := c.p.(openAI); ok {
-		if o := c.account.OpenAIOrganization; o != "" {
-			h["Openai-Organization"] = []string{o}
-		}
-		if p := c.account.OpenAIProject; p != "" {
-			h["Openai-Project"] = []string{p}
-		}
+	if a, ok := c.p.(accountSetter); ok {
+		a.setAccount(h, c.account)
 	}
 	if c.stream {
 		h["Accept-Encoding"] = []string{"identity"}
 	}
 	return h
+}
+
+// accountSetter is a provider whose upstream bills an account the proxy
+// names for the client's key (OpenAI's organisation and project).
+type accountSetter interface {
+	setAccount(h http.Header, a Account)
+}
+
+// setAccount sets a's OpenAI organisation and project, those it has.
+func (openAI) setAccount(h http.Header, a Account) {
+	if o := a.OpenAIOrganization; o != "" {
+		h["Openai-Organization"] = []string{o}
+	}
+	if p := a.OpenAIProject; p != "" {
+		h["Openai-Project"] = []string{p}
+	}
 }
 
 // peerIP is the IP of a RemoteAddr ("host:port"); "" when it has none.

@@ -6,9 +6,12 @@
 package fakeupstream
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,18 +21,24 @@ import (
 )
 
 // Upstream is a fake LLM provider for the proxy's tests: OpenAI's POST
-// /v1/chat/completions and Anthropic's POST /v1/messages on an httptest
-// server on loopback. It answers non-streaming and streaming (SSE) requests
-// with the text and usage of its UpstreamReply: OpenAI chunks, with the final
-// usage-only chunk when the request asks for stream_options.include_usage;
-// Anthropic's event sequence message_start, content_block_start, ping,
-// content_block_delta…, content_block_stop, message_delta (usage),
-// message_stop. It can cut a stream midway, hold answers until released, and
-// answer errors, and it records every request it gets.
+// /v1/chat/completions, POST /v1/responses, POST /v1/embeddings, GET
+// /v1/models and GET /v1/models/{id}, and Anthropic's POST /v1/messages and
+// POST /v1/messages/count_tokens, on an httptest server on loopback. It
+// answers non-streaming and streaming (SSE) requests with the text and
+// usage of its UpstreamReply: OpenAI chunks, with the final usage-only
+// chunk when the request asks for stream_options.include_usage; the
+// Responses API's events, response.created to response.completed (with
+// the usage); Anthropic's event sequence message_start,
+// content_block_start, ping, content_block_delta…, content_block_stop,
+// message_delta (usage), message_stop. An embedding's usage is the reply's
+// PromptTokens, as is count_tokens' input_tokens. It can cut a stream
+// midway, hold answers until released, and answer errors, and it records
+// every request it gets.
 //
-// Every answer carries x-ratelimit-limit-requests: 99999 and x-request-id:
-// req_fake, the first to check that the proxy replaces the upstream's own
-// rate-limit headers, the second that it passes the others through.
+// Every answer carries x-ratelimit-limit-requests: 99999,
+// anthropic-ratelimit-requests-limit: 99999 and x-request-id: req_fake, the
+// first two to check that the proxy replaces the upstream's own rate-limit
+// headers, the last that it passes the others through.
 //
 // An Upstream made by NewUpstream belongs to one test; t.Cleanup releases
 // held answers and closes the server. One made by New is an http.Handler
@@ -57,6 +66,9 @@ type UpstreamReply struct {
 	Text []string
 	// PromptTokens and CompletionTokens are the usage reported.
 	PromptTokens, CompletionTokens int64
+	// CachedTokens is the part of PromptTokens a Responses answer reports
+	// as cached (usage.input_tokens_details.cached_tokens).
+	CachedTokens int64
 	// NoUsage: report no usage at all (an OpenAI-compatible server that
 	// ignores include_usage).
 	NoUsage bool
@@ -95,18 +107,38 @@ func NewUpstream(t testing.TB, apiKey string) *Upstream {
 	return u
 }
 
-// New makes a fake upstream that is only an http.Handler: it serves POST
-// /v1/chat/completions and POST /v1/messages on whatever server the caller
-// puts it on, with the same answers and apiKey check as NewUpstream's. URL
+// New makes a fake upstream that is only an http.Handler: it serves the
+// endpoints Upstream lists on whatever server the caller puts it on, with the same answers and apiKey check as NewUpstream's. URL
 // and Client are for an Upstream made by NewUpstream, and only such an
 // Upstream records requests: one made by New, meant to run for as long as a
 // command does, keeps none, and its Requests is empty.
 func New(apiKey string) *Upstream {
 	u := &Upstream{key: apiKey, closing: make(chan struct{}), mux: http.NewServeMux()}
-	u.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, false) })
-	u.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, true) })
+	u.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, chat) })
+	u.mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, responses) })
+	u.mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, embeddings) })
+	u.mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, models) })
+	u.mux.HandleFunc("GET /v1/models/{id...}", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, model) })
+	u.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, messages) })
+	u.mux.HandleFunc("POST /v1/messages/count_tokens", func(w http.ResponseWriter, r *http.Request) { u.serve(w, r, countTokens) })
 	return u
 }
+
+// api is one endpoint of the fake provider.
+type api uint8
+
+const (
+	chat        api = iota // OpenAI's chat completions
+	responses              // OpenAI's Responses API
+	embeddings             // OpenAI's embeddings
+	models                 // OpenAI's model list
+	model                  // OpenAI's model
+	messages               // Anthropic's messages
+	countTokens            // Anthropic's token count
+)
+
+// anthropic reports whether a is one of Anthropic's endpoints.
+func (a api) anthropic() bool { return a == messages || a == countTokens }
 
 // ServeHTTP answers one request as the fake provider.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) { u.mux.ServeHTTP(w, r) }
@@ -146,10 +178,10 @@ func (u *Upstream) Requests() []UpstreamRequest {
 // defaultText is the completion of a reply whose Text is nil.
 var defaultText = []string{"Hello", " there", "!"}
 
-// serve records and answers one request on OpenAI's API, or on Anthropic's
-// when claude is set: after the reply's Hold, with the reply's error, a
-// whole completion or a stream, as the request and the reply ask.
-func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, claude bool) {
+// serve records and answers one request on the endpoint a: after the
+// reply's Hold, with the reply's error, a whole answer or a stream, as the
+// request and the reply ask.
+func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, a api) {
 	body, reply, id := u.record(r)
 	if reply.Hold != nil && !u.awaitRelease(r, reply.Hold) {
 		return
@@ -157,7 +189,9 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, claude bool) {
 	if reply.Text == nil {
 		reply.Text = defaultText
 	}
+	claude := a.anthropic()
 	w.Header().Set("x-ratelimit-limit-requests", "99999")
+	w.Header().Set("anthropic-ratelimit-requests-limit", "99999")
 	w.Header().Set("x-request-id", "req_fake")
 	if status, msg := u.rejection(r, body, claude); status != 0 {
 		reply.Status, reply.Text = status, []string{msg}
@@ -166,18 +200,35 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request, claude bool) {
 		writeError(w, reply.Status, strings.Join(reply.Text, ""), claude)
 		return
 	}
-	model, _ := body["model"].(string)
+	modelName, _ := body["model"].(string)
+	switch a {
+	case embeddings:
+		writeJSON(w, embeddingsAnswer(reply, body, modelName))
+		return
+	case models:
+		writeJSON(w, map[string]any{"object": "list", "data": []any{modelObject("gpt-4o-mini"), modelObject("text-embedding-3-small")}})
+		return
+	case model:
+		writeJSON(w, modelObject(r.PathValue("id")))
+		return
+	case countTokens:
+		writeJSON(w, map[string]any{"input_tokens": reply.PromptTokens})
+		return
+	}
 	if stream, _ := body["stream"].(bool); !stream {
-		u.whole(w, reply, claude, model, id)
+		u.whole(w, reply, a, modelName, id)
 		return
 	}
 	s := u.startStream(w, r, reply.ChunkDelay)
-	if claude {
-		u.streamAnthropic(s, reply, model, id)
-	} else {
+	switch a {
+	case messages:
+		u.streamAnthropic(s, reply, modelName, id)
+	case responses:
+		u.streamResponses(s, reply, modelName, id)
+	default:
 		opts, _ := body["stream_options"].(map[string]any)
 		includeUsage, _ := opts["include_usage"].(bool)
-		u.streamOpenAI(s, reply, model, id, includeUsage)
+		u.streamOpenAI(s, reply, modelName, id, includeUsage)
 	}
 	_ = s.rc.Flush()
 	u.sleep(r, reply.Linger)
@@ -239,7 +290,7 @@ func (u *Upstream) rejection(r *http.Request, body map[string]any, claude bool) 
 	switch {
 	case u.key != "" && got != u.key:
 		return http.StatusUnauthorized, "fake upstream: wrong API key"
-	case body == nil:
+	case body == nil && r.Method != http.MethodGet:
 		return http.StatusBadRequest, "fake upstream: body is not JSON"
 	}
 	return 0, ""
@@ -292,17 +343,20 @@ func (s *eventStream) event(name string, v any) {
 func (s *eventStream) pause() bool { return s.u.sleep(s.r, s.delay) }
 
 // whole answers a non-streaming request.
-func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, claude bool, model, id string) {
+func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, a api, model, id string) {
 	text := strings.Join(reply.Text, "")
 	var out map[string]any
-	if claude {
+	switch a {
+	case responses:
+		out = responseObject(reply, model, id, "completed", text)
+	case messages:
 		out = map[string]any{
 			"id": "msg_fake" + id, "type": "message", "role": "assistant", "model": model,
 			"content":     []any{map[string]any{"type": "text", "text": text}},
 			"stop_reason": "end_turn", "stop_sequence": nil,
 			"usage": map[string]any{"input_tokens": reply.PromptTokens, "output_tokens": reply.CompletionTokens},
 		}
-	} else {
+	default:
 		out = map[string]any{
 			"id": "chatcmpl-fake" + id, "object": "chat.completion", "created": time.Now().Unix(), "model": model,
 			"choices": []any{map[string]any{
@@ -318,8 +372,78 @@ func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, claude bool
 	if reply.NoUsage {
 		delete(out, "usage")
 	}
+	writeJSON(w, out)
+}
+
+// writeJSON answers 200 with v as JSON.
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// responseObject is a Responses API response of reply with status and
+// the output text given ("" for none yet), and its usage once completed
+// (null before, as the API sends it, and with NoUsage).
+func responseObject(reply UpstreamReply, model, id, status, text string) map[string]any {
+	out := map[string]any{
+		"id": "resp_fake" + id, "object": "response", "created_at": time.Now().Unix(), "status": status,
+		"model": model, "output": []any{}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
+		"error": nil, "incomplete_details": nil, "instructions": nil, "metadata": map[string]any{}, "usage": nil,
+	}
+	if status == "completed" {
+		out["output"] = []any{outputMessage(id, text, "completed")}
+		if !reply.NoUsage {
+			out["usage"] = map[string]any{
+				"input_tokens": reply.PromptTokens, "input_tokens_details": map[string]any{"cached_tokens": reply.CachedTokens},
+				"output_tokens": reply.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+				"total_tokens": reply.PromptTokens + reply.CompletionTokens,
+			}
+		}
+	}
+	return out
+}
+
+// outputMessage is a Responses output message holding text.
+func outputMessage(id, text, status string) map[string]any {
+	return map[string]any{"id": "msg_fake" + id, "type": "message", "status": status, "role": "assistant",
+		"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}}
+}
+
+// embeddingsAnswer is the answer to an embeddings request of body: an
+// embedding of three numbers an input (a float list, or base64 of
+// little-endian float32s when encoding_format asks, as the SDK does), and
+// the reply's PromptTokens as its usage.
+func embeddingsAnswer(reply UpstreamReply, body map[string]any, model string) map[string]any {
+	n := 1
+	if in, ok := body["input"].([]any); ok && len(in) > 0 {
+		if _, ids := in[0].(float64); !ids { // a list of strings or of id lists: one embedding each
+			n = len(in)
+		}
+	}
+	vec := []float32{0.25, -0.5, 1}
+	var emb any = vec
+	if body["encoding_format"] == "base64" {
+		b := make([]byte, 0, 4*len(vec))
+		for _, f := range vec {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+		}
+		emb = base64.StdEncoding.EncodeToString(b)
+	}
+	data := make([]any, n)
+	for i := range data {
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
+	}
+	out := map[string]any{"object": "list", "data": data, "model": model,
+		"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "total_tokens": reply.PromptTokens}}
+	if reply.NoUsage {
+		delete(out, "usage")
+	}
+	return out
+}
+
+// modelObject is OpenAI's model object of id.
+func modelObject(id string) map[string]any {
+	return map[string]any{"id": id, "object": "model", "created": 1700000000, "owned_by": "fakeupstream"}
 }
 
 // cut drops the connection mid-stream: the client sees an incomplete body.
@@ -359,6 +483,49 @@ func (u *Upstream) streamOpenAI(s *eventStream, reply UpstreamReply, model, id s
 		})
 	}
 	fmt.Fprint(s.w, "data: [DONE]\n\n")
+}
+
+// streamResponses writes the events of a Responses API stream of reply on
+// s, each under its event: line with its sequence_number: the response
+// created and in progress, the output message and its text part added,
+// the text deltas, their ends, and response.completed with the usage.
+func (u *Upstream) streamResponses(s *eventStream, reply UpstreamReply, model, id string) {
+	seq := 0
+	event := func(typ string, fields map[string]any) {
+		fields["type"], fields["sequence_number"] = typ, seq
+		seq++
+		s.event(typ, fields)
+	}
+	part := func(text string) map[string]any {
+		return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	}
+	at := map[string]any{"item_id": "msg_fake" + id, "output_index": 0, "content_index": 0}
+	with := func(m map[string]any) map[string]any {
+		for k, v := range at {
+			m[k] = v
+		}
+		return m
+	}
+	event("response.created", map[string]any{"response": responseObject(reply, model, id, "in_progress", "")})
+	event("response.in_progress", map[string]any{"response": responseObject(reply, model, id, "in_progress", "")})
+	item := outputMessage(id, "", "in_progress")
+	item["content"] = []any{}
+	event("response.output_item.added", map[string]any{"output_index": 0, "item": item})
+	event("response.content_part.added", with(map[string]any{"part": part("")}))
+	for i, t := range reply.Text {
+		if reply.CutAfter > 0 && i == reply.CutAfter {
+			cut()
+		}
+		if !s.pause() {
+			return
+		}
+		event("response.output_text.delta", with(map[string]any{"delta": t, "logprobs": []any{}}))
+	}
+	text := strings.Join(reply.Text, "")
+	event("response.output_text.done", with(map[string]any{"text": text, "logprobs": []any{}}))
+	event("response.content_part.done", with(map[string]any{"part": part(text)}))
+	event("response.output_item.done", map[string]any{"output_index": 0, "item": outputMessage(id, text, "completed")})
+	event("response.completed", map[string]any{"response": responseObject(reply, model, id, "completed", text)})
 }
 
 // streamAnthropic writes the event sequence of an Anthropic message stream
