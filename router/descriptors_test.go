@@ -65,7 +65,9 @@ func hitRouter(t *testing.T) (*Router, *recording) {
 	return r, c
 }
 
-func acquireHit(key string) Hit { return Hit{Op: node.OpAcquire, Key: key, Req: limiter.Request{Hits: 1}} }
+func acquireHit(key string) Hit {
+	return Hit{Op: node.OpAcquire, Key: key, Req: limiter.Request{Hits: 1}}
+}
 
 // TestDecideHitsAllOrNothing: the acquires of a request are reserved in
 // the order of their keys whatever the request's order (so that two
