@@ -17,11 +17,12 @@
 //     lease lives KeyLeaseTTL only, since nothing ever settles it;
 //   - a token or concurrency limit (descriptors' tokens_per_unit,
 //     concurrency) with a request id: the call without a per-descriptor
-//     hits_addend (Envoy's request path) reserves, under the lease id
-//     LeaseID(key, request id), the key's token estimate and a slot; the
-//     call with one (Envoy's apply_on_stream_done twin) settles that lease
-//     with the real usage, freeing the slot; a lease never settled is
-//     freed by its TTL with its reservation still charged (the safe side);
+//     hits_addend, or with 0 (Envoy's request path), reserves, under the
+//     lease id LeaseID(key, request id), the key's token estimate and a
+//     slot (a repeat charges nothing); the call with a hits_addend above 0
+//     (Envoy's apply_on_stream_done twin) settles that lease with the real
+//     usage, freeing the slot; a lease never settled is freed by its TTL
+//     with its reservation still charged (the safe side);
 //   - such a limit without a request id: the request path only checks it,
 //     and a hits_addend is counted as tokens (OpCharge), never refused.
 //

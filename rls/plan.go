@@ -285,7 +285,16 @@ func (pl planner) item(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescrip
 		it.dim, it.perUnit = dimConcurrency, clamp32(l.Concurrency)
 	}
 	switch {
-	case rid != "" && !set: // the request path: reserve
+	case rid != "" && (!set || hits == 0):
+		// The request path: reserve. A hits_addend of 0 is Envoy
+		// Gateway's request path ("cost: request: {number: 0}"), never a
+		// usage worth settling: a stream that reports none keeps its
+		// reservation and slot until the lease TTL (a repeat of the
+		// reservation charges nothing).
+		if set {
+			hits = int64(max(1, req.GetHitsAddend()))
+			it.hits = hits
+		}
 		r := limiter.Request{Hits: hits, Lease: LeaseID(key, rid), MaxTokens: pl.maxTokens}
 		return p.add(it, router.Hit{Op: node.OpAcquire, Key: key, Req: r, Shadow: soft})
 	case rid != "": // the stream's end: settle, with the real usage

@@ -116,9 +116,9 @@ func TestStreamedTokens(t *testing.T) {
 	t.Logf("%d streams admitted (%d tokens), %d refusals, peak %d in flight", admitted.Load(), usage.Load(), refused.Load(), peak.Load())
 }
 
-// TestTokenReservationPairs: the request-time call reserves the key's
-// estimate and a slot under the lease its request id names, a repeat of
-// it is charged once, the stream-done call settles it to the real usage
+// TestTokenReservationPairs: the request-time call (no hits_addend, or 0)
+// reserves the key's estimate and a slot under the lease its request id
+// names, a repeat of it is charged once, the stream-done call settles it to the real usage
 // and frees the slot, and a reservation never settled keeps its tokens
 // but frees its slot after the lease TTL.
 func TestTokenReservationPairs(t *testing.T) {
@@ -138,8 +138,10 @@ func TestTokenReservationPairs(t *testing.T) {
 	if n := promtest.Counter(t, h.reg, "tokenring_rls_unmatched_settles_total"); n != 1 {
 		t.Errorf("unmatched settles %v, want 1 (the repeat)", n)
 	}
-	// The key's average completion is now 250: a reservation is 375.
-	expect(t, "start r2", h.must(t, start("r2")), pb.RateLimitResponse_OK, ok(llmTokens, descriptors.Minute, "", llmTokens-250-375, minute))
+	// The key's average completion is now 250: a reservation is 375. A
+	// hits_addend of 0 (Envoy Gateway's request path) reserves too.
+	expect(t, "start r2 with hits_addend 0", h.must(t, done("r2", 0)), pb.RateLimitResponse_OK, ok(llmTokens, descriptors.Minute, "", llmTokens-250-375, minute))
+	expect(t, "start r2 again", h.must(t, start("r2")), pb.RateLimitResponse_OK, ok(llmTokens, descriptors.Minute, "", llmTokens-250-375, minute))
 	st := h.status(t)
 	if st.Concurrency.Remaining != llmConcurrency-1 {
 		t.Errorf("%d slots free with r2 in flight, want %d", st.Concurrency.Remaining, llmConcurrency-1)
