@@ -86,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMeta -fuzztime 10s ./gossip/
 	$(GO) test -run '^$$' -fuzz FuzzMessagesJSON -fuzztime 10s ./prompt/
+	$(GO) test -run '^$$' -fuzz FuzzShouldRateLimit -fuzztime 10s ./rls/   # any Envoy request resolved and answered without a panic
 
 ## cluster: three nodes on loopback, on the ports CLUSTER_HTTP, CLUSTER_PEER
 ## and CLUSTER_GOSSIP (above); it prints the `tokenring load -targets ...`

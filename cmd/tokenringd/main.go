@@ -184,9 +184,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}()
 	cur := newLive(cfg)
-	if err := loadDescriptors(cfg, cur); err != nil {
-		return err
-	}
 	n, err := newNode(f, cfg, cur.limits, checkpoint, base)
 	if err != nil {
 		return err
@@ -197,19 +194,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// spend it instead of answering its peers.
 	var draining atomic.Bool // SIGTERM came: /readyz fails
 	reg := newRegistry(httpLn.collectors()...)
-	r, err := newRouter(n, cfg, cur, func() bool { return n.Ready() && !draining.Load() }, reg, log)
+	r, rs, err := newFrontEnds(f, n, cfg, cur, func() bool { return n.Ready() && !draining.Load() }, reg, log)
 	if err != nil {
 		return err
 	}
 	defer r.Close() // stops charging fallback debts
-	rs, err := newRLS(grpcAddr(f, cfg), cfg, cur, r.Router(), reg, log.With("component", "rls"))
-	if err != nil {
-		return err
-	}
-	if rs != nil && rs.ln != nil {
-		defer rs.ln.Close() // on an early return; served, the gRPC server closes it
-	}
-	runtime.GC() // the tokenizer's garbage, collected before this node owns anything
+	runtime.GC()    // the tokenizer's garbage, collected before this node owns anything
 	// A fence (this node on the minority side of a split) hands what it
 	// admitted since its last replication to the router's debts.
 	n.OnFence(r.Owe)
@@ -220,15 +210,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer members.Shutdown()
 	srv := newServer(closeWhileDraining(r, &draining), decisions{plain: r.ServePlain, quick: r.ServeQuick}, cfg.HTTP, draining.Load, log.With("component", "http"))
 	reg.MustRegister(append(serverCollectors(srv), members.Collectors()...)...)
-	errc := make(chan error, 2) // the HTTP server's end, the gRPC server's
-	go func() { errc <- fmt.Errorf("serve http: %w", srv.Serve(httpLn)) }()
-	rs.serve(errc)
+	errc := serve(srv, httpLn, rs)
 	defer background(ctx, func(ctx context.Context) { returnMemory(ctx, log, n.Keys) })()
 	if f.config != "" {
 		defer background(ctx, watchConfig(f.config, cfg, getenv, reg, log, reloaded(cur, n, r, rs, members, log),
 			watchRLS(cfg, cur, rs, n, members, reg, log)))()
 	}
-	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "grpc", rs.addr(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
+	log.Info("tokenringd serving", "http", httpLn.Addr().String(), "grpc", rs.listening(), "event_loops", eventLoops(cfg.HTTP.EventLoops), "peer", n.PeerAddr(), "gossip", members.Local().Addr, "join", f.join)
 
 	select {
 	case err := <-errc:

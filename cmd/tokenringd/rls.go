@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokenring/tokenring/api"
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/frontdoor"
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/rls"
@@ -64,13 +65,42 @@ func limitsHash(cfg config.Config, descs *descriptors.Config) string {
 	return hex.EncodeToString(sum[:len(h)/2])
 }
 
+// newFrontEnds makes the HTTP side (newRouter) and, with -grpc or
+// rls.config_dir, Envoy's rate limit service over the same router, the
+// files of rls.config_dir read into cur first.
+func newFrontEnds(f flags, n *node.Node, cfg config.Config, cur *live, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, *rlsServer, error) {
+	if err := loadDescriptors(cfg, cur); err != nil {
+		return nil, nil, err
+	}
+	r, err := newRouter(n, cfg, cur, ready, reg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, err := newRLS(grpcAddr(f, cfg), cfg, cur, r.Router(), reg, log.With("component", "rls"))
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, rs, nil
+}
+
+// serve serves srv on ln and the rate limit service's gRPC server (rs;
+// nil: none); the channel gets the first of their ends.
+func serve(srv httpServer, ln net.Listener, rs *rlsServer) <-chan error {
+	errc := make(chan error, 2) // the HTTP server's end, the gRPC server's
+	go func() { errc <- fmt.Errorf("serve http: %w", srv.Serve(ln)) }()
+	rs.serve(errc)
+	return errc
+}
+
 // rlsServer is a node's rate limit service and, with an address, its gRPC
-// server listening there.
+// server, listening there once served.
 type rlsServer struct {
-	srv *rls.Server
-	gs  *grpc.Server // nil: no -grpc
-	ln  net.Listener
-	log *slog.Logger
+	srv  *rls.Server
+	gs   *grpc.Server // nil: no -grpc
+	addr string       // -grpc, grpc.addr
+	ln   net.Listener // once served
+	log  *slog.Logger
 }
 
 // newRLS makes the rate limit service deciding through r, with cur's
@@ -88,7 +118,7 @@ func newRLS(addr string, cfg config.Config, cur *live, r *router.Router, reg pro
 	}
 	srv.SetDescriptors(cur.descs.Load())
 	srv.SetClients(api.NewClients(clientTokens(cfg), clientCerts(cfg), limitSetters(cfg)))
-	s := &rlsServer{srv: srv, log: log}
+	s := &rlsServer{srv: srv, addr: addr, log: log}
 	if addr == "" {
 		return s, nil
 	}
@@ -96,18 +126,22 @@ func newRLS(addr string, cfg config.Config, cur *live, r *router.Router, reg pro
 	if err != nil {
 		return nil, err
 	}
-	if s.ln, err = net.Listen("tcp", addr); err != nil {
-		return nil, fmt.Errorf("listen -grpc %s: %w", addr, err)
-	}
 	s.gs = srv.GRPC(tc)
 	return s, nil
 }
 
-// serve serves the gRPC server until stop; its end is sent on errc.
+// serve listens on the gRPC address and serves there until stop; a
+// listener that fails, or the server's end, is sent on errc.
 func (s *rlsServer) serve(errc chan<- error) {
 	if s == nil || s.gs == nil {
 		return
 	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		errc <- fmt.Errorf("listen -grpc %s: %w", s.addr, err)
+		return
+	}
+	s.ln = ln
 	go func() {
 		if err := s.gs.Serve(s.ln); err != nil {
 			errc <- fmt.Errorf("serve grpc: %w", err)
@@ -137,8 +171,8 @@ func (s *rlsServer) stop(timeout time.Duration) {
 	}
 }
 
-// addr is the gRPC listener's address; "" without one.
-func (s *rlsServer) addr() string {
+// listening is the gRPC listener's address; "" without one.
+func (s *rlsServer) listening() string {
 	if s == nil || s.ln == nil {
 		return ""
 	}
