@@ -19,6 +19,40 @@ type Limits struct {
 	Concurrency int64         // requests in flight (slots)
 	Window      time.Duration // sliding window length; zero means DefaultWindow
 	LeaseTTL    time.Duration // slot lifetime without renew; zero means DefaultLeaseTTL
+	Reserve     ReserveMode   // what an acquire reserves (Budget.Acquire); zero means ReserveEstimate
+}
+
+// ReserveMode is how many tokens a key reserves for a request at acquire:
+// what its window counts until the request is settled with its real usage.
+// Any value but ReserveMaxTokens counts as ReserveEstimate.
+//
+// The trade-off: a reservation below the real usage is admitted on a
+// guess, and its settle charges the rest even where the window has no room
+// left, taking the token window past its limit (an overdraft,
+// DimStatus.Overdraft), by at most concurrency × (max_tokens − estimate) in
+// a window; a reservation of the whole bound never overdraws, but holds
+// tokens the request will not use until it is settled, so the key refuses
+// sooner, and refuses outright a request whose prompt plus max_tokens
+// exceeds the token limit.
+type ReserveMode uint8
+
+const (
+	// ReserveEstimate reserves the prompt plus the smaller of max_tokens
+	// and 1.5× the key's average completion: it admits more, and may
+	// overdraw.
+	ReserveEstimate ReserveMode = iota
+	// ReserveMaxTokens reserves the prompt plus max_tokens
+	// (Policy.DefaultMaxTokens when the request gives none): a request
+	// whose upstream honours its max_tokens never settles past the limit.
+	ReserveMaxTokens
+)
+
+// String returns "estimate" or "max_tokens", the names of the config.
+func (m ReserveMode) String() string {
+	if m == ReserveMaxTokens {
+		return "max_tokens"
+	}
+	return "estimate"
 }
 
 // Defaults for zero fields of Limits and Policy. DefaultCompletionFactor is
@@ -101,11 +135,18 @@ const (
 // under one lease). Token amounts and Hits are capped at 2^48; negative
 // token amounts count as 0 (absent, for MaxTokens and Reserve).
 type Request struct {
-	PromptTokens int64         // T_in, counted by the caller
-	MaxTokens    int64         // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
-	Reserve      int64         // if > 0, reserve exactly this many tokens (a pool following its tenant's estimate)
-	Priority     Priority      // the wait queue class, if it queues
-	Wait         time.Duration // how long the caller may queue; 0 answers at once
+	PromptTokens int64 // T_in, counted by the caller
+	MaxTokens    int64 // the request's max_tokens; 0 means absent (Policy.DefaultMaxTokens)
+	// Reserve, if > 0, is the tokens to reserve instead of the key's
+	// estimate: what a chain's first key reserved, which its other keys
+	// follow, or an exact amount (a request that has no completion, a hot
+	// key's slice). A key whose Limits.Reserve is ReserveMaxTokens reserves
+	// at least PromptTokens + MaxTokens even then: a chain's key never
+	// reserves less than its own mode asks of a request that gives
+	// max_tokens.
+	Reserve  int64
+	Priority Priority      // the wait queue class, if it queues
+	Wait     time.Duration // how long the caller may queue; 0 answers at once
 
 	// Hits is how many requests the admission counts in the request
 	// window (Envoy's hits_addend); 0 or negative means 1. It is
@@ -132,9 +173,16 @@ type Usage struct {
 // DimStatus is one dimension as seen by a caller: OpenAI's x-ratelimit-* and
 // the IETF RateLimit fields. Limit 0 means unlimited. Reset is the time until
 // the dimension is fully free again (window slid, slots expired).
+//
+// What is counted may exceed the limit, though no admission ever takes it
+// there: a settle whose usage exceeds its reservation (ReserveEstimate's
+// risk), a debt charged (Budget.Charge), a limit lowered below what is
+// counted. Remaining is then 0 and Overdraft says by how much: the window
+// must drain that much (the slots expire or end) before Remaining grows.
 type DimStatus struct {
 	Limit     int64         // the limit; 0: unlimited
-	Remaining int64         // room left now; 0 when unlimited
+	Remaining int64         // room left now; 0 when unlimited or overdrawn
+	Overdraft int64         // how far what is counted is past Limit; 0 when within it, and when unlimited
 	Reset     time.Duration // until nothing is counted any more, if nothing else is admitted
 }
 

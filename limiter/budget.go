@@ -57,6 +57,9 @@ func (l Limits) normalize() Limits {
 	}
 	l.Window = min(l.Window, maxDuration)
 	l.LeaseTTL = min(l.LeaseTTL, maxDuration)
+	if l.Reserve != ReserveMaxTokens {
+		l.Reserve = ReserveEstimate
+	}
 	return l
 }
 
@@ -257,11 +260,18 @@ func (b *Budget) forgetHits(id uint64) {
 	}
 }
 
-// estimate is T_est for r: Reserve if set, else the prompt plus the smaller of
-// max_tokens (or the policy default) and 1.5× this key's average completion
-// (max_tokens when the key has no history yet).
+// estimate is T_est for r. With Reserve set: Reserve, or at least the
+// prompt plus the request's own max_tokens under ReserveMaxTokens (a
+// chain's key following a first key that estimated). Otherwise the prompt
+// plus max_tokens (or the policy default), the smaller of that and 1.5×
+// this key's average completion under ReserveEstimate once the key has
+// history.
 func (b *Budget) estimate(r Request) int64 {
+	whole := b.lim.Reserve == ReserveMaxTokens
 	if r.Reserve > 0 {
+		if whole {
+			return clampUnits(max(r.Reserve, clampUnits(r.PromptTokens)+clampUnits(r.MaxTokens)))
+		}
 		return clampUnits(r.Reserve)
 	}
 	c := r.MaxTokens
@@ -269,7 +279,7 @@ func (b *Budget) estimate(r Request) int64 {
 		c = b.pol.defaultMaxTokens()
 	}
 	c = clampUnits(c)
-	if b.ewma >= 0 {
+	if b.ewma >= 0 && !whole {
 		c = min(c, int64(math.Ceil(DefaultCompletionFactor*b.ewma)))
 	}
 	return clampUnits(clampUnits(r.PromptTokens) + c)
@@ -394,7 +404,10 @@ func selectKth(s []int64, k int) int64 {
 // The request reserves T_est tokens: r.Reserve if > 0, else r.PromptTokens
 // plus the smaller of max_tokens (r.MaxTokens, or Policy.DefaultMaxTokens if
 // 0) and ceil(1.5 × the key's running average of settled completion tokens),
-// or plus max_tokens while the key has no settled completion yet. The
+// or plus max_tokens while the key has no settled completion yet. A key
+// whose Limits.Reserve is ReserveMaxTokens reserves r.PromptTokens plus
+// max_tokens whatever its history, and at least r.PromptTokens +
+// r.MaxTokens when r.Reserve is set (ReserveMode). The
 // request counts H = r.Hits requests (1 if r.Hits ≤ 0). It is admitted if
 // the request window has room for H more, the token window for T_est
 // more, a concurrency slot is free, and no waiter is queued (no barging).
@@ -498,28 +511,54 @@ func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
 // Settle returns false and changes nothing if the lease is unknown, already
 // settled, released or cancelled, or expired (its slot was freed; the
 // reservation stays charged as reserved). Settle is idempotent.
+//
+// A debit is charged whether or not the window has room for it: the
+// tokens were used. One that takes the token window past its limit shows
+// as the tokens' Overdraft (Status); SettleOverdrawn says how much of it
+// each settle caused.
 func (b *Budget) Settle(now time.Time, id uint64, u Usage) bool {
+	ok, _ := b.SettleOverdrawn(now, id, u)
+	return ok
+}
+
+// SettleOverdrawn is Settle, and also returns how many of the tokens the
+// settle charged went past the token limit: by how much it raised the
+// tokens' Overdraft (0 for a credit, within the limit, or unlimited).
+// Summed over a key's settles, it is the tokens its requests used beyond
+// what the limit allowed, as a node's metric counts them.
+func (b *Budget) SettleOverdrawn(now time.Time, id uint64, u Usage) (ok bool, overdrawn int64) {
 	t := now.UnixNano()
 	b.tick(t)
 	l, ok := b.leases[id]
 	if !ok {
-		return false
+		return false, 0
 	}
 	completion := clampUnits(u.CompletionTokens)
 	delta := clampUnits(clampUnits(u.PromptTokens)+completion) - l.reserved
+	over := b.tokensOver()
 	switch {
 	case b.live(l.bucket):
 		b.addTok(l.bucket, delta)
 	case delta > 0:
 		b.addTok(b.head, delta)
 	}
+	overdrawn = max(b.tokensOver()-over, 0)
 	if b.ewma < 0 {
 		b.ewma = float64(completion)
 	} else {
 		b.ewma += ewmaAlpha * (float64(completion) - b.ewma)
 	}
 	b.dropLease(id, l)
-	return true
+	return true, overdrawn
+}
+
+// tokensOver is how far the token window counts past its limit: 0 within
+// it, and when unlimited.
+func (b *Budget) tokensOver() int64 {
+	if l := b.lim.Tokens; l > 0 {
+		return max(b.sumTok-l, 0)
+	}
+	return 0
 }
 
 // Release frees lease's slot at now and keeps its tokens charged as
@@ -578,7 +617,9 @@ func (b *Budget) Renew(now time.Time, id uint64) (time.Time, bool) {
 }
 
 // Status returns the key's three dimensions at now. Limit 0 means unlimited,
-// and then Remaining is 0 too. Reset is the time until the dimension is
+// and then Remaining and Overdraft are 0 too. Overdraft is how far what is
+// counted (requests and tokens in the window, slots in use) is past the
+// limit, Remaining 0 then. Reset is the time until the dimension is
 // completely free if nothing else is admitted: the newest counted bucket
 // leaves the window, the last slot expires.
 func (b *Budget) Status(now time.Time) Status {
@@ -599,6 +640,7 @@ func dimStatus(limit, used, reset int64) DimStatus {
 	d := DimStatus{Limit: limit, Reset: time.Duration(reset)}
 	if limit > 0 {
 		d.Remaining = max(limit-used, 0)
+		d.Overdraft = max(used-limit, 0)
 	}
 	return d
 }
@@ -630,7 +672,8 @@ func (b *Budget) Idle(now time.Time) bool {
 // charge whose bucket has already left the window is dropped: those units
 // would no longer be counted anyway. Charged units count toward the limits
 // exactly like admissions (they hold no slot), and may take the window past
-// its limit: Status then reports Remaining 0, never less. Negative amounts
+// its limit: Status then reports Remaining 0, never less, and the excess as
+// Overdraft. Negative amounts
 // count as 0. Charge reports whether anything was counted.
 func (b *Budget) Charge(now, at time.Time, requests, tokens int64) bool {
 	b.tick(now.UnixNano())

@@ -2,9 +2,9 @@ package limiter
 
 // SetSentLimits gives the Budget the requests, tokens and concurrency of
 // l, limits a request sent (a gateway that keeps its keys' limits in its
-// own database); its window and lease TTL stay. They hold until a request
-// sends others: a table's limitsFor no longer applies to the Budget
-// (Table.LimitsChanged leaves it alone). The window keeps what it counted:
+// own database); its window, lease TTL and ReserveMode stay. They hold
+// until a request sends others: a table's limitsFor no longer gives the
+// Budget its numbers (Table.LimitsChanged gives it only the rest). The window keeps what it counted:
 // a lowered limit refuses until the window drains below it, a raised one
 // admits at once. Snapshots do not carry limits, so a Budget restored
 // elsewhere takes its table's limits until the next request sends them

@@ -191,10 +191,11 @@ func (t *Table) Do(key string, now time.Time, fn func(b *Budget)) error {
 
 // LimitsChanged tells the table that limitsFor may now give other limits
 // (a config reload): every Budget takes limitsFor(key) again the next time
-// Do, DoUncapped or Peek reaches it, keeping what its window counted, but
-// one whose limits a request sent (Budget.SetSentLimits). A lowered limit
-// then refuses until the window drains below it; a raised one admits at
-// once. It costs nothing until then: one atomic load a call.
+// Do, DoUncapped or Peek reaches it, keeping what its window counted; one
+// whose limits a request sent (Budget.SetSentLimits) keeps those numbers
+// and takes the rest (its ReserveMode). A lowered limit then refuses until
+// the window drains below it; a raised one admits at once. It costs nothing
+// until then: one atomic load a call.
 func (t *Table) LimitsChanged() { t.limitsGen.Add(1) }
 
 // newBudget is key's Budget for a key first seen at now.
@@ -212,7 +213,11 @@ func (t *Table) refresh(key string, b *Budget) {
 	if b.limitsGen == g {
 		return
 	}
-	if l := t.limitsFor(key).normalize(); l != b.lim && !b.sent {
+	l := t.limitsFor(key).normalize()
+	if b.sent { // a request's numbers hold until a request sends others
+		l.Requests, l.Tokens, l.Concurrency = b.lim.Requests, b.lim.Tokens, b.lim.Concurrency
+	}
+	if l != b.lim {
 		b.SetLimits(l)
 	}
 	b.limitsGen = g
