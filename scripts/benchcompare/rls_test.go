@@ -34,8 +34,9 @@ descriptors:
 // itself (built from its module, scripts/rlsref) on a real redis-server:
 // 600 calls against tight per-minute limits, whose counts must add up and
 // stay within what its fixed windows allow; then the stage as
-// bench-compare runs it, for a second, and its table. tokenring's side runs
-// too once tokenringd has -grpc; until then the table says it is pending.
+// bench-compare runs it, a second a run, the reference and tokenringd
+// -grpc (a tokenringd without -grpc: the table says its side is pending),
+// and its table.
 func TestRLSStageAgainstReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds envoyproxy/ratelimit (about a minute and a half the first time) and runs it")
