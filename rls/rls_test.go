@@ -160,29 +160,44 @@ func TestLimitOverride(t *testing.T) {
 }
 
 // TestAllOrNothing: two descriptors, one full: the other is not charged
-// (its status as before), in the request's order whatever the keys'.
-// Without it (per_descriptor, the reference's way) the other is charged.
+// (its status as before), in the request's order whatever the keys'; both
+// when the full one's key comes first (nothing reserved) and when it comes
+// last (the other's reservation cancelled). Without it (per_descriptor,
+// the reference's way) the other is charged.
 func TestAllOrNothing(t *testing.T) {
 	for _, perDescriptor := range []bool{false, true} {
 		t.Run("per_descriptor="+strconv.FormatBool(perDescriptor), func(t *testing.T) {
 			h := start(t, setup{cfg: Config{PerDescriptor: perDescriptor}})
 			now := h.clock.Now()
 			day := resetAt(24*time.Hour, now, now)
-			both := func() *pb.RateLimitRequest {
-				return request("messaging", 0, desc("to_number", "1"), desc("message_type", "marketing", "to_number", "1"))
+			charged := uint32(0)
+			if perDescriptor {
+				charged = 1
 			}
+			both := func(number string) *pb.RateLimitRequest {
+				return request("messaging", 0, desc("to_number", number), desc("message_type", "marketing", "to_number", number))
+			}
+
+			// The marketing key (5 a day) sorts first, and fills first.
 			for i := range 5 {
-				expect(t, "both #"+strconv.Itoa(i), h.must(t, both()), pb.RateLimitResponse_OK,
+				expect(t, "both #"+strconv.Itoa(i), h.must(t, both("1")), pb.RateLimitResponse_OK,
 					ok(100, descriptors.Day, "", uint32(99-i), day), ok(5, descriptors.Day, "", uint32(4-i), day))
 			}
-			left := uint32(95)
-			if perDescriptor {
-				left = 94
-			}
-			expect(t, "marketing full", h.must(t, both()), pb.RateLimitResponse_OVER_LIMIT,
-				ok(100, descriptors.Day, "", left, day), overLimit(5, descriptors.Day, "", day))
+			expect(t, "marketing full", h.must(t, both("1")), pb.RateLimitResponse_OVER_LIMIT,
+				ok(100, descriptors.Day, "", 95-charged, day), overLimit(5, descriptors.Day, "", day))
 			expect(t, "to_number checked", h.must(t, request("messaging", 0, withHits(desc("to_number", "1"), 0))), pb.RateLimitResponse_OK,
-				ok(100, descriptors.Day, "", left, day))
+				ok(100, descriptors.Day, "", 95-charged, day))
+
+			// The to_number key (100 a day) sorts last: full, it refuses
+			// after marketing was reserved, which is cancelled.
+			expect(t, "to_number filled", h.must(t, request("messaging", 100, desc("to_number", "2"))), pb.RateLimitResponse_OK,
+				ok(100, descriptors.Day, "", 0, day))
+			marketing := ok(5, descriptors.Day, "", 5, 0) // nothing counted: no reset
+			if perDescriptor {
+				marketing = ok(5, descriptors.Day, "", 4, day)
+			}
+			expect(t, "to_number full", h.must(t, both("2")), pb.RateLimitResponse_OVER_LIMIT, overLimit(100, descriptors.Day, "", day), marketing)
+			expect(t, "marketing checked", h.must(t, request("messaging", 0, withHits(desc("message_type", "marketing", "to_number", "2"), 0))), pb.RateLimitResponse_OK, marketing)
 		})
 	}
 }

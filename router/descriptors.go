@@ -176,8 +176,10 @@ func (r *Router) acquireHit(ctx context.Context, h *Hit, res *HitResult) error {
 }
 
 // rollbackHits cancels the reservations held by the hits at indexes done,
-// the last reserved first, taking each out of its reported status, and
-// returns err (refused false: an error refuses nothing by itself).
+// the last reserved first, and reports each key's status without its
+// reservation: read again after a refusal (err nil), else worked out from
+// the status its admission reported. It returns err (refused false: an
+// error refuses nothing by itself).
 func (r *Router) rollbackHits(hits []Hit, out []HitResult, done []int, err error) (bool, error) {
 	for k := len(done) - 1; k >= 0; k-- {
 		i := done[k]
@@ -187,7 +189,15 @@ func (r *Router) rollbackHits(hits []Hit, out []HitResult, done []int, err error
 		}
 		r.undo(hits[i].Key, outcome{answer: node.Answer{Decision: limiter.Decision{Lease: res.Lease}}, fallback: res.Fallback}, node.OpCancel)
 		res.Held = false
-		res.Status = uncharged(res.Status, max(hits[i].Req.Hits, 1), res.reserved)
+		st := uncharged(res.Status, max(hits[i].Req.Hits, 1), res.reserved)
+		if err == nil && !res.Fallback {
+			// A refusal's answer: the key as it is now (its reset too),
+			// read again; the arithmetic above if its owner does not say.
+			if r.statusHit(context.Background(), &hits[i], res) == nil && !res.Fallback {
+				continue
+			}
+		}
+		res.Status = st
 	}
 	return false, err
 }
