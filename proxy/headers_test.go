@@ -96,3 +96,33 @@ func setRateLimitHeadersRef(h http.Header, st limiter.Status, window time.Durati
 		h.Set(hdrRateLimit, strings.Join(state, ", "))
 	}
 }
+
+// TestAnthropicRateLimitHeaders: Anthropic's headers are the limit, the
+// remaining and the reset of requests and tokens, each reset an RFC 3339
+// time in UTC rounded up to the second; an unlimited dimension and
+// concurrency are left out.
+func TestAnthropicRateLimitHeaders(t *testing.T) {
+	now := time.Date(2026, 12, 4, 11, 15, 5, 500_000_000, time.FixedZone("CET", 3600))
+	h := http.Header{}
+	anthropicRateLimitHeaders(h, limiter.Status{
+		Requests:    limiter.DimStatus{Limit: 60, Remaining: 59, Reset: 59200 * time.Millisecond},
+		Tokens:      limiter.DimStatus{Limit: 100_000, Remaining: 0, Reset: 1500 * time.Millisecond},
+		Concurrency: limiter.DimStatus{Limit: 4, Remaining: 3},
+	}, now)
+	want := http.Header{
+		"Anthropic-Ratelimit-Requests-Limit":     {"60"},
+		"Anthropic-Ratelimit-Requests-Remaining": {"59"},
+		"Anthropic-Ratelimit-Requests-Reset":     {"2026-12-04T10:16:05Z"},
+		"Anthropic-Ratelimit-Tokens-Limit":       {"100000"},
+		"Anthropic-Ratelimit-Tokens-Remaining":   {"0"},
+		"Anthropic-Ratelimit-Tokens-Reset":       {"2026-12-04T10:15:07Z"},
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Errorf("got %v\nwant %v", h, want)
+	}
+	h = http.Header{}
+	anthropicRateLimitHeaders(h, limiter.Status{Tokens: limiter.DimStatus{Limit: 10, Remaining: 10}}, now.Truncate(time.Second))
+	if len(h) != 3 || h.Get("anthropic-ratelimit-tokens-reset") != "2026-12-04T10:15:05Z" {
+		t.Errorf("tokens alone, nothing to reset: %v", h)
+	}
+}

@@ -24,7 +24,8 @@ import (
 )
 
 // twinUpstream answers deterministically (echoing the OpenAI-Organization
-// header it was sent): an OpenAI or Anthropic completion with usage, a 500 for a body holding "fail", an answer without a
+// header it was sent): an OpenAI or Anthropic completion, a response or
+// an embedding with usage, a 500 for a body holding "fail", an answer without a
 // Content-Type for "no-ct", a short stream when one is asked for, and a
 // stream cut after its first event for "cut".
 func twinUpstream(t testing.TB) string {
@@ -48,7 +49,14 @@ func twinUpstream(t testing.TB) string {
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
 		case strings.HasSuffix(req.URL.Path, "/messages"):
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Anthropic-Ratelimit-Requests-Limit", "99999") // the upstream's own: dropped
 			io.WriteString(w, `{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":10,"output_tokens":4}}`)
+		case strings.HasSuffix(req.URL.Path, "/responses"):
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}],"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":8},"output_tokens":2,"total_tokens":13}}`)
+		case strings.HasSuffix(req.URL.Path, "/embeddings"):
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5]}],"usage":{"prompt_tokens":3,"total_tokens":3}}`)
 		default:
 			if bytes.Contains(body, []byte("no-ct")) {
 				w.Header()["Content-Type"] = nil // net/http sniffs nothing: the proxy relays no type
@@ -87,6 +95,7 @@ func twinProxy(t testing.TB, lim limiter.Limits, now func() time.Time, upstream 
 		Tenant:    func(key string) (string, bool) { return "a", key == "sk-a" },
 		OpenAI:    Upstream{BaseURL: upstream + "/v1"},
 		Anthropic: Upstream{BaseURL: upstream + "/v1"},
+		Now:       now,
 	}, counter)
 	mux := http.NewServeMux()
 	s.Routes(mux)
@@ -166,11 +175,12 @@ func proxyViaPlain(t testing.TB, r *twin, st proxyStep) (proxyAnswer, bool) {
 // ServeHTTP: every answer (status, every header, body) is the same, and so
 // is the tenant's state after each: admissions, settles, refusals, the
 // upstream's errors, an answer cut upstream (aborted for the client too)
-// and every kind of client error. ServePlain declines
-// only the streams, which then go to ServeHTTP on both.
+// and every kind of client error, on every endpoint it takes. ServePlain
+// declines only the streams and the endpoints passed through, which then
+// go to ServeHTTP on both.
 func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 	clock := newFakeClock()
-	lim := limiter.Limits{Requests: 7, Tokens: 100_000, Concurrency: 2, Window: time.Minute}
+	lim := limiter.Limits{Requests: 10, Tokens: 100_000, Concurrency: 2, Window: time.Minute}
 	up := twinUpstream(t)
 	counter := prompt.NewCounter()
 	plain, ref := twinProxy(t, lim, clock.Now, up, counter), twinProxy(t, lim, clock.Now, up, counter)
@@ -194,7 +204,13 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"no-ct"`)},                  // sniffed type
 		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat(`,"user":"cut"`)},                    // aborted, as the upstream did
 		{path: "/v1/chat/completions", headers: []string{openAIKey, "X-Tokenring-Priority: batch"}, body: chat("")},
-		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat("")}, // 429: 7 rpm
+		{path: "/v1/responses", headers: []string{openAIKey}, body: `{"model":"gpt-4o-mini","instructions":"Be brief.","input":[{"role":"user","content":"Say hi."}],"max_output_tokens":40}`},
+		{path: "/v1/responses", headers: []string{openAIKey}, body: `{"model":"gpt-4o-mini","input":5}`}, // 400
+		{path: "/v1/responses", headers: []string{openAIKey}, body: `{"model":"gpt-4o-mini","input":"x","stream":true}`, declined: true},
+		{path: "/v1/embeddings", headers: []string{openAIKey}, body: `{"model":"text-embedding-3-small","input":["Say hi.","x"]}`},
+		{path: "/v1/embeddings", headers: []string{openAIKey}, body: `{"model":"text-embedding-3-small","input":[]}`}, // 400
+		{path: "/v1/messages/count_tokens", headers: []string{claudeKey}, body: `{"model":"claude-sonnet-4-5","messages":[]}`, declined: true},
+		{path: "/v1/chat/completions", headers: []string{openAIKey}, body: chat("")}, // 429: 10 rpm
 		{path: "/v1/messages", headers: []string{claudeKey}, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`},
 	}
 	refused := 0
@@ -219,7 +235,7 @@ func TestProxyPlainAnswersAsServeHTTP(t *testing.T) {
 		clock.Advance(time.Second)
 	}
 	if refused != 2 {
-		t.Fatalf("%d refusals, want 2 (the 8th and 9th admissions of 7 a minute)", refused)
+		t.Fatalf("%d refusals, want 2 (the 11th and 12th admissions of 10 a minute)", refused)
 	}
 }
 
@@ -273,24 +289,26 @@ func proxyViaWire(t testing.TB, url string, st proxyStep) proxyAnswer {
 // Nothing panics.
 func FuzzProxyPlain(f *testing.F) {
 	chat := `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
-	f.Add(false, chat, "X-Tokenring-Priority", "batch")
-	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"stream":true}`, "Accept", "*/*")
-	f.Add(true, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "Anthropic-Version", "2023-06-01")
-	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"cut"}`, "X-Tokenring-Wait-Ms", "5")
-	f.Add(true, `{"model":`, "X-Api-Key", "sk-b")
-	f.Add(false, chat, "Proxy-Authorization", "Bearer sk-b")
-	f.Add(false, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"no-ct"}`, "OpenAI-Organization", "org-2")
+	f.Add(uint8(0), chat, "X-Tokenring-Priority", "batch")
+	f.Add(uint8(0), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"stream":true}`, "Accept", "*/*")
+	f.Add(uint8(1), `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "Anthropic-Version", "2023-06-01")
+	f.Add(uint8(0), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"cut"}`, "X-Tokenring-Wait-Ms", "5")
+	f.Add(uint8(1), `{"model":`, "X-Api-Key", "sk-b")
+	f.Add(uint8(0), chat, "Proxy-Authorization", "Bearer sk-b")
+	f.Add(uint8(0), `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"user":"no-ct"}`, "OpenAI-Organization", "org-2")
+	f.Add(uint8(2), `{"model":"gpt-4o-mini","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":9}`, "OpenAI-Beta", "x")
+	f.Add(uint8(2), `{"model":"gpt-4o-mini","input":"x","user":"cut"}`, "Accept", "*/*")
+	f.Add(uint8(3), `{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, "X-Tokenring-Priority", "interactive")
+	f.Add(uint8(3), `{"model":"text-embedding-3-small","input":"fail"}`, "Idempotency-Key", "k")
 	clock := newFakeClock()
 	lim := limiter.Limits{Requests: 1 << 40, Tokens: 1 << 50, Concurrency: 1 << 20, Window: time.Minute}
 	up := twinUpstream(f)
 	counter := prompt.NewCounter()
 	plain, ref := twinProxy(f, lim, clock.Now, up, counter), twinProxy(f, lim, clock.Now, up, counter)
 	plainURL, refURL := serveHTTP(f, plain), serveHTTP(f, ref)
-	f.Fuzz(func(t *testing.T, anthropic bool, body, name, value string) {
-		st := proxyStep{path: "/v1/chat/completions", headers: []string{"Authorization: Bearer sk-a", name + ": " + value}, body: body}
-		if anthropic {
-			st.path = "/v1/messages"
-		}
+	paths := [...]string{"/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"}
+	f.Fuzz(func(t *testing.T, path uint8, body, name, value string) {
+		st := proxyStep{path: paths[int(path)%len(paths)], headers: []string{"Authorization: Bearer sk-a", name + ": " + value}, body: body}
 		var head http1.Request
 		if _, err := http1.ParseHead([]byte(st.raw()), http1.DefaultMaxBody, &head); err != nil {
 			t.Skip("not a plain head: net/http's alone")

@@ -73,7 +73,8 @@ var everyHeader = map[string]string{
 }
 
 // TestProxyForwardsAllowListedHeaders sends every kind of header through
-// the proxy, on the fast path and through net/http, for both providers, to
+// the proxy, on the fast path and through net/http, for every endpoint
+// (those passed through too), to
 // a fake upstream, and asserts exactly the header set that arrives: the
 // allow-list, the upstream's key, the proxy's User-Agent, the peer's
 // address as X-Forwarded-For, the key's configured OpenAI organisation and
@@ -122,20 +123,27 @@ func TestProxyForwardsAllowListedHeaders(t *testing.T) {
 		}
 		return m
 	}
+	operator := with("Authorization", "Bearer sk-upstream", "Openai-Organization", "org-operator", "Openai-Project", "proj-operator")
+	noBody := maps.Clone(operator)
+	delete(noBody, "Content-Type")
+	chat := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":5}`
 	cases := []struct {
-		path, key string
-		want      map[string]string
+		method, path, key, body string
+		want                    map[string]string
 	}{
-		{"/v1/chat/completions", "sk-acme", with("Authorization", "Bearer sk-upstream", "Openai-Organization", "org-operator", "Openai-Project", "proj-operator")},
-		{"/v1/chat/completions", "sk-plain", with("Authorization", "Bearer sk-upstream")},
-		{"/v1/messages", "sk-acme", with("X-Api-Key", "sk-upstream")},
+		{"POST", "/v1/chat/completions", "sk-acme", chat, operator},
+		{"POST", "/v1/chat/completions", "sk-plain", chat, with("Authorization", "Bearer sk-upstream")},
+		{"POST", "/v1/messages", "sk-acme", chat, with("X-Api-Key", "sk-upstream")},
+		{"POST", "/v1/responses", "sk-acme", `{"model":"m","input":"hello"}`, operator},
+		{"POST", "/v1/embeddings", "sk-acme", `{"model":"m","input":"hello"}`, operator},
+		{"GET", "/v1/models", "sk-acme", "", noBody},
+		{"POST", "/v1/messages/count_tokens", "sk-acme", chat, with("X-Api-Key", "sk-upstream")},
 	}
-	body := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":5}`
 	for _, netHTTP := range []bool{false, true} {
 		url, stop := serveRouter(t, r, netHTTP)
 		client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 		for _, c := range cases {
-			req, err := http.NewRequest(http.MethodPost, url+c.path+"?api-version=2024-01-01&org=x", strings.NewReader(body))
+			req, err := http.NewRequest(c.method, url+c.path+"?api-version=2024-01-01&org=x", strings.NewReader(c.body))
 			if err != nil {
 				t.Fatal(err)
 			}
