@@ -53,6 +53,8 @@ func TestProtectedModePerPort(t *testing.T) {
 	clientCA.HTTP.TLS = config.TLS{CertFile: "tls.crt", KeyFile: "tls.key", ClientCAFile: "ca.crt"}
 	serverTLS := config.Default() // TLS without a client CA authenticates nobody
 	serverTLS.HTTP.TLS = config.TLS{CertFile: "tls.crt", KeyFile: "tls.key"}
+	grpcAddr := config.Default()
+	grpcAddr.GRPC.Addr = ":8081"
 	const fixSecret, fixClients = "set cluster_secret in the config (or TOKENRING_CLUSTER_SECRET)", "set client tokens under clients: or a client CA (http.tls.client_ca_file)"
 	for _, tc := range []struct {
 		name    string
@@ -81,6 +83,9 @@ func TestProtectedModePerPort(t *testing.T) {
 		{"clients and loopback cluster ports", []string{"-http", "0.0.0.0:0", "-peer", "127.0.0.1:0", "-gossip", "127.0.0.1:0"}, nil, clients, nil, nil},
 		{"-insecure", []string{"-http", "0.0.0.0:0", "-peer", "0.0.0.0:0", "-gossip", "0.0.0.0:0", "-insecure"}, nil, config.Default(), nil, nil},
 		{"TOKENRING_INSECURE", []string{"-http", "0.0.0.0:0", "-gossip", "0.0.0.0:0"}, map[string]string{"TOKENRING_INSECURE": "true"}, config.Default(), nil, nil},
+		{"grpc 0.0.0.0", []string{"-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-grpc", "0.0.0.0:8081"}, nil, config.Default(), []string{"-grpc 0.0.0.0:8081"}, []string{fixClients}},
+		{"grpc.addr", []string{"-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0"}, nil, grpcAddr, []string{"-grpc :8081"}, []string{fixClients}},
+		{"clients guard grpc", []string{"-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-grpc", "0.0.0.0:8081"}, nil, clients, nil, nil},
 	} {
 		f, err := parseFlags(tc.args, env(tc.env), &bytes.Buffer{})
 		if err != nil {
@@ -106,7 +111,7 @@ func TestProtectedModePerPort(t *testing.T) {
 				t.Errorf("%s: err %v, want it to say %q", tc.name, err, want)
 			}
 		}
-		for _, flag := range []string{"-http", "-peer", "-gossip"} {
+		for _, flag := range []string{"-http", "-peer", "-gossip", "-grpc"} {
 			named := strings.Count(err.Error(), flag+" ")
 			want := 0
 			for _, e := range tc.exposed {
