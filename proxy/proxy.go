@@ -1,13 +1,15 @@
 package proxy
 
-// The LLM proxy (docs/proxy.md): OpenAI's POST /v1/chat/completions
-// and Anthropic's POST /v1/messages, admitted through the same path as the
-// decision API (router.Router.Admit), forwarded to the upstream, and settled with
-// the usage the upstream reported.
+// The LLM proxy (docs/proxy.md): OpenAI's POST /v1/chat/completions,
+// /v1/responses and /v1/embeddings, and Anthropic's POST /v1/messages,
+// admitted through the same path as the decision API (router.Router.Admit),
+// forwarded to the upstream, and settled with the usage the upstream
+// reported.
 //
 // How each way a request can end settles its lease. The lease is finished
 // exactly once, and always before the client can see the end of the answer:
-// before the terminal event of a stream ([DONE], message_stop) is written,
+// before the terminal event of a stream ([DONE], message_stop,
+// response.completed) is written,
 // and before a non-streaming body is written. So a client that sends its
 // next request as soon as it has read an answer finds its slot free and its
 // tokens settled.
@@ -31,7 +33,8 @@ package proxy
 //	  upstream worked; a non-streaming      upstream spent
 //	  body cut or too big to parse)
 //
-// Each provider (openai.go, anthropic.go) is a value the shared path calls
+// Each provider (openai.go, responses.go, embeddings.go, anthropic.go) is a
+// value the shared path calls
 // (provider.go); the upstream call is in forward.go, the stream relay in
 // sse.go, the lease renewal in renew.go, the fast path in plainproxy.go.
 

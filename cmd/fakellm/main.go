@@ -1,8 +1,9 @@
 // Command fakellm serves the fake LLM provider of the tests
 // (test/fakeupstream) on an address of its own, so that a tokenringd can be
-// pointed at it without an API account: OpenAI's POST /v1/chat/completions
-// and Anthropic's POST /v1/messages, whole answers and SSE streams in each
-// provider's event sequence, with the usage given by the flags (OpenAI's
+// pointed at it without an API account: OpenAI's POST /v1/chat/completions,
+// /v1/responses and /v1/embeddings and GET /v1/models, and Anthropic's POST
+// /v1/messages and /v1/messages/count_tokens; whole answers and SSE streams
+// in each API's event sequence, with the usage given by the flags (OpenAI's
 // usage-only chunk when the request asks for stream_options.include_usage).
 //
 //	fakellm -addr 127.0.0.1:9000 -prompt-tokens 12 -completion-tokens 3
