@@ -2,7 +2,9 @@ package peer
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -87,12 +89,19 @@ type Answer struct {
 	OK       bool             // settle/release/cancel/renew found the lease
 	Expires  time.Time        // OpRenew: the slot's new expiry
 	Owner    string           // the node that decided
-	State    []byte           // OpReplica: the backup's copy of the key and when it arrived (appendReplica); empty when it had none
+	// State is OpReplica's: the backup's copy of the key and when it
+	// arrived (appendReplica), empty when it had none; OpAllot's and
+	// OpReturn's grant; OpRun's answers. The other ops' answers have none
+	// of their own: on the wire it carries their sections (AppendAnswer).
+	State []byte
 }
 
 // Wire format (internal/wire): every value is self-delimiting, unsigned
 // and signed varints, strings as a uvarint length and bytes. Version 1.
 
+// appendDim encodes d but its Overdraft, which an answer carries apart
+// (AppendAnswer): every answer holds three DimStatus, and a key is
+// rarely overdrawn.
 func appendDim(b []byte, d limiter.DimStatus) []byte {
 	b = binary.AppendVarint(b, d.Limit)
 	b = binary.AppendVarint(b, d.Remaining)
@@ -156,6 +165,19 @@ const (
 )
 
 // AppendAnswer encodes a onto b.
+//
+// An answer's optional sections (the Overdraft of its Status) travel in
+// its State, which the answers of acquires, settles, releases, cancels,
+// renewals, statuses and charges have none of their own (stateSections):
+// a section only when it has something to say, each a mark and its
+// values, in the order of their marks. So an answer of a key within its
+// limits keeps its bytes, and a member of an older build reads every
+// answer as before, minus the sections: it ignores those ops' State, and
+// passes it on whole when it relays one. (A section after the State, as
+// an acquire's, would fail the answer there instead: a call that fails
+// falls back, and the fallback may admit what the owner refused.) An
+// answer whose State holds something else (a slice's grant) leaves its
+// sections out.
 func AppendAnswer(b []byte, a *Answer) []byte {
 	d := &a.Decision
 	var flags byte
@@ -182,7 +204,78 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 	}
 	b = binary.AppendVarint(b, exp)
 	b = wire.AppendString(b, a.Owner)
+	if len(a.State) == 0 && overdrawn(&d.Status) {
+		return appendSections(b, &d.Status)
+	}
 	return wire.AppendString(b, string(a.State))
+}
+
+// The marks of an answer's sections (AppendAnswer), in the order they
+// come in.
+const (
+	answerOverdraft = 1 // Decision.Status's Overdraft of requests, tokens, concurrency: uvarints ≤ MaxInt64, not all 0
+)
+
+func overdrawn(st *limiter.Status) bool {
+	return st.Requests.Overdraft > 0 || st.Tokens.Overdraft > 0 || st.Concurrency.Overdraft > 0
+}
+
+// appendSections appends the sections of an answer with status st, as
+// its State: a length, then the marks and their values.
+func appendSections(b []byte, st *limiter.Status) []byte {
+	var buf [1 + 3*binary.MaxVarintLen64]byte
+	sec := append(buf[:0], answerOverdraft)
+	for _, d := range [...]int64{st.Requests.Overdraft, st.Tokens.Overdraft, st.Concurrency.Overdraft} {
+		sec = binary.AppendUvarint(sec, uint64(max(d, 0)))
+	}
+	return wire.AppendString(b, string(sec))
+}
+
+// stateSections reports whether the State of op's answers holds their
+// sections (AppendAnswer) rather than something of their own.
+func stateSections(op Op) bool {
+	switch op {
+	case OpAcquire, OpSettle, OpRelease, OpCancel, OpRenew, OpStatus, OpCharge:
+		return true
+	}
+	return false
+}
+
+// takeSections reads the sections an answer to op carries in its State
+// (AppendAnswer) into their fields and empties State; an answer of
+// another op keeps its State. An unknown mark, marks out of order, a
+// section without anything to say and bytes left over are errors.
+func (a *Answer) takeSections(op Op) error {
+	if !stateSections(op) || len(a.State) == 0 {
+		return nil
+	}
+	r := wire.NewReader(a.State)
+	a.State = nil
+	var last byte
+	for r.Err() == nil && r.Len() > 0 {
+		m := r.Byte()
+		if m <= last {
+			return fmt.Errorf("answer: section %d after %d", m, last)
+		}
+		last = m
+		switch m {
+		case answerOverdraft:
+			st := &a.Decision.Status
+			for _, d := range [...]*limiter.DimStatus{&st.Requests, &st.Tokens, &st.Concurrency} {
+				if v := r.Uvarint(); v <= math.MaxInt64 {
+					d.Overdraft = int64(v)
+				} else {
+					r.Fail(fmt.Errorf("answer: overdraft %d out of range", v))
+				}
+			}
+			if r.Err() == nil && !overdrawn(st) {
+				r.Fail(errors.New("answer: an overdraft section of zeros"))
+			}
+		default:
+			r.Fail(fmt.Errorf("answer: unknown section %d", m))
+		}
+	}
+	return r.Err()
 }
 
 // MaxAllot bounds the admissions of one OpAllot (Call.Count).
@@ -294,8 +387,10 @@ func DecodeCall(b []byte) (Call, error) {
 	return c, nil
 }
 
-// DecodeAnswer decodes one Answer encoded by AppendAnswer.
-func DecodeAnswer(b []byte) (Answer, error) {
+// DecodeAnswer decodes one Answer encoded by AppendAnswer, as the answer
+// to a call of op: its sections, which op's answers carry in their State,
+// read into their fields (the Overdraft of its Status).
+func DecodeAnswer(op Op, b []byte) (Answer, error) {
 	var a Answer
 	r := wire.NewReader(b)
 	if err := readAnswer(&r, &a); err != nil {
@@ -303,6 +398,9 @@ func DecodeAnswer(b []byte) (Answer, error) {
 	}
 	if r.Len() != 0 {
 		return Answer{}, fmt.Errorf("decode answer: %d trailing bytes", r.Len())
+	}
+	if err := a.takeSections(op); err != nil {
+		return Answer{}, fmt.Errorf("decode answer: %w", err)
 	}
 	return a, nil
 }

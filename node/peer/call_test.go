@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,7 +29,7 @@ func TestCallRoundTrip(t *testing.T) {
 	a := Answer{OK: true, Owner: "n2", State: []byte("snapshot"), Expires: time.Unix(0, 1_700_000_000_123_456_789),
 		Decision: limiter.Decision{Allowed: true, Ticket: 3, Lease: 9, Reserved: 1712, Reason: limiter.Tokens, RetryAfter: 1500 * time.Millisecond,
 			Status: limiter.Status{Requests: limiter.DimStatus{Limit: 60, Remaining: 59, Reset: time.Minute}}}}
-	gotA, err := DecodeAnswer(AppendAnswer(nil, &a))
+	gotA, err := DecodeAnswer(OpReplica, AppendAnswer(nil, &a))
 	if err != nil || !gotA.Expires.Equal(a.Expires) {
 		t.Fatalf("answer round trip: %+v %v", gotA, err)
 	}
@@ -276,6 +278,103 @@ func FuzzDecodeEntries(f *testing.F) {
 		back := 0
 		if DecodeEntries(append(binary.AppendUvarint(nil, uint64(n)), again...), func(string, []byte) error { back++; return nil }) != nil || back != n {
 			t.Fatalf("%d entries of %x do not survive re-encoding", n, b)
+		}
+	})
+}
+
+// The Overdraft of an answer's Status travels in its State, as a section,
+// only when a dimension is overdrawn, and only in the answers of ops that
+// have no State of their own: an answer within its limits keeps the bytes
+// it had before the section existed, and an answer with it is one that a
+// member of an older build reads whole (its State is a string that build
+// ignores for these ops), minus the overdraft.
+func TestAnswerOverdraft(t *testing.T) {
+	within := Answer{Owner: "n2", Decision: limiter.Decision{Reason: limiter.Tokens, RetryAfter: time.Second,
+		Status: limiter.Status{Requests: limiter.DimStatus{Limit: 60, Remaining: 59, Reset: time.Minute},
+			Tokens: limiter.DimStatus{Limit: 1000, Remaining: 0, Reset: time.Minute}}}}
+	// The bytes of that answer as the build before the section wrote them.
+	const before = "000200000080a8d6b907787680e0ba84bf03d00f0080e0ba84bf0300000000026e3200"
+	if got := fmt.Sprintf("%x", AppendAnswer(nil, &within)); got != before {
+		t.Fatalf("an answer within its limits encodes to %s, want %s as before", got, before)
+	}
+	over := within
+	over.Decision.Status.Tokens.Overdraft = 1_234_567
+	over.Decision.Status.Concurrency = limiter.DimStatus{Limit: 2, Overdraft: 1, Reset: time.Second}
+	b := AppendAnswer(nil, &over)
+	for _, op := range []Op{OpAcquire, OpSettle, OpRelease, OpCancel, OpRenew, OpStatus, OpCharge} {
+		got, err := DecodeAnswer(op, b)
+		if err != nil || !reflect.DeepEqual(got, over) {
+			t.Fatalf("%s: %+v %v, want %+v", op, got, err, over)
+		}
+	}
+	// What an older build reads: the same answer, the section as a State
+	// it ignores; its other fields byte for byte those of the answer
+	// without an overdraft.
+	var old Answer
+	r := wire.NewReader(b)
+	if err := readAnswer(&r, &old); err != nil || r.Len() != 0 || len(old.State) == 0 {
+		t.Fatalf("read as before: %+v %v, %d left", old, err, r.Len())
+	}
+	old.State, old.Decision.Status.Concurrency = nil, over.Decision.Status.Concurrency
+	old.Decision.Status.Tokens.Overdraft, old.Decision.Status.Concurrency.Overdraft = 1_234_567, 1
+	if !reflect.DeepEqual(old, over) {
+		t.Fatalf("an older build reads %+v", old)
+	}
+	// The cost: the section's mark and three uvarints (0, 1_234_567 in 3
+	// bytes, 1), the State's length being written anyway.
+	noOver := over
+	noOver.Decision.Status.Tokens.Overdraft, noOver.Decision.Status.Concurrency.Overdraft = 0, 0
+	if n := len(AppendAnswer(nil, &noOver)); len(b) != n+1+1+3+1 {
+		t.Errorf("with an overdraft: %d bytes, against %d without", len(b), n)
+	}
+	// Ops whose answers have a State of their own keep it, and leave the
+	// overdraft out.
+	grant := over
+	grant.State = []byte{7, 1, 9}
+	for _, op := range []Op{OpAllot, OpReturn, OpReplica, OpRun} {
+		got, err := DecodeAnswer(op, AppendAnswer(nil, &grant))
+		if err != nil || !bytes.Equal(got.State, grant.State) || got.Decision.Status.Tokens.Overdraft != 0 {
+			t.Fatalf("%s: %+v %v", op, got, err)
+		}
+	}
+	// A malformed section is an error, never a panic.
+	head := AppendAnswer(nil, &within)
+	head = head[:len(head)-1] // without its empty State
+	for _, sec := range [][]byte{
+		{answerOverdraft, 0, 0, 0},             // nothing to say
+		{answerOverdraft, 1, 2},                // cut short
+		{answerOverdraft, 0, 1, 0, 9},          // an unknown section after it
+		{2, 1},                                 // an unknown section
+		{answerOverdraft, 0, 1, 0, 1, 0, 1, 0}, // twice
+		append([]byte{answerOverdraft, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0), // past MaxInt64
+	} {
+		bad := wire.AppendString(slices.Clone(head), string(sec))
+		if a, err := DecodeAnswer(OpStatus, bad); err == nil {
+			t.Errorf("section %x decoded: %+v", sec, a)
+		}
+	}
+	for op := range opMax {
+		if runOp(op) && !stateSections(op) {
+			t.Errorf("%s may be part of a run but its answers carry no sections: DecodeRunAnswers reads them as a status's", op)
+		}
+	}
+}
+
+// FuzzAnswerRoundTrip: any bytes decode as the answer to any op without a
+// panic, and an answer decoded re-encodes to one that decodes to itself.
+func FuzzAnswerRoundTrip(f *testing.F) {
+	over := Answer{Owner: "n", Decision: limiter.Decision{Status: limiter.Status{Tokens: limiter.DimStatus{Limit: 5, Overdraft: 7}}}}
+	f.Add(uint8(OpSettle), AppendAnswer(nil, &over))
+	f.Add(uint8(OpAllot), AppendAnswer(nil, &Answer{State: []byte{1, 2}}))
+	f.Add(uint8(OpAcquire), AppendAnswer(nil, &Answer{Decision: limiter.Decision{Allowed: true, Lease: 3}}))
+	f.Fuzz(func(t *testing.T, op uint8, b []byte) {
+		a, err := DecodeAnswer(Op(op), b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeAnswer(Op(op), AppendAnswer(nil, &a))
+		if err != nil || !reflect.DeepEqual(again, a) {
+			t.Fatalf("re-encode of %+v: %+v %v", a, again, err)
 		}
 	})
 }

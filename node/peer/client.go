@@ -65,6 +65,13 @@ type result struct {
 	err    error
 }
 
+// waiter is a pending call: where its result goes, and its op, which
+// says how to read its answer (DecodeAnswer).
+type waiter struct {
+	ch chan result
+	op Op
+}
+
 // link is one connection of a Client and what is known of its liveness.
 type link struct {
 	conn net.Conn
@@ -97,7 +104,7 @@ type Client struct {
 	mu      sync.Mutex    // guards cur, dialing, pending, nextID, closed, dialFailed and cur.ping
 	cur     *link         // the live connection; nil when there is none
 	dialing chan struct{} // non-nil while a dial is under way; closed when it ends
-	pending map[uint64]chan result
+	pending map[uint64]waiter
 	nextID  uint64
 	closed  bool
 	// dialFailed is when the last dial failed; zero once one succeeds.
@@ -113,7 +120,7 @@ type Client struct {
 }
 
 func newClient(addr string, dial Dialer, batch BatchConfig, fwd ForwardConfig, log *slog.Logger, stats *Stats) *Client {
-	p := &Client{addr: addr, dial: dial, batch: batch, fwd: fwd.WithDefaults(), log: log, stats: stats, pending: make(map[uint64]chan result)}
+	p := &Client{addr: addr, dial: dial, batch: batch, fwd: fwd.WithDefaults(), log: log, stats: stats, pending: make(map[uint64]waiter)}
 	p.heard.Store(time.Now().UnixNano())
 	p.authLog.Interval = time.Second
 	return p
@@ -308,19 +315,19 @@ func (p *Client) readAnswers(l *link, open *aeadStream) error {
 				p.mu.Unlock()
 				continue
 			}
-			ch := p.pending[it.id]
+			w := p.pending[it.id]
 			delete(p.pending, it.id)
 			p.mu.Unlock()
-			if ch == nil {
+			if w.ch == nil {
 				continue
 			}
 			var res result
 			if it.status == itemError {
 				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
 			} else {
-				res.answer, res.err = DecodeAnswer(it.body)
+				res.answer, res.err = DecodeAnswer(w.op, it.body)
 			}
-			ch <- res
+			w.ch <- res
 		}
 	}
 }
@@ -336,7 +343,7 @@ func (p *Client) fail(l *link, cause error) {
 	p.cur = nil
 	close(l.done)
 	pending := p.pending
-	p.pending = make(map[uint64]chan result)
+	p.pending = make(map[uint64]waiter)
 	closed := p.closed
 	p.mu.Unlock()
 	l.conn.Close()
@@ -344,8 +351,8 @@ func (p *Client) fail(l *link, cause error) {
 		p.log.Debug("peer connection lost", "peer", p.addr, "err", cause)
 	}
 	err := fmt.Errorf("peer %s: %w: %v", p.addr, ErrPeerDown, cause)
-	for _, ch := range pending {
-		ch <- result{err: err}
+	for _, w := range pending {
+		w.ch <- result{err: err}
 	}
 }
 
@@ -461,7 +468,7 @@ func (p *Client) Call(ctx context.Context, c *Call) (Answer, error) {
 		}
 		p.nextID++
 		id = p.nextID
-		p.pending[id] = ch
+		p.pending[id] = waiter{ch, c.Op}
 		p.mu.Unlock()
 		break
 	}

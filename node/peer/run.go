@@ -102,7 +102,7 @@ func DecodeRunAnswers(state []byte) (answers []Answer, failed string, err error)
 		if r.Err() != nil {
 			break
 		}
-		a, err := DecodeAnswer(b)
+		a, err := DecodeAnswer(OpStatus, b) // a run's ops all carry their sections in their State, as a status does
 		if err != nil {
 			return nil, "", fmt.Errorf("decode run answers: answer %d: %w", len(answers), err)
 		}

@@ -24,7 +24,7 @@ func TestRunRoundTrip(t *testing.T) {
 	}
 	answers := []Answer{
 		{Decision: limiter.Decision{Allowed: true, Lease: 5, Reserved: 42}, Owner: "n2"},
-		{Decision: limiter.Decision{Reason: limiter.Tokens}, Owner: "n2"},
+		{Decision: limiter.Decision{Reason: limiter.Tokens, Status: limiter.Status{Tokens: limiter.DimStatus{Limit: 100, Overdraft: 250}}}, Owner: "n2"},
 	}
 	for _, failed := range []string{"", "partition 3: in transfer"} {
 		a, f, err := DecodeRunAnswers(AppendRunAnswers(nil, answers, failed))

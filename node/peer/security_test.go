@@ -203,7 +203,7 @@ func TestPeerAlteredOrReplayedFrameDisconnects(t *testing.T) {
 	if err != nil || len(items) != 1 || items[0].status != itemOK {
 		t.Fatalf("answer to the intact frame: %v %v", items, err)
 	}
-	if a, err := DecodeAnswer(items[0].body); err != nil || !a.Decision.Allowed {
+	if a, err := DecodeAnswer(OpAcquire, items[0].body); err != nil || !a.Decision.Allowed {
 		t.Fatalf("intact frame's answer: %+v %v", a, err)
 	}
 	if _, err := conn.Write(good); err != nil { // replayed
