@@ -10,7 +10,8 @@ import (
 )
 
 // limitsLevel is one key of /admin/limits's answer: the limits its owner
-// applies, what is left of them, and where they come from.
+// applies, what is left of them, how far past them it counts, and where
+// they come from.
 type limitsLevel struct {
 	Level     string     `json:"level"` // as "refused_by" names it
 	Key       string     `json:"key"`
@@ -18,6 +19,7 @@ type limitsLevel struct {
 	Source    string     `json:"source,omitempty"`
 	Limits    dimsJSON   `json:"limits"`
 	Remaining dimsJSON   `json:"remaining"`
+	Overdraft dimsJSON   `json:"overdraft"` // limiter.DimStatus.Overdraft: 0 within a limit
 	ResetMS   resetsJSON `json:"reset_ms"`
 }
 
@@ -38,8 +40,8 @@ type resetsJSON struct {
 // adminLimits answers GET /admin/limits?tenant=NAME[&model=MODEL]: the
 // chain an acquire of the tenant for the model charges, in the order it is
 // reserved, each key with its owner, the limits that owner applies, what is
-// left, and where they come from: the config entry, or "request" when the
-// owner applies limits a request sent.
+// left, how far past them it counts, and where they come from: the config
+// entry, or "request" when the owner applies limits a request sent.
 func (a *Server) adminLimits(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	tenant, model := q.Get("tenant"), q.Get("model")
@@ -66,6 +68,7 @@ func (a *Server) adminLimits(w http.ResponseWriter, req *http.Request) {
 		lv := limitsLevel{Level: l.Label, Key: l.Key, Owner: l.Owner,
 			Limits:    dimsJSON{st.Requests.Limit, st.Tokens.Limit, st.Concurrency.Limit},
 			Remaining: dimsJSON{st.Requests.Remaining, st.Tokens.Remaining, st.Concurrency.Remaining},
+			Overdraft: dimsJSON{st.Requests.Overdraft, st.Tokens.Overdraft, st.Concurrency.Overdraft},
 			ResetMS:   resetsJSON{ms(st.Requests), ms(st.Tokens), ms(st.Concurrency)}}
 		if a.cfg.Source != nil {
 			lv.Source = a.cfg.Source(l.Key)

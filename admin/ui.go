@@ -116,6 +116,7 @@ type callsJSON struct {
 type dimJSON struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
+	Overdraft int64 `json:"overdraft,omitempty"`
 	ResetMS   int64 `json:"reset_ms"`
 }
 
@@ -133,7 +134,7 @@ func limitsOf(s limiter.Status) limitsJSON {
 		if d.Reset > 0 {
 			reset = int64((d.Reset + time.Millisecond - 1) / time.Millisecond)
 		}
-		return dimJSON{Limit: d.Limit, Remaining: d.Remaining, ResetMS: reset}
+		return dimJSON{Limit: d.Limit, Remaining: d.Remaining, Overdraft: d.Overdraft, ResetMS: reset}
 	}
 	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
 }
@@ -142,7 +143,7 @@ func limitsOf(s limiter.Status) limitsJSON {
 type tenantJSON struct {
 	Tenant string     `json:"tenant"`
 	Owner  string     `json:"owner,omitempty"`
-	Used   float64    `json:"used"` // the largest fraction used of a limited dimension; 1 is at a limit
+	Used   float64    `json:"used"` // the largest fraction used of a limited dimension; 1 is at a limit, above 1 overdrawn
 	Limits limitsJSON `json:"limits"`
 }
 

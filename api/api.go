@@ -283,10 +283,14 @@ func (s *Server) parseAcquire(in *acquireRequest) (router.Admission, error) {
 	return a, parseSent(in, &a)
 }
 
-// dimJSON is one dimension of "limits".
+// dimJSON is one dimension of "limits". Overdraft, how far what the
+// window counts is past the limit (real usage settled beyond its
+// reservation, limiter.DimStatus), is written only when there is one:
+// an answer within its limits keeps its bytes.
 type dimJSON struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
+	Overdraft int64 `json:"overdraft,omitempty"`
 	ResetMS   int64 `json:"reset_ms"`
 }
 
@@ -305,7 +309,7 @@ func ceilMS(d time.Duration) int64 {
 }
 
 func dim(d limiter.DimStatus) dimJSON {
-	return dimJSON{Limit: d.Limit, Remaining: d.Remaining, ResetMS: ceilMS(d.Reset)}
+	return dimJSON{Limit: d.Limit, Remaining: d.Remaining, Overdraft: d.Overdraft, ResetMS: ceilMS(d.Reset)}
 }
 
 func limitsOf(s limiter.Status) limitsJSON {

@@ -174,6 +174,10 @@ func (d dimJSON) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, d.Limit, 10)
 	dst = append(dst, `,"remaining":`...)
 	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	if d.Overdraft != 0 {
+		dst = append(dst, `,"overdraft":`...)
+		dst = strconv.AppendInt(dst, d.Overdraft, 10)
+	}
 	dst = append(dst, `,"reset_ms":`...)
 	dst = strconv.AppendInt(dst, d.ResetMS, 10)
 	return append(dst, '}')

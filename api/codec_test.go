@@ -211,7 +211,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	str := rapid.OneOf(rapid.StringMatching(`[a-z0-9._-]{0,12}`), rapid.String())
 	num := rapid.OneOf(rapid.Int64Range(-3, 3), rapid.Int64())
 	dim := rapid.Custom(func(t *rapid.T) dimJSON {
-		return dimJSON{Limit: num.Draw(t, "limit"), Remaining: num.Draw(t, "remaining"), ResetMS: num.Draw(t, "reset")}
+		return dimJSON{Limit: num.Draw(t, "limit"), Remaining: num.Draw(t, "remaining"), Overdraft: num.Draw(t, "overdraft"), ResetMS: num.Draw(t, "reset")}
 	})
 	limits := rapid.Custom(func(t *rapid.T) limitsJSON {
 		return limitsJSON{Requests: dim.Draw(t, "r"), Tokens: dim.Draw(t, "t"), Concurrency: dim.Draw(t, "c")}

@@ -34,6 +34,7 @@ type dimWire struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	ResetMS   int64 `json:"reset_ms"`
+	Overdraft int64 `json:"overdraft"`
 }
 
 type limitsWire struct {
@@ -43,7 +44,7 @@ type limitsWire struct {
 }
 
 func (d dimWire) dim() Dim {
-	return Dim{Limit: d.Limit, Remaining: d.Remaining, Reset: time.Duration(d.ResetMS) * time.Millisecond}
+	return Dim{Limit: d.Limit, Remaining: d.Remaining, Overdraft: d.Overdraft, Reset: time.Duration(d.ResetMS) * time.Millisecond}
 }
 
 func (l limitsWire) limits() Limits {

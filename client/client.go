@@ -199,6 +199,7 @@ func (c *Client) Close() error {
 type Dim struct {
 	Limit     int64         // the configured limit; 0: unlimited
 	Remaining int64         // what is left of it now
+	Overdraft int64         // how far what is counted is past the limit (usage settled beyond its reservation); 0 within it
 	Reset     time.Duration // until the window has room again (ms precision)
 }
 

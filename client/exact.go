@@ -163,6 +163,8 @@ func exactDimKeys(key []byte) int {
 		return 1
 	case "reset_ms":
 		return 2
+	case "overdraft":
+		return 3
 	}
 	return -1
 }
@@ -238,6 +240,8 @@ func (r *exact) limits(l *limitsWire) bool {
 				d.Remaining, ok = r.int()
 			case 2:
 				d.ResetMS, ok = r.int()
+			case 3:
+				d.Overdraft, ok = r.int()
 			}
 			return ok
 		})

@@ -26,6 +26,7 @@ var (
 		jsonwire.Int("limit", func(d *dimWire) *int64 { return &d.Limit }),
 		jsonwire.Int("remaining", func(d *dimWire) *int64 { return &d.Remaining }),
 		jsonwire.Int("reset_ms", func(d *dimWire) *int64 { return &d.ResetMS }),
+		jsonwire.Int("overdraft", func(d *dimWire) *int64 { return &d.Overdraft }),
 	)
 	limitsDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
 		jsonwire.Object("requests", func(l *limitsWire) *dimWire { return &l.Requests }, dimDecoder),

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -29,7 +30,7 @@ func TestNodeAnswersTakeTheFastPath(t *testing.T) {
 			t.Errorf("%s: fast %+v, encoding/json %+v (%v)", body, fast, ref, err)
 		}
 	}
-	for _, body := range []string{nodeAcquire, nodeRefusal, `{"limits":{"requests":{"limit":1,"remaining":1,"reset_ms":0}},"settled":true}`,
+	for _, body := range []string{nodeAcquire, nodeRefusal, nodeOverdrawn, `{"limits":{"requests":{"limit":1,"remaining":1,"reset_ms":0}},"settled":true}`,
 		`{"error":"lease not found: completed, expired or unknown"}` + "\n"} {
 		var exact, ref answerWire
 		if !exactAnswer([]byte(body), &exact) {
@@ -82,8 +83,10 @@ func sameSlots(a, b []slot) bool {
 	})
 }
 
-// nodeAcquire and nodeRefusal are answers as a node writes them.
+// nodeAcquire, nodeRefusal and nodeOverdrawn are answers as a node
+// writes them.
 const (
+	nodeOverdrawn = `{"limits":{"requests":{"limit":100,"remaining":98,"reset_ms":59000},"tokens":{"limit":1000,"remaining":0,"overdraft":170,"reset_ms":59000},"concurrency":{"limit":2,"remaining":2,"reset_ms":0}},"settled":true}`
 	nodeAcquire = `{"allowed":true,"lease":"AgCqyd20j9SWkeEBAAJ4MQADYm0xV89ozje0_kdcEPv1FhLCHOl_TDiuCD5_DQfpGb1S6is","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60268},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60268},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"bm1"}`
 	nodeRefusal = `{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":0,"remaining":0,"reset_ms":0}},"fallback":true,"owner":"n2"}`
 )
@@ -109,7 +112,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 		`{"allowed":true,"allowed":false}`, `{"pool":{"name":"a","Name":"b"}}`, `{"extra":{"a":[1]}}`,
 		`{"results":[{"status":200,"body":{"allowed":true}}]}`, `{"results":[],"Results":null}`, `{"error":"a\"b"}`,
 		`{"retry_after_ms":-5,"limits":{"requests":{"limit":-1,"remaining":-0,"reset_ms":0}}}`, `{"allowed":true }`,
-		nodeAcquire, nodeRefusal, `{"results":[{"status":200,"body":` + nodeAcquire + `},{"status":429,"body":` + nodeRefusal + `,"retry_after_ms":1500}]}`,
+		nodeAcquire, nodeRefusal, nodeOverdrawn, `{"results":[{"status":200,"body":` + nodeAcquire + `},{"status":429,"body":` + nodeRefusal + `,"retry_after_ms":1500}]}`,
 		`{"results":[null,{"status":200},{"status":200,"body":null},{"STATUS":201,"Body":{"owner":"a"}},{"body":{"owner":"a"}}]}`,
 	} {
 		f.Add([]byte(s))
@@ -258,4 +261,17 @@ func BenchmarkFastAnswer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// An overdrawn dimension's overdraft, which a node writes only when there
+// is one, reaches Dim.Overdraft by the exact path.
+func TestOverdraftRead(t *testing.T) {
+	var a answerWire
+	if !exactAnswer([]byte(nodeOverdrawn), &a) {
+		t.Fatal("not read by the exact path")
+	}
+	l := a.Limits.limits()
+	if l.Tokens != (Dim{Limit: 1000, Remaining: 0, Overdraft: 170, Reset: 59 * time.Second}) || l.Requests.Overdraft != 0 {
+		t.Fatalf("limits %+v", l)
+	}
 }

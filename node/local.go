@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenring/tokenring/limiter"
@@ -36,6 +37,9 @@ type local struct {
 	// waitersSize and timersSize let the two maps shrink (internal/shrink)
 	// after a burst of waiting keys.
 	waitersSize, timersSize shrink.HighWater
+	// overdrawn counts the tokens settles charged here past their key's
+	// token limit (limiter.Budget.SettleOverdrawn).
+	overdrawn atomic.Int64
 }
 
 type waiterID struct {
@@ -123,7 +127,10 @@ func (l *local) decide(c *Call) (Answer, chan waiting, error) {
 		l.changeLocked(c.Key, func(now time.Time, b *limiter.Budget) bool {
 			switch c.Op {
 			case OpSettle:
-				a.OK = b.Settle(now, c.Lease, c.Usage)
+				var over int64
+				if a.OK, over = b.SettleOverdrawn(now, c.Lease, c.Usage); over > 0 {
+					l.overdrawn.Add(over)
+				}
 			case OpRelease:
 				a.OK = b.Release(now, c.Lease)
 			default:

@@ -20,6 +20,10 @@ func (n *Node) Collectors() []prometheus.Collector {
 			Name: "tokenring_waiters", Help: "Requests queued on this node waiting for capacity.",
 		}, func() float64 { return float64(n.local.waiting()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokenring_overdrawn_tokens_total",
+			Help: "Tokens that settles of keys this node owns charged past the key's token limit: real usage beyond the reservation, where the window had no room for it (see limits' reservation).",
+		}, func() float64 { return float64(n.local.overdrawn.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_forwarded_calls_total", Help: "Calls forwarded to their owner on another node.",
 		}, func() float64 { return float64(n.peerStats.Calls.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -13,7 +13,8 @@ type KeyStatus struct {
 	Key    string
 	Status limiter.Status
 	// Used is the largest fraction used of the key's limited dimensions
-	// (requests and tokens in the window, slots in use): 1 is at a limit.
+	// (requests and tokens in the window, slots in use): 1 is at a limit,
+	// above 1 overdrawn.
 	Used float64
 }
 
@@ -58,12 +59,13 @@ func nearer(a, b KeyStatus) int {
 	return strings.Compare(a.Key, b.Key)
 }
 
-// used is the largest fraction used of s's limited dimensions.
+// used is the largest fraction used of s's limited dimensions: above 1
+// when one is overdrawn.
 func used(s limiter.Status) float64 {
 	u := 0.0
 	for _, d := range []limiter.DimStatus{s.Requests, s.Tokens, s.Concurrency} {
 		if d.Limit > 0 {
-			u = max(u, float64(d.Limit-d.Remaining)/float64(d.Limit))
+			u = max(u, float64(d.Limit-d.Remaining+d.Overdraft)/float64(d.Limit))
 		}
 	}
 	return u
