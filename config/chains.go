@@ -185,11 +185,26 @@ func (e *errorList) models(path string, m map[string]Limits) {
 	}
 }
 
-// limits checks the three counts of l.
+// limits checks the three counts of l and its reservation.
 func (e *errorList) limits(path string, l Limits) {
 	e.count(path+".rpm", l.RPM, 0)
 	e.count(path+".tpm", l.TPM, 0)
 	e.count(path+".concurrency", l.Concurrency, 0)
+	switch l.Reservation {
+	case "", ReserveEstimate, ReserveMaxTokens:
+	default:
+		e.add(path+".reservation", fmt.Sprintf("must be %s or %s, got %q", ReserveEstimate, ReserveMaxTokens, string(l.Reservation)))
+	}
+}
+
+// hashReservation adds r to a LimitsHash after its level's counts: a word
+// no count, length or duration can be (-1), and only for max_tokens, so
+// that limits without one keep the hash they had before reservations
+// existed ("" and estimate reserve alike).
+func hashReservation(num func(int64), r Reservation) {
+	if r == ReserveMaxTokens {
+		num(-1)
+	}
 }
 
 // badName says what is wrong with a group's or a models entry's name, ""
@@ -253,15 +268,18 @@ func (d *decoder) groups(n *yaml.Node, path string) map[string]Group {
 	return m
 }
 
-// chainEntry decodes a tenant's or a group's entry: rpm, tpm and
-// concurrency onto l (absent fields keep l's values), parent and models.
+// chainEntry decodes a tenant's or a group's entry: rpm, tpm, concurrency
+// and reservation onto l (absent fields keep l's values), parent and
+// models. A models entry's absent dimensions are unlimited, and its absent
+// reservation is its level's: the entry is part of the level.
 func (d *decoder) chainEntry(n *yaml.Node, path string, l *Limits, parent *string, models *map[string]Limits) {
-	f := d.fields(n, path, "rpm", "tpm", "concurrency", "parent", "models")
+	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation", "parent", "models")
 	d.int(f["rpm"], path+".rpm", &l.RPM)
 	d.int(f["tpm"], path+".tpm", &l.TPM)
 	d.int(f["concurrency"], path+".concurrency", &l.Concurrency)
+	d.reservation(f["reservation"], path+".reservation", &l.Reservation)
 	d.string(f["parent"], path+".parent", parent)
-	*models = d.limitsMap(f["models"], path+".models", Limits{})
+	*models = d.limitsMap(f["models"], path+".models", Limits{Reservation: l.Reservation})
 }
 
 // limitsSectionYAML is LimitsSection as the file writes it: a tenant's
@@ -316,6 +334,7 @@ func (c Config) hashChains(h hash.Hash) {
 		num(l.RPM)
 		num(l.TPM)
 		num(l.Concurrency)
+		hashReservation(num, l.Reservation)
 		num(int64(len(models)))
 		for _, m := range sortedKeys(models) {
 			str(m)
@@ -323,6 +342,7 @@ func (c Config) hashChains(h hash.Hash) {
 			num(ml.RPM)
 			num(ml.TPM)
 			num(ml.Concurrency)
+			hashReservation(num, ml.Reservation)
 		}
 	}
 	str("chains v1")

@@ -23,7 +23,28 @@ type Limits struct {
 	RPM         int64 `yaml:"rpm"`         // requests per window
 	TPM         int64 `yaml:"tpm"`         // prompt+completion tokens per window
 	Concurrency int64 `yaml:"concurrency"` // requests in flight
+	// Reservation is what an acquire reserves at this key: "" (absent) is
+	// ReserveEstimate.
+	Reservation Reservation `yaml:"reservation,omitempty"`
 }
+
+// Reservation is how many tokens a key reserves for a request when it is
+// admitted, until its real usage settles it (limiter.ReserveMode).
+//
+// ReserveEstimate admits more: a key whose completions run short reserves
+// little for each. But a request that uses more than its reservation is
+// settled past the limit (an overdraft), by at most concurrency ×
+// (max_tokens − estimate) in a window. ReserveMaxTokens never overdraws as
+// long as the upstream honours max_tokens, but holds tokens a request will
+// not use until it ends, so the key refuses sooner, and a request whose
+// prompt plus max_tokens exceeds tpm never fits.
+type Reservation string
+
+// The reservations.
+const (
+	ReserveEstimate  Reservation = "estimate"   // the prompt plus the smaller of max_tokens and 1.5× the key's average completion
+	ReserveMaxTokens Reservation = "max_tokens" // the prompt plus max_tokens (default_max_tokens when a request gives none)
+)
 
 // LimitsSection is the "limits:" section.
 type LimitsSection struct {
@@ -436,11 +457,7 @@ func (c Config) Anthropic() Upstream {
 // for a Config built or changed in code.
 func (c Config) Validate() error {
 	var errs errorList
-	limits := func(path string, l Limits) {
-		errs.count(path+".rpm", l.RPM, 0)
-		errs.count(path+".tpm", l.TPM, 0)
-		errs.count(path+".concurrency", l.Concurrency, 0)
-	}
+	limits := errs.limits
 	limits("limits.default", c.Limits.Default)
 	for _, t := range sortedKeys(c.Limits.Tenants) {
 		if t == "" {

@@ -414,10 +414,24 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 
 // limits decodes a limits mapping onto l: absent fields keep l's values.
 func (d *decoder) limits(n *yaml.Node, path string, l *Limits) {
-	f := d.fields(n, path, "rpm", "tpm", "concurrency")
+	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation")
 	d.int(f["rpm"], path+".rpm", &l.RPM)
 	d.int(f["tpm"], path+".tpm", &l.TPM)
 	d.int(f["concurrency"], path+".concurrency", &l.Concurrency)
+	d.reservation(f["reservation"], path+".reservation", &l.Reservation)
+}
+
+// reservation decodes a reservation onto r; Validate checks its value,
+// but for an empty one, which would read as absent.
+func (d *decoder) reservation(n *yaml.Node, path string, r *Reservation) {
+	var v string
+	switch {
+	case !d.string(n, path, &v):
+	case v == "":
+		d.value(path, fmt.Sprintf("must be %s or %s, got %q", ReserveEstimate, ReserveMaxTokens, v))
+	default:
+		*r = Reservation(v)
+	}
 }
 
 // limitsMap decodes a mapping of name -> limits, each entry on top of base;

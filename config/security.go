@@ -160,7 +160,7 @@ func (c Config) LimitsHash() string {
 		num(int64(len(s)))
 		h.Write([]byte(s))
 	}
-	limits := func(l Limits) { num(l.RPM); num(l.TPM); num(l.Concurrency) }
+	limits := func(l Limits) { num(l.RPM); num(l.TPM); num(l.Concurrency); hashReservation(num, l.Reservation) }
 	limitsMap := func(m map[string]Limits) {
 		num(int64(len(m)))
 		for _, k := range sortedKeys(m) {
