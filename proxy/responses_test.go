@@ -255,3 +255,28 @@ func FuzzParseResponses(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeResponsesEvent decodes a text delta as OpenAI streams it,
+// the table against encoding/json: the reason a stream's events have a
+// table of their own.
+func BenchmarkDecodeResponsesEvent(b *testing.B) {
+	d := []byte(responsesStream[2])
+	b.Run("table", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var e responsesEvent
+			if !decodeResponsesEvent(d, &e) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var e responsesEvent
+			if err := json.Unmarshal(d, &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
