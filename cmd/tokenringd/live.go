@@ -72,7 +72,17 @@ func descriptorLimits(cfg *config.Config, descs *descriptors.Config, key string)
 // keyLimits is key's limits in cfg (see live.limits).
 func keyLimits(cfg *config.Config, key string) limiter.Limits {
 	lim := levelLimits(cfg, key)
-	return limiter.Limits{Requests: lim.RPM, Tokens: lim.TPM, Concurrency: lim.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL}
+	return limiter.Limits{Requests: lim.RPM, Tokens: lim.TPM, Concurrency: lim.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL,
+		Reserve: reserveMode(lim.Reservation)}
+}
+
+// reserveMode is the limiter's name for a reservation of the config: ""
+// (absent) and estimate are the estimate.
+func reserveMode(r config.Reservation) limiter.ReserveMode {
+	if r == config.ReserveMaxTokens {
+		return limiter.ReserveMaxTokens
+	}
+	return limiter.ReserveEstimate
 }
 
 // poolFor is the pool a model's requests also charge.
