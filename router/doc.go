@@ -5,8 +5,9 @@
 // executed at its key's owner here or forwarded by the node; it settles,
 // renews, releases and cancels a lease's keys the same way; it applies
 // the fallback policy when an owner cannot be reached, and charges the
-// fallback's debts to the owners once they can; and it counts what it
-// decided. It speaks no HTTP: the decision API (api) and the LLM proxy
+// fallback's debts to the owners once they can; it decides the descriptor
+// keys of an Envoy rate limit request (DecideHits: all or nothing in the
+// order of their keys, or each on its own); and it counts what it decided. It speaks no HTTP: the decision API (api) and the LLM proxy
 // (proxy) are its front ends, the operator's endpoints (admin) read its
 // counters, and frontdoor wires them together.
 //

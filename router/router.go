@@ -35,7 +35,8 @@ type Cluster interface {
 // Config configures a Router. Zero fields take the documented defaults.
 type Config struct {
 	// Limits gives the limits of a limiter key (TenantKey, PoolKey,
-	// GroupKey, ModelKey). Required.
+	// GroupKey, ModelKey, and the descriptor keys DecideHits is given).
+	// Required.
 	Limits func(key string) limiter.Limits
 	// PoolFor maps a model name to its pool, if any. Nil means no pools.
 	PoolFor func(model string) (pool string, ok bool)
