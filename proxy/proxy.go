@@ -183,14 +183,12 @@ func (s *Server) setLimitHeaders(h http.Header, p provider, st limiter.Status, w
 }
 
 // boundLevel is the level whose status the rate-limit headers of an
-// answer with verdict v show, and its window: the pool's when the pool
-// refused, the tenant's (limits tl) otherwise. A group's or a models
-// entry's refusal shows the tenant's too: the verdict does not carry the
-// status of those levels (the 429's message and x-tokenring-refused-by
-// name them).
+// answer with verdict v show, and its window: the refusing level's (the
+// tenant, a group, a models entry or the pool) when one refused, the
+// tenant's (limits tl) otherwise.
 func (s *Server) boundLevel(v *router.Verdict, tl limiter.Limits) (limiter.Status, time.Duration) {
-	if !v.Allowed && v.RefusedBy.Kind == router.KeyPool {
-		return v.PoolStatus, s.r.Limits(v.RefusedBy.Key).Window
+	if !v.Allowed && v.RefusedBy.Key != "" {
+		return v.RefusedStatus, s.r.Limits(v.RefusedBy.Key).Window
 	}
 	return v.Status, tl.Window
 }

@@ -759,7 +759,8 @@ func TestProxyPoolRefusal(t *testing.T) {
 
 // TestProxyChainRefusal: an API key's tenant is charged with its chain;
 // a group's refusal is a 429 in the provider's shape that names the group
-// (message and x-tokenring-refused-by), and rolls the tenant back.
+// (message and x-tokenring-refused-by) and carries the group's rate-limit
+// headers, and rolls the tenant back.
 func TestProxyChainRefusal(t *testing.T) {
 	e := startProxy(t, proxyOpts{tenant: limiter.Limits{Requests: 10}, chain: []string{"team", "org"},
 		groups: map[string]limiter.Limits{"team": {Requests: 100}, "org": {Requests: 2}}})
@@ -774,6 +775,11 @@ func TestProxyChainRefusal(t *testing.T) {
 	if got := a.header.Get("x-tokenring-refused-by"); got != "group:org" {
 		t.Errorf("x-tokenring-refused-by = %q, want group:org", got)
 	}
+	// The rate-limit headers show the org, the level that bound, not the
+	// tenant (10 requests, 9 left).
+	if l, r := a.header.Get("x-ratelimit-limit-requests"), a.header.Get("x-ratelimit-remaining-requests"); l != "2" || r != "0" {
+		t.Errorf("x-ratelimit-*-requests = %s/%s, want the org's 2/0", l, r)
+	}
 	if msg := a.json(t)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "group org") {
 		t.Errorf("message %q does not name group org", msg)
 	}
@@ -781,6 +787,9 @@ func TestProxyChainRefusal(t *testing.T) {
 	checkAnthropicError(t, a, 429, "rate_limit_error")
 	if got := a.header.Get("x-tokenring-refused-by"); got != "group:org" {
 		t.Errorf("Anthropic: x-tokenring-refused-by = %q, want group:org", got)
+	}
+	if l, r := a.header.Get("anthropic-ratelimit-requests-limit"), a.header.Get("anthropic-ratelimit-requests-remaining"); l != "2" || r != "0" {
+		t.Errorf("Anthropic: anthropic-ratelimit-requests-* = %s/%s, want the org's 2/0", l, r)
 	}
 	if st := e.status(t); st.Requests.Remaining != 8 {
 		t.Fatalf("tenant requests remaining %d, want 8: the group's refusals were not rolled back", st.Requests.Remaining)

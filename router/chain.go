@@ -129,6 +129,9 @@ type Verdict struct {
 	Reason     string
 	RetryAfter time.Duration
 	RefusedBy  Side
+	// RefusedStatus is the refusing key's status as its answer reported
+	// it (refused only): what a front end's rate-limit headers show.
+	RefusedStatus limiter.Status
 	// Status is the tenant's status as its own answer reported it, and
 	// Owner its owner (the refusing key's when the tenant was not asked).
 	Status limiter.Status
@@ -262,7 +265,7 @@ func (r *Router) refusal(ss *sideSet, held *[MaxSides]outcome, done []int, bad i
 	d := o.answer.Decision
 	by := ss.s[bad]
 	v := Verdict{Status: d.Status, Owner: o.answer.Owner, Fallback: o.fallback,
-		Reason: d.Reason.String(), RetryAfter: d.RetryAfter, RefusedBy: by}
+		Reason: d.Reason.String(), RetryAfter: d.RetryAfter, RefusedBy: by, RefusedStatus: d.Status}
 	for _, i := range done {
 		if i == 0 {
 			v.Status, v.Owner = held[0].answer.Decision.Status, held[0].answer.Owner

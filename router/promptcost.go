@@ -93,7 +93,7 @@ func (r *Router) RefuseExhausted(ctx context.Context, adm Admission) (v Verdict,
 		r.degraded.Report(key, d.Status, r.cfg.Now())
 	}
 	v = Verdict{Status: d.Status, Owner: a.Owner, Reason: d.Reason.String(), RetryAfter: d.RetryAfter,
-		RefusedBy: Side{Key: key, Kind: KeyTenant, Name: adm.Tenant}}
+		RefusedBy: Side{Key: key, Kind: KeyTenant, Name: adm.Tenant}, RefusedStatus: d.Status}
 	r.metrics.decision("tenant", v.Reason, false)
 	return v, true
 }
