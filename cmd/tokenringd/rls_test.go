@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +14,11 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tokenring/tokenring/rls/descriptors"
 )
 
 // rlsFile is a rate limit file of domain d1: key k, perMinute a minute.
@@ -106,4 +110,47 @@ func metricsText(t *testing.T, base string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRLSDirFollowsASwappedConfigMap: rls.config_dir mounted as a
+// ConfigMap (files linked through a swapped ..data) is read again at the
+// next look after a swap, once; a broken swap keeps the files in force
+// and is counted; SIGHUP (forced) reads an unchanged directory without
+// applying it.
+func TestRLSDirFollowsASwappedConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	_, publish := configMapDir(t, dir, rlsFile("2"))
+	first, err := descriptors.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []*descriptors.Config
+	d := newRLSDir(dir, first, func(c *descriptors.Config) { applied = append(applied, c) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	count := func(result string) float64 {
+		var m dto.Metric
+		if err := d.reloads.WithLabelValues(result).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	d.check(false)
+	d.check(true)
+	if len(applied) != 0 {
+		t.Fatalf("applied %d times with nothing changed", len(applied))
+	}
+	publish(rlsFile("5"))
+	d.check(false)
+	d.check(false)
+	if len(applied) != 1 || count("applied") != 1 {
+		t.Fatalf("after a swap: applied %d times (counted %v), want once", len(applied), count("applied"))
+	}
+	lim, _, key, ok := applied[0].MatchKey("d1", []descriptors.Entry{{Key: "k", Value: "x"}})
+	if !ok || lim.RequestsPerUnit != 5 || key == "" {
+		t.Errorf("the swapped files say %+v", lim)
+	}
+	publish("domain: d1\ndescriptors: [{key: k, rate_limit: {unit: fortnight}}]\n")
+	d.check(false)
+	if len(applied) != 1 || count("refused") != 1 || d.current != applied[0] {
+		t.Errorf("a broken swap: applied %d times, refused %v; want the old files kept and one refusal", len(applied), count("refused"))
+	}
 }
