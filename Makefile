@@ -75,6 +75,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeAnswer -fuzztime 10s ./client/   # the client's exact answer reader and batch decoding against encoding/json
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCall -fuzztime 10s ./node/peer/
 	$(GO) test -run '^$$' -fuzz FuzzCallRoundTrip -fuzztime 10s ./node/peer/   # any call round-trips; an acquire's hits and lease add bytes only when set
+	$(GO) test -run '^$$' -fuzz FuzzAnswerRoundTrip -fuzztime 10s ./node/peer/   # any answer decodes without a panic and round-trips, its sections (the overdraft) in its State
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReplica -fuzztime 10s ./node/replica/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeItems -fuzztime 10s ./node/peer/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCustodyMsgs -fuzztime 10s ./node/custody/
