@@ -167,17 +167,19 @@ const (
 // AppendAnswer encodes a onto b.
 //
 // An answer's optional sections (the Overdraft of its Status) travel in
-// its State, which the answers of acquires, settles, releases, cancels,
-// renewals, statuses and charges have none of their own (stateSections):
-// a section only when it has something to say, each a mark and its
-// values, in the order of their marks. So an answer of a key within its
-// limits keeps its bytes, and a member of an older build reads every
-// answer as before, minus the sections: it ignores those ops' State, and
-// passes it on whole when it relays one. (A section after the State, as
-// an acquire's, would fail the answer there instead: a call that fails
-// falls back, and the fallback may admit what the owner refused.) An
-// answer whose State holds something else (a slice's grant) leaves its
-// sections out.
+// its State: the answers of acquires, settles, releases, cancels,
+// renewals, statuses and charges have no State of their own
+// (stateSections). A section is written only when it has something to
+// say, as a mark, the length of its values and its values, in the order
+// of the marks. So an answer of a key within its limits keeps its bytes,
+// and a member of an older build reads every answer as before, minus the
+// sections: it ignores those ops' State, and passes it on whole when it
+// relays one. (A section after the State, as an acquire's, would fail the
+// answer there instead: a call that fails falls back, and the fallback
+// may admit what the owner refused.) For the same reason a reader skips a
+// section it does not know: a section may add to what an answer says,
+// never change it. An answer whose State holds something else (a slice's
+// grant) leaves its sections out.
 func AppendAnswer(b []byte, a *Answer) []byte {
 	d := &a.Decision
 	var flags byte
@@ -213,7 +215,7 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 // The marks of an answer's sections (AppendAnswer), in the order they
 // come in.
 const (
-	answerOverdraft = 1 // Decision.Status's Overdraft of requests, tokens, concurrency: uvarints ≤ MaxInt64, not all 0
+	answerOverdraft = 1 // Decision.Status's Overdraft of requests, tokens, concurrency: three uvarints ≤ MaxInt64, not all 0
 )
 
 func overdrawn(st *limiter.Status) bool {
@@ -221,14 +223,16 @@ func overdrawn(st *limiter.Status) bool {
 }
 
 // appendSections appends the sections of an answer with status st, as
-// its State: a length, then the marks and their values.
+// its State.
 func appendSections(b []byte, st *limiter.Status) []byte {
-	var buf [1 + 3*binary.MaxVarintLen64]byte
-	sec := append(buf[:0], answerOverdraft)
+	var buf [3 * binary.MaxVarintLen64]byte
+	vals := buf[:0]
 	for _, d := range [...]int64{st.Requests.Overdraft, st.Tokens.Overdraft, st.Concurrency.Overdraft} {
-		sec = binary.AppendUvarint(sec, uint64(max(d, 0)))
+		vals = binary.AppendUvarint(vals, uint64(max(d, 0)))
 	}
-	return wire.AppendString(b, string(sec))
+	b = binary.AppendUvarint(b, uint64(1+1+len(vals))) // the State's length: one section
+	b = append(b, answerOverdraft, byte(len(vals)))    // its mark and length (at most 30: one byte)
+	return append(b, vals...)
 }
 
 // stateSections reports whether the State of op's answers holds their
@@ -243,8 +247,9 @@ func stateSections(op Op) bool {
 
 // takeSections reads the sections an answer to op carries in its State
 // (AppendAnswer) into their fields and empties State; an answer of
-// another op keeps its State. An unknown mark, marks out of order, a
-// section without anything to say and bytes left over are errors.
+// another op keeps its State. A section it does not know is skipped.
+// Marks out of order, a section cut short or longer than its values, and
+// an overdraft of zeros are errors.
 func (a *Answer) takeSections(op Op) error {
 	if !stateSections(op) || len(a.State) == 0 {
 		return nil
@@ -258,21 +263,26 @@ func (a *Answer) takeSections(op Op) error {
 			return fmt.Errorf("answer: section %d after %d", m, last)
 		}
 		last = m
-		switch m {
-		case answerOverdraft:
-			st := &a.Decision.Status
-			for _, d := range [...]*limiter.DimStatus{&st.Requests, &st.Tokens, &st.Concurrency} {
-				if v := r.Uvarint(); v <= math.MaxInt64 {
-					d.Overdraft = int64(v)
-				} else {
-					r.Fail(fmt.Errorf("answer: overdraft %d out of range", v))
-				}
+		vals := wire.NewReader(r.Next(r.Uvarint()))
+		if m != answerOverdraft {
+			continue // a later build's
+		}
+		st := &a.Decision.Status
+		for _, d := range [...]*limiter.DimStatus{&st.Requests, &st.Tokens, &st.Concurrency} {
+			if v := vals.Uvarint(); v <= math.MaxInt64 {
+				d.Overdraft = int64(v)
+			} else {
+				vals.Fail(fmt.Errorf("overdraft %d out of range", v))
 			}
-			if r.Err() == nil && !overdrawn(st) {
-				r.Fail(errors.New("answer: an overdraft section of zeros"))
-			}
-		default:
-			r.Fail(fmt.Errorf("answer: unknown section %d", m))
+		}
+		switch {
+		case vals.Err() == nil && vals.Len() != 0:
+			vals.Fail(fmt.Errorf("%d bytes after the overdraft", vals.Len()))
+		case vals.Err() == nil && !overdrawn(st):
+			vals.Fail(errors.New("an overdraft of zeros"))
+		}
+		if err := vals.Err(); err != nil {
+			return fmt.Errorf("answer: section %d: %w", m, err)
 		}
 	}
 	return r.Err()

@@ -320,11 +320,11 @@ func TestAnswerOverdraft(t *testing.T) {
 	if !reflect.DeepEqual(old, over) {
 		t.Fatalf("an older build reads %+v", old)
 	}
-	// The cost: the section's mark and three uvarints (0, 1_234_567 in 3
-	// bytes, 1), the State's length being written anyway.
+	// The cost: the section's mark, its length and three uvarints (0,
+	// 1_234_567 in 3 bytes, 1), the State's length being written anyway.
 	noOver := over
 	noOver.Decision.Status.Tokens.Overdraft, noOver.Decision.Status.Concurrency.Overdraft = 0, 0
-	if n := len(AppendAnswer(nil, &noOver)); len(b) != n+1+1+3+1 {
+	if n := len(AppendAnswer(nil, &noOver)); len(b) != n+1+1+1+3+1 {
 		t.Errorf("with an overdraft: %d bytes, against %d without", len(b), n)
 	}
 	// Ops whose answers have a State of their own keep it, and leave the
@@ -337,20 +337,34 @@ func TestAnswerOverdraft(t *testing.T) {
 			t.Fatalf("%s: %+v %v", op, got, err)
 		}
 	}
-	// A malformed section is an error, never a panic.
+	// A section of a later build is skipped, before or after the
+	// overdraft; a malformed one is an error, never a panic.
 	head := AppendAnswer(nil, &within)
 	head = head[:len(head)-1] // without its empty State
-	for _, sec := range [][]byte{
-		{answerOverdraft, 0, 0, 0},             // nothing to say
-		{answerOverdraft, 1, 2},                // cut short
-		{answerOverdraft, 0, 1, 0, 9},          // an unknown section after it
-		{2, 1},                                 // an unknown section
-		{answerOverdraft, 0, 1, 0, 1, 0, 1, 0}, // twice
-		append([]byte{answerOverdraft, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0), // past MaxInt64
+	withState := func(state []byte) []byte { return wire.AppendString(slices.Clone(head), string(state)) }
+	for _, state := range [][]byte{
+		{answerOverdraft, 3, 0, 1, 0, 2, 1, 7},
+		{answerOverdraft, 3, 0, 1, 0, 2, 0, 9, 2, 5, 5},
 	} {
-		bad := wire.AppendString(slices.Clone(head), string(sec))
-		if a, err := DecodeAnswer(OpStatus, bad); err == nil {
-			t.Errorf("section %x decoded: %+v", sec, a)
+		if a, err := DecodeAnswer(OpStatus, withState(state)); err != nil || a.Decision.Status.Tokens.Overdraft != 1 || a.State != nil {
+			t.Errorf("state %x: %+v %v, want a tokens overdraft of 1, the rest skipped", state, a, err)
+		}
+	}
+	if a, err := DecodeAnswer(OpStatus, withState([]byte{7, 2, 1, 1})); err != nil || overdrawn(&a.Decision.Status) {
+		t.Errorf("a later build's section alone: %+v %v", a, err)
+	}
+	for _, state := range [][]byte{
+		{answerOverdraft, 3, 0, 0, 0},                              // nothing to say
+		{answerOverdraft, 2, 1, 2},                                 // cut short
+		{answerOverdraft, 5, 1, 2, 3},                              // longer than the State
+		{answerOverdraft, 4, 0, 1, 0, 9},                           // a byte after the values
+		{answerOverdraft, 3, 0, 1, 0, answerOverdraft, 3, 0, 1, 0}, // twice
+		{2, 1, 0, answerOverdraft, 3, 0, 1, 0},                     // out of order
+		{2, 9, 0},                                                  // an unknown one cut short
+		append([]byte{answerOverdraft, 12, 0}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0), // past MaxInt64
+	} {
+		if a, err := DecodeAnswer(OpStatus, withState(state)); err == nil {
+			t.Errorf("state %x decoded: %+v", state, a)
 		}
 	}
 	for op := range opMax {
