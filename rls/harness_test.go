@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -47,6 +48,7 @@ type harness struct {
 	srv    *Server
 	reg    *prometheus.Registry
 	client pb.RateLimitServiceClient
+	health healthpb.HealthClient
 }
 
 // setup configures a harness. The zero value: all or nothing, no
@@ -103,6 +105,7 @@ func start(t testing.TB, s setup) *harness {
 	}
 	t.Cleanup(func() { conn.Close() })
 	h.client = pb.NewRateLimitServiceClient(conn)
+	h.health = healthpb.NewHealthClient(conn)
 	return h
 }
 

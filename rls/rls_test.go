@@ -9,6 +9,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -263,4 +264,33 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, "the gateway's token", resp, pb.RateLimitResponse_OK, ok(500, descriptors.Second, "", 499, resetAt(time.Second, now, now)))
+}
+
+// TestHealthUntilDrain: grpc.health.v1 says SERVING, for the server and
+// for RateLimitService, until Drain, then NOT_SERVING, while calls are
+// still decided.
+func TestHealthUntilDrain(t *testing.T) {
+	h := start(t, setup{})
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := h.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		if got := check(svc); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%q: %v before the drain", svc, got)
+		}
+	}
+	h.srv.Drain()
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		if got := check(svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("%q: %v after the drain", svc, got)
+		}
+	}
+	if resp := h.must(t, request("mongo_cps", 0, desc("database", "users"))); resp.GetOverallCode() != pb.RateLimitResponse_OK {
+		t.Errorf("a call while draining: %v", resp)
+	}
 }

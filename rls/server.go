@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -60,7 +62,8 @@ type Server struct {
 	log     *slog.Logger
 	descs   atomic.Pointer[descState] // nil: no file read (every domain unknown)
 	clients atomic.Pointer[api.Clients]
-	plans   sync.Pool // *scratch
+	plans   sync.Pool      // *scratch
+	health  *health.Server // grpc.health.v1.Health of the gRPC servers GRPC made
 }
 
 // scratch is one call's buffers.
@@ -82,7 +85,8 @@ func New(r *router.Router, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{r: r, cfg: cfg, pl: planner{maxTokens: cfg.MaxTokens}, m: m, log: cfg.Logger}
+	s := &Server{r: r, cfg: cfg, pl: planner{maxTokens: cfg.MaxTokens}, m: m, log: cfg.Logger, health: health.NewServer()}
+	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.clients.Store(&api.Clients{})
 	s.plans.New = func() any { return &scratch{} }
 	return s, nil
@@ -214,9 +218,11 @@ const minPingInterval = 5 * time.Second
 // two 1 KiB strings fit.
 const maxMessage = 4 << 20
 
-// GRPC returns a gRPC server serving s's RateLimitService, over TLS with
-// tc unless it is nil (with tc.ClientAuth set, mutual TLS); the caller
-// serves it on its listener and stops it (GracefulStop).
+// GRPC returns a gRPC server serving s's RateLimitService, and
+// grpc.health.v1.Health (SERVING, for the whole server and for
+// RateLimitService, until Drain), over TLS with tc unless it is nil (with
+// tc.ClientAuth set, mutual TLS); the caller serves it on its listener and
+// stops it (GracefulStop).
 func (s *Server) GRPC(tc *tls.Config) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
@@ -227,5 +233,12 @@ func (s *Server) GRPC(tc *tls.Config) *grpc.Server {
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, s)
+	healthpb.RegisterHealthServer(gs, s.health)
 	return gs
 }
+
+// Drain makes the health service answer NOT_SERVING from now on, for good:
+// Envoy's active health checks (grpc_health_check) move its calls to other
+// nodes while this one still answers them, before it stops (a node's drain,
+// SIGTERM). Calls are still decided.
+func (s *Server) Drain() { s.health.Shutdown() }

@@ -224,6 +224,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	case <-ctx.Done():
 	}
 	served = true
+	rs.drain() // Envoy's health checks move away while this node still answers
 	drain(log, &draining, n, r, members, cfg.Drain)
 	rs.stop(10 * time.Second)
 	shutdownHTTP(srv, log)

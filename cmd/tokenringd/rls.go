@@ -149,6 +149,13 @@ func (s *rlsServer) serve(errc chan<- error) {
 	}()
 }
 
+// drain makes the gRPC health service say NOT_SERVING (rls.Server.Drain).
+func (s *rlsServer) drain() {
+	if s != nil {
+		s.srv.Drain()
+	}
+}
+
 // stop lets the calls in progress finish (GOAWAY to the clients, which go
 // to another node) for up to timeout, then closes what is left.
 func (s *rlsServer) stop(timeout time.Duration) {

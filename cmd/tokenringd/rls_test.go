@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tokenring/tokenring/rls/descriptors"
 )
@@ -52,6 +53,10 @@ func TestGRPCServesEnvoyAndReloads(t *testing.T) {
 	}
 	defer conn.Close()
 	client := pb.NewRateLimitServiceClient(conn)
+	hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health: %v %v, want SERVING", hc, err)
+	}
 	call := func(value string) *pb.RateLimitResponse {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
