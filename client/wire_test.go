@@ -87,8 +87,8 @@ func sameSlots(a, b []slot) bool {
 // writes them.
 const (
 	nodeOverdrawn = `{"limits":{"requests":{"limit":100,"remaining":98,"reset_ms":59000},"tokens":{"limit":1000,"remaining":0,"overdraft":170,"reset_ms":59000},"concurrency":{"limit":2,"remaining":2,"reset_ms":0}},"settled":true}`
-	nodeAcquire = `{"allowed":true,"lease":"AgCqyd20j9SWkeEBAAJ4MQADYm0xV89ozje0_kdcEPv1FhLCHOl_TDiuCD5_DQfpGb1S6is","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60268},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60268},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"bm1"}`
-	nodeRefusal = `{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":0,"remaining":0,"reset_ms":0}},"fallback":true,"owner":"n2"}`
+	nodeAcquire   = `{"allowed":true,"lease":"AgCqyd20j9SWkeEBAAJ4MQADYm0xV89ozje0_kdcEPv1FhLCHOl_TDiuCD5_DQfpGb1S6is","reserved_tokens":200,"limits":{"requests":{"limit":100000000,"remaining":99999999,"reset_ms":60268},"tokens":{"limit":100000000000,"remaining":99999999800,"reset_ms":60268},"concurrency":{"limit":100000,"remaining":99999,"reset_ms":120000}},"owner":"bm1"}`
+	nodeRefusal   = `{"allowed":false,"reason":"requests","retry_after_ms":1500,"limits":{"requests":{"limit":100,"remaining":0,"reset_ms":1500},"tokens":{"limit":0,"remaining":0,"reset_ms":0},"concurrency":{"limit":0,"remaining":0,"reset_ms":0}},"fallback":true,"owner":"n2"}`
 )
 
 // The answer's table is answerWire's fields, every one (it skips other

@@ -33,7 +33,9 @@ func TestInProcOverdraftAcrossMembers(t *testing.T) {
 		return l
 	}
 	var team string
-	chain := func(string, string) router.Chain { return router.Chain{Groups: [router.MaxGroups]string{team}, NGroups: 1} }
+	chain := func(string, string) router.Chain {
+		return router.Chain{Groups: [router.MaxGroups]string{team}, NGroups: 1}
+	}
 	c := NewInProc(t, 3, limits, WithChain(chain), WithHotKeyRate(-1), WithGossip(steadyGossip))
 	client := inProcClient(t)
 	rg := c.Member(0).Node.Ring()
