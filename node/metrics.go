@@ -12,7 +12,7 @@ import (
 // Collectors returns the node's Prometheus collectors, for the caller to
 // register (nothing is registered globally).
 func (n *Node) Collectors() []prometheus.Collector {
-	return append(append(n.peerCollectors(), n.allotCollectors()...), []prometheus.Collector{
+	return append(append(append(n.peerCollectors(), n.allotCollectors()...), n.replicaCollectors()...), []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_keys", Help: "Keys whose limiter state this node holds.",
 		}, func() float64 { return float64(n.table.Len()) }),
@@ -64,6 +64,21 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokenring_members", Help: "Members in this node's ring.",
+		}, func() float64 {
+			if r := n.ring.Load(); r != nil {
+				return float64(len(r.Members()))
+			}
+			return 0
+		}),
+	}...)
+}
+
+// replicaCollectors are the collectors of replication, the checkpoint and
+// the recoveries from them.
+func (n *Node) replicaCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "tokenring_replicated_total", Help: "Key snapshots this node sent to their backups.",
 		}, func() float64 { return float64(n.repl.Stats.Replicated.Load()) }),
@@ -85,15 +100,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tokenring_replicas", Help: "Keys this node holds a replica of, as their backup.",
 		}, func() float64 { return float64(n.replicas.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tokenring_members", Help: "Members in this node's ring.",
-		}, func() float64 {
-			if r := n.ring.Load(); r != nil {
-				return float64(len(r.Members()))
-			}
-			return 0
-		}),
-	}...)
+	}
 }
 
 // counters count what the node's own machinery did, for metrics and tests
