@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
 	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,45 +20,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokenring/tokenring/config"
+	"github.com/tokenring/tokenring/internal/testcert"
 	"github.com/tokenring/tokenring/node"
 )
 
 // testCA issues certificates for the TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA struct{ *testcert.CA }
 
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
+func newTestCA(t testing.TB) *testCA { return &testCA{testcert.New(t)} }
 
 // issue returns a PEM certificate and key signed by ca: a server's for
 // 127.0.0.1 when server, else a client's named cn.
 func (ca *testCA) issue(t testing.TB, serial int64, cn string, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
-	if server {
-		tmpl.IPAddresses, tmpl.ExtKeyUsage = []net.IP{net.IPv4(127, 0, 0, 1)}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	return ca.sign(t, tmpl)
+	return ca.Sign(t, testcert.Leaf(serial, cn, server))
 }
 
 // issueClient returns a client certificate and key signed by ca with
@@ -80,25 +50,7 @@ func (ca *testCA) issueClient(t testing.TB, serial int64, cn string, dns []strin
 		}
 		tmpl.URIs = append(tmpl.URIs, u)
 	}
-	return ca.sign(t, tmpl)
-}
-
-// sign returns tmpl signed by ca, with a new key, both PEM.
-func (ca *testCA) sign(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+	return ca.Sign(t, tmpl)
 }
 
 // writeFile writes b to path through a temporary file and a rename, as a
@@ -165,7 +117,7 @@ func startNode(t testing.TB, cfg config.Config, log *slog.Logger) (string, httpS
 func tlsClient(t testing.TB, ca *testCA, certPEM, keyPEM []byte) *http.Client {
 	t.Helper()
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 	tc := &tls.Config{RootCAs: roots}
 	if certPEM != nil {
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -283,6 +235,6 @@ func (ca *testCA) serverFiles(t *testing.T) (certFile, keyFile, caFile string) {
 	c, k := ca.issue(t, 101, "server", true)
 	writeFile(t, certFile, c)
 	writeFile(t, keyFile, k)
-	writeFile(t, caFile, ca.pem)
+	writeFile(t, caFile, ca.PEM)
 	return certFile, keyFile, caFile
 }

@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"internal/layout":      nil,
 	"internal/testclock":   nil,
 	"internal/promtest":    nil,
+	"internal/testcert":    nil,
 	"node/internal/wire":   nil,
 	"node/internal/shrink": nil,
 	"test/fakeupstream":    nil,
