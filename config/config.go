@@ -295,6 +295,8 @@ type Config struct {
 	GRPC GRPC `yaml:"grpc"`
 	// RLS configures Envoy's rate limit service: its rate limit files.
 	RLS RLS `yaml:"rls"`
+	// Log is how tokenringd writes its log (log.go).
+	Log Log `yaml:"log"`
 }
 
 // MinSecretLen is the shortest cluster_secret and cluster_secret_secondary,
@@ -397,6 +399,7 @@ func Default() Config {
 		},
 		Peer: Peer{MaxFrameBytes: DefaultMaxFrameBytes, MaxConns: DefaultPeerMaxConns},
 		RLS:  RLS{AllOrNothing: true},
+		Log:  Log{Format: LogFmt},
 	}
 }
 
@@ -528,6 +531,7 @@ func (c Config) Validate() error {
 	errs.upstreamTimeouts("anthropic_upstream", c.AnthropicUpstream)
 	c.validateSecurity(&errs)
 	c.validateRLS(&errs)
+	c.validateLog(&errs)
 	return errs.err()
 }
 

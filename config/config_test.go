@@ -96,6 +96,7 @@ func TestDefault(t *testing.T) {
 			IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second},
 		Peer: Peer{MaxFrameBytes: 1 << 20, MaxConns: 256},
 		RLS:  RLS{AllOrNothing: true},
+		Log:  Log{Format: LogFmt},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("Default() = %+v\nwant %+v", d, want)
@@ -247,7 +248,7 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency, reservation, parent, models)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls, log)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},
@@ -517,4 +518,18 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned an invalid Config: %v", err)
 		}
 	})
+}
+
+// log.format: logfmt by default, json when asked, anything else refused.
+func TestLogFormat(t *testing.T) {
+	if f := Default().Log.Format; f != LogFmt {
+		t.Errorf("default log.format %q, want logfmt", f)
+	}
+	c, err := Parse([]byte("log: {format: json}\n"), nil)
+	if err != nil || c.Log.Format != LogJSON {
+		t.Errorf("log.format: json: %q, %v", c.Log.Format, err)
+	}
+	if _, err := Parse([]byte("log: {format: xml}\n"), nil); err == nil || !strings.Contains(err.Error(), "log.format") {
+		t.Errorf("log.format: xml: %v, want an error naming log.format", err)
+	}
 }

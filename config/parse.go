@@ -363,7 +363,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
 		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer",
-		"grpc", "rls")
+		"grpc", "rls", "log")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "groups", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants, c.Limits.TenantChains = d.tenants(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -410,6 +410,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.bool(f["preload_encodings"], "preload_encodings", &c.PreloadEncodings)
 	d.security(f, c)
 	d.rls(f, c)
+	d.log(f, c)
 }
 
 // limits decodes a limits mapping onto l: absent fields keep l's values.

@@ -67,28 +67,6 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
-// quietRedis sends go-redis's own log lines (connection pool dial retries,
-// a flood against an unreachable -redis) through slog at debug, so that
-// they show with -log-level debug only; the node warns about a failing
-// checkpoint itself, at most once a minute. go-redis has only a
-// process-wide logger (redis.SetLogger), so it is set here, once, and not
-// in run.
-func quietRedis(args []string, getenv func(string) string, stderr io.Writer) {
-	level := slog.LevelInfo
-	if f, err := parseFlags(args, getenv, io.Discard); err == nil {
-		_ = level.UnmarshalText([]byte(f.logLevel)) // a bad level fails in run
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "go-redis")
-	redis.SetLogger(redisLogger{log})
-}
-
-// redisLogger is go-redis's logger interface over slog, at debug.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
-}
-
 var errUsage = errors.New("usage")
 
 // flags are tokenringd's command line (docs/configuration.md, "Flags").
@@ -96,7 +74,7 @@ type flags struct {
 	config, name, http, peer, gossip, join, redis string
 	grpc                                          string
 	advertise                                     string
-	gossipProfile, logLevel                       string
+	gossipProfile, logLevel, logFormat            string
 	batchWait                                     time.Duration
 	batchMax                                      int
 	insecure                                      bool
@@ -117,6 +95,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.StringVar(&f.redis, "redis", "", "optional checkpoint store `URL` (redis://host:port/db): restores a crashed owner's keys when no newer replica exists")
 	fs.StringVar(&f.gossipProfile, "gossip-profile", "lan", "memberlist timings: lan, or local (fast failure detection, loopback tests)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "", "logfmt or json (default: log.format in the config, logfmt)")
 	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
 	fs.IntVar(&f.batchMax, "peer-batch-max", 1000, "most calls per peer frame (1 disables batching)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback bind with no client tokens and no cluster secret")
@@ -267,7 +246,6 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return config.Config{}, nil, fmt.Errorf("%w: -log-level: %v", errUsage, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg := config.Default()
 	if f.config != "" {
 		var err error
@@ -275,6 +253,13 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 			return config.Config{}, nil, err // names the file, the line and the field
 		}
 	}
+	if f.logFormat != "" {
+		cfg.Log.Format = config.LogFormat(f.logFormat)
+		if err := cfg.Validate(); err != nil {
+			return config.Config{}, nil, fmt.Errorf("%w: -log-format: %v", errUsage, err)
+		}
+	}
+	log := newLogger(stderr, cfg.Log.Format, level)
 	cfg, err := protect(ctx, f, cfg, getenv)
 	if err != nil {
 		return config.Config{}, nil, err

@@ -223,11 +223,12 @@ func startDaemonEnv(t *testing.T, environ map[string]string, args ...string) (st
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	m := regexp.MustCompile(`msg="tokenringd serving" .*\bhttp=(\S+)`).FindStringSubmatch(logs.String())
+	// logfmt, or json (-log-format json).
+	m := regexp.MustCompile(`msg="tokenringd serving" .*\bhttp=(\S+)|"msg":"tokenringd serving".*?"http":"([^"]+)"`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no http address in the serving log:\n%s", logs.String())
 	}
-	return "http://" + m[1], logs, stop
+	return "http://" + m[1] + m[2], logs, stop
 }
 
 // Every label on /metrics has a value: after allowed and refused acquires
