@@ -264,6 +264,9 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 	if err != nil {
 		return config.Config{}, nil, err
 	}
+	if err := hostCgroup.check(cfg, autoMaxConns()); err != nil {
+		return config.Config{}, nil, err
+	}
 	return cfg, log, nil
 }
 

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tokenring/tokenring/config"
+)
+
+// fakeCgroup writes files (path under the cgroup filesystem: content) and
+// self (/proc/self/cgroup) into a temporary directory.
+func fakeCgroup(t *testing.T, self string, files map[string]string) cgroupMemory {
+	t.Helper()
+	dir := t.TempDir()
+	c := cgroupMemory{FS: filepath.Join(dir, "cgroup"), Self: filepath.Join(dir, "self")}
+	if err := os.WriteFile(c.Self, []byte(self), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		p := filepath.Join(c.FS, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		self  string
+		files map[string]string
+		want  int64
+	}{
+		{"v2 in a namespace", "0::/\n", map[string]string{"memory.max": "536870912\n"}, 512 << 20},
+		{"v2 max", "0::/\n", map[string]string{"memory.max": "max\n"}, 0},
+		{"v2 nested", "0::/kubepods/pod1/c1\n", map[string]string{"memory.max": "max\n", "kubepods/pod1/c1/memory.max": "1073741824\n"}, 1 << 30},
+		{"v2 path not mounted: the top", "0::/host/path\n", map[string]string{"memory.max": "268435456\n"}, 256 << 20},
+		{"v1", "4:memory:/docker/abc\n0::/\n", map[string]string{"memory/docker/abc/memory.limit_in_bytes": "536870912\n"}, 512 << 20},
+		{"v1 shared controllers", "5:cpu,memory:/x\n", map[string]string{"memory/x/memory.limit_in_bytes": "134217728\n"}, 128 << 20},
+		{"v1 unlimited", "4:memory:/\n", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, 0},
+		{"none", "", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, file, err := fakeCgroup(t, tc.self, tc.files).limit()
+			if err != nil || got != tc.want {
+				t.Errorf("limit() = %d (%s), %v; want %d", got, file, err, tc.want)
+			}
+		})
+	}
+	if _, _, err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "lots\n"}).limit(); err == nil {
+		t.Error("a memory.max of lots: no error")
+	}
+}
+
+// The daemon's start check: a max_keys whose bound exceeds the limit is
+// refused, naming max_keys, the bound and the limit; one that fits, or no
+// limit, passes. The shipped Kubernetes sizing (75,000 keys, 2,048
+// connections under 512 MiB) fits.
+func TestCgroupMemoryCheck(t *testing.T) {
+	c512 := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": strconv.Itoa(512 << 20)})
+	cfg := config.Default()
+	cfg.HTTP.MaxConns = 2048
+	cfg.MaxKeys = 75_000
+	if err := c512.check(cfg, 16384); err != nil {
+		t.Errorf("75,000 keys, 2,048 connections under 512 MiB: %v", err)
+	}
+	cfg.MaxKeys = config.DefaultMaxKeys
+	err := c512.check(cfg, 16384)
+	need := memoryBound(config.DefaultMaxKeys, 2048)
+	if err == nil {
+		t.Fatal("a million keys under 512 MiB: no error")
+	}
+	for _, s := range []string{"max_keys 1000000", strconv.FormatInt(need, 10), strconv.Itoa(512 << 20), "memory.max"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not name %s", err, s)
+		}
+	}
+	cfg.HTTP.MaxConns, cfg.MaxKeys = 0, 75_000 // the automatic cap counts
+	if err := c512.check(cfg, 16384); err == nil || !strings.Contains(err.Error(), "http.max_conns 16384") {
+		t.Errorf("75,000 keys and 16,384 automatic connections under 512 MiB: %v", err)
+	}
+	cfg.MaxKeys = config.DefaultMaxKeys
+	if err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "max"}).check(cfg, 16384); err != nil {
+		t.Errorf("no limit: %v", err)
+	}
+}
+
+// TestDocsMemoryBound: docs/operations.md states the formula memoryBound
+// uses.
+func TestDocsMemoryBound(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(b)), " ")
+	for _, s := range []string{"≈ 45 MiB once a prompt was counted", "+ 2 × (`max_keys` × 2 KiB + open connections × 24 KiB) + 64 MiB"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("docs/operations.md no longer says %q: update memoryBound", s)
+		}
+	}
+}
