@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"encoding/json"
+	"maps"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -341,4 +343,111 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 		}
 	}
+}
+
+// series is a /metrics page's samples: by name, each sample's labels.
+type series map[string][]map[string]string
+
+var sampleLabelValue = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+func scrapeSeries(t *testing.T, url string) series {
+	t.Helper()
+	_, body := scrape(t, url)
+	s := series{}
+	for line := range strings.Lines(body) {
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range sampleLabelValue.FindAllStringSubmatch(m[2], -1) {
+			labels[l[1]] = l[2]
+		}
+		s[m[1]] = append(s[m[1]], labels)
+	}
+	return s
+}
+
+// promEqual is a selector's label="value" matcher.
+var promEqual = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"([^"]*)"`)
+
+// TestDashboardSeriesAtStartup: a member of the shipped deployment
+// exports, before any traffic, a sample of every metric the dashboard
+// and the alerts read, with every label they group by and every
+// label="value" they select on. A counter with labels has no series until
+// its first use, so a panel over one (the fallback decisions, the refused
+// decisions) would say "No data" instead of 0, and a rate over it would
+// miss its first increase: those are made at zero at start.
+func TestDashboardSeriesAtStartup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts tokenringd")
+	}
+	d := loadDeployment(t)
+	m := startMember(t, d, d.configText(t), "tokenring-0", nil)
+	waitFor(t, m, "200 on /readyz", 30*time.Second, func() bool {
+		s, _ := get(m.url("/readyz"))
+		return s == http.StatusOK
+	})
+	got := scrapeSeries(t, m.url(loadScrapeConfig(t).ScrapeConfigs[0].MetricsPath))
+	has := func(name string, want map[string]string) bool {
+		return slices.ContainsFunc(got[name], func(labels map[string]string) bool {
+			for k, v := range want {
+				if _, ok := labels[k]; !ok || (v != "" && labels[k] != v) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	queries := append(dashboardQueries(t), ruleQueries(t)...)
+	for _, q := range queries {
+		expr := grafanaVar.ReplaceAllString(q.Expr, "x")
+		names := metricNames(expr)
+		grouped := map[string]string{}
+		for _, g := range promGrouping.FindAllStringSubmatch(expr, -1) {
+			for l := range strings.SplitSeq(g[1], ",") {
+				if l = strings.TrimSpace(l); l != "" && l != "le" && !slices.Contains(targetLabels, l) {
+					grouped[l] = ""
+				}
+			}
+		}
+		selected := map[string]map[string]string{}
+		for _, sel := range promSelector.FindAllStringSubmatch(expr, -1) {
+			for _, eq := range promEqual.FindAllStringSubmatch(sel[2], -1) {
+				if !slices.Contains(targetLabels, eq[1]) {
+					if selected[sel[1]] == nil {
+						selected[sel[1]] = map[string]string{}
+					}
+					selected[sel[1]][eq[1]] = eq[2]
+				}
+			}
+		}
+		for _, name := range names {
+			if syntheticMetrics[name] {
+				continue
+			}
+			if got[name] == nil {
+				t.Errorf("%s: no %s sample at startup", q.Where, name)
+				continue
+			}
+			want := maps.Clone(selected[name])
+			if want == nil {
+				want = map[string]string{}
+			}
+			for l := range grouped {
+				if has(name, map[string]string{l: ""}) {
+					want[l] = ""
+				}
+			}
+			if !has(name, want) {
+				t.Errorf("%s: no %s series with %v at startup (it has %v)", q.Where, name, want, got[name])
+			}
+		}
+		for l := range grouped {
+			if !slices.ContainsFunc(names, func(n string) bool { return has(n, map[string]string{l: ""}) }) {
+				t.Errorf("%s: groups by %s, which no series of %v carries at startup", q.Where, l, names)
+			}
+		}
+	}
+	t.Logf("%d queries of %s and %s have their series from startup", len(queries), dashboard, promRules)
 }

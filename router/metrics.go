@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenring/tokenring/fallback"
+	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 )
 
@@ -49,6 +50,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.allowed = [2]prometheus.Counter{m.decisions.WithLabelValues("allowed", "none", "none", "false"),
 		m.decisions.WithLabelValues("allowed", "none", "none", "true")}
 	m.localAcquire = m.calls.WithLabelValues(node.OpAcquire.String(), "local")
+	// Series the dashboard and the alerts read exist at 0 from the start
+	// (deploy/monitoring_test.go checks): a counter with labels otherwise
+	// has none until its first use, a panel shows "No data" instead of 0,
+	// and a rate misses the first increase.
+	for _, side := range []string{"tenant", "pool"} {
+		for _, reason := range []limiter.Dimension{limiter.Requests, limiter.Tokens, limiter.Concurrency} {
+			m.decisions.WithLabelValues("refused", side, reason.String(), "false")
+		}
+	}
+	for _, p := range []fallback.Policy{fallback.Degraded, fallback.Open, fallback.Closed} {
+		for _, result := range []string{"allowed", "refused"} {
+			m.fallbacks.WithLabelValues(string(p), result)
+		}
+	}
 	if reg == nil {
 		return m, nil
 	}
