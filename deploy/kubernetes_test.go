@@ -281,7 +281,13 @@ func (d deployment) containerPort(t *testing.T, where string, ref any, proto str
 // $(VAR) expanded from env (fake values for the downward API).
 func loadDeployment(t *testing.T) deployment {
 	t.Helper()
-	d := deployment{k8s: loadK8s(t), img: checkDockerfile(t)}
+	return deploymentOf(t, loadK8s(t))
+}
+
+// deploymentOf is loadDeployment for the objects of k.
+func deploymentOf(t *testing.T, k k8s) deployment {
+	t.Helper()
+	d := deployment{k8s: k, img: checkDockerfile(t)}
 	o := d.one(t, "StatefulSet", "", &d.sts)
 	if n := len(d.sts.Spec.Template.Spec.Containers); n != 1 {
 		t.Fatalf("%s: want one container, got %d", o.File, n)
@@ -667,7 +673,21 @@ func TestKubernetesPDB(t *testing.T) {
 // members, the client port only to pods labelled as its clients (and the
 // label documented in the policy's comment).
 func TestKubernetesNetworkPolicy(t *testing.T) {
-	d := loadDeployment(t)
+	checkNetworkPolicy(t, loadDeployment(t))
+	text := readFile(t, "kubernetes/networkpolicy.yaml")
+	if !strings.Contains(text, "# ") || !strings.Contains(text, clientLabel+"=true") {
+		t.Errorf("networkpolicy.yaml: its comment does not say how to label a client pod (%s=true)", clientLabel)
+	}
+	if strings.Contains(strings.ToLower(text), "no authentication") || strings.Contains(strings.ToLower(text), "unauthenticated") {
+		t.Errorf("networkpolicy.yaml: says gossip or peers are unauthenticated; cluster_secret authenticates both")
+	}
+}
+
+// checkNetworkPolicy: d's NetworkPolicy selects its pods and admits the
+// client port only from pods labelled clientLabel, gossip and peers only
+// from the members, and nothing else.
+func checkNetworkPolicy(t *testing.T, d deployment) {
+	t.Helper()
 	labels := d.sts.Spec.Template.Metadata.Labels
 	var np networkPolicy
 	d.one(t, "NetworkPolicy", "", &np)
@@ -705,13 +725,6 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	}
 	if fmt.Sprint(open) != fmt.Sprint(want) {
 		t.Errorf("NetworkPolicy: ingress %v, want %v", open, want)
-	}
-	text := readFile(t, "kubernetes/networkpolicy.yaml")
-	if !strings.Contains(text, "# ") || !strings.Contains(text, clientLabel+"=true") {
-		t.Errorf("networkpolicy.yaml: its comment does not say how to label a client pod (%s=true)", clientLabel)
-	}
-	if strings.Contains(strings.ToLower(text), "no authentication") || strings.Contains(strings.ToLower(text), "unauthenticated") {
-		t.Errorf("networkpolicy.yaml: says gossip or peers are unauthenticated; cluster_secret authenticates both")
 	}
 }
 
