@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -100,21 +101,36 @@ func (c cgroupMemory) limit() (int64, string, error) {
 	return 0, "", nil
 }
 
-// check refuses a max_keys (with http.max_conns, maxConns when the config
-// leaves it 0) whose memory bound exceeds the cgroup's limit: such a node
-// would be OOM-killed by a flood of tenants instead of refusing their
-// keys. A limit that cannot be read is no limit.
-func (c cgroupMemory) check(cfg config.Config, maxConns int) error {
+// minFitKeys is the fewest keys fit lowers a default max_keys to: below
+// it the limit is too small for the connections alone, and the node is
+// refused instead.
+const minFitKeys = 1000
+
+// fit returns cfg with a max_keys whose memory bound (with http.max_conns,
+// maxConns when the config leaves it 0) fits the cgroup's limit, so that a
+// flood of tenants is refused keys instead of OOM-killing the node. A
+// max_keys left at its default is lowered to what the limit holds, and
+// logged; one the config sets is refused when it does not fit, naming both
+// numbers. A limit that cannot be read is no limit.
+func (c cgroupMemory) fit(cfg config.Config, maxConns int, log *slog.Logger) (config.Config, error) {
 	limit, file, err := c.limit()
 	if err != nil || limit == 0 {
-		return nil
+		return cfg, nil
 	}
 	if cfg.HTTP.MaxConns > 0 {
 		maxConns = cfg.HTTP.MaxConns
 	}
-	if need := memoryBound(cfg.MaxKeys, maxConns); need > limit {
-		return fmt.Errorf("max_keys %d with http.max_conns %d needs up to %d bytes (%d MiB, docs/operations.md \"Memory\"), over the memory limit of %d bytes (%d MiB, %s): lower max_keys (or http.max_conns) or raise the limit",
-			cfg.MaxKeys, maxConns, need, need>>20, limit, limit>>20, file)
+	need := memoryBound(cfg.MaxKeys, maxConns)
+	if need <= limit {
+		return cfg, nil
 	}
-	return nil
+	keys := (limit-memAtRest-memSlack)/2 - int64(maxConns)*memPerConn
+	if keys /= memPerKey; cfg.MaxKeys == config.DefaultMaxKeys && keys >= minFitKeys {
+		log.Warn("max_keys lowered to fit the memory limit (docs/operations.md \"Memory\")",
+			"max_keys", keys, "http_max_conns", maxConns, "memory_limit", limit, "file", file)
+		cfg.MaxKeys = int(keys)
+		return cfg, nil
+	}
+	return cfg, fmt.Errorf("max_keys %d with http.max_conns %d needs up to %d bytes (%d MiB, docs/operations.md \"Memory\"), over the memory limit of %d bytes (%d MiB, %s): lower max_keys (or http.max_conns) or raise the limit",
+		cfg.MaxKeys, maxConns, need, need>>20, limit, limit>>20, file)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -59,36 +60,43 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	}
 }
 
-// The daemon's start check: a max_keys whose bound exceeds the limit is
-// refused, naming max_keys, the bound and the limit; one that fits, or no
-// limit, passes. The shipped Kubernetes sizing (75,000 keys, 2,048
-// connections under 512 MiB) fits.
+// The daemon's start check: a max_keys the config sets whose bound
+// exceeds the limit is refused, naming max_keys, the bound and the limit;
+// one left at its default is lowered to what the limit holds; one that
+// fits, or no limit, passes. The shipped Kubernetes sizing (75,000 keys,
+// 2,048 connections under 512 MiB) fits.
 func TestCgroupMemoryCheck(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
 	c512 := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": strconv.Itoa(512 << 20)})
 	cfg := config.Default()
 	cfg.HTTP.MaxConns = 2048
 	cfg.MaxKeys = 75_000
-	if err := c512.check(cfg, 16384); err != nil {
-		t.Errorf("75,000 keys, 2,048 connections under 512 MiB: %v", err)
+	if got, err := c512.fit(cfg, 16384, log); err != nil || got.MaxKeys != 75_000 {
+		t.Errorf("75,000 keys, 2,048 connections under 512 MiB: max_keys %d, %v", got.MaxKeys, err)
 	}
-	cfg.MaxKeys = config.DefaultMaxKeys
-	err := c512.check(cfg, 16384)
-	need := memoryBound(config.DefaultMaxKeys, 2048)
+	cfg.MaxKeys = 900_000
+	_, err := c512.fit(cfg, 16384, log)
+	need := memoryBound(900_000, 2048)
 	if err == nil {
-		t.Fatal("a million keys under 512 MiB: no error")
+		t.Fatal("900,000 keys set under 512 MiB: no error")
 	}
-	for _, s := range []string{"max_keys 1000000", strconv.FormatInt(need, 10), strconv.Itoa(512 << 20), "memory.max"} {
+	for _, s := range []string{"max_keys 900000", strconv.FormatInt(need, 10), strconv.Itoa(512 << 20), "memory.max"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not name %s", err, s)
 		}
 	}
-	cfg.HTTP.MaxConns, cfg.MaxKeys = 0, 75_000 // the automatic cap counts
-	if err := c512.check(cfg, 16384); err == nil || !strings.Contains(err.Error(), "http.max_conns 16384") {
-		t.Errorf("75,000 keys and 16,384 automatic connections under 512 MiB: %v", err)
-	}
+	// The default max_keys is lowered to the most keys whose bound fits.
 	cfg.MaxKeys = config.DefaultMaxKeys
-	if err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "max"}).check(cfg, 16384); err != nil {
-		t.Errorf("no limit: %v", err)
+	got, err := c512.fit(cfg, 16384, log)
+	if err != nil || memoryBound(got.MaxKeys, 2048) > 512<<20 || memoryBound(got.MaxKeys+1, 2048) <= 512<<20 {
+		t.Errorf("the default max_keys under 512 MiB: lowered to %d (%v), want the most that fits", got.MaxKeys, err)
+	}
+	cfg.HTTP.MaxConns = 0 // the automatic cap counts: 16,384 connections alone need 768 MiB
+	if _, err := c512.fit(cfg, 16384, log); err == nil || !strings.Contains(err.Error(), "http.max_conns 16384") {
+		t.Errorf("16,384 automatic connections under 512 MiB: %v", err)
+	}
+	if got, err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "max"}).fit(cfg, 16384, log); err != nil || got.MaxKeys != config.DefaultMaxKeys {
+		t.Errorf("no limit: max_keys %d, %v", got.MaxKeys, err)
 	}
 }
 

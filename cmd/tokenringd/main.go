@@ -264,7 +264,7 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	if err := hostCgroup.check(cfg, autoMaxConns()); err != nil {
+	if cfg, err = hostCgroup.fit(cfg, autoMaxConns(), log); err != nil {
 		return config.Config{}, nil, err
 	}
 	return cfg, log, nil
