@@ -110,8 +110,9 @@ const minFitKeys = 1000
 // maxConns when the config leaves it 0) fits the cgroup's limit, so that a
 // flood of tenants is refused keys instead of OOM-killing the node. A
 // max_keys left at its default is lowered to what the limit holds, and
-// logged; one the config sets is refused when it does not fit, naming both
-// numbers. A limit that cannot be read is no limit.
+// logged, and an automatic http.max_conns then takes at most half of what
+// the limit leaves; a max_keys the config sets is refused when it does not
+// fit, naming both numbers. A limit that cannot be read is no limit.
 func (c cgroupMemory) fit(cfg config.Config, maxConns int, log *slog.Logger) (config.Config, error) {
 	limit, file, err := c.limit()
 	if err != nil || limit == 0 {
@@ -124,11 +125,18 @@ func (c cgroupMemory) fit(cfg config.Config, maxConns int, log *slog.Logger) (co
 	if need <= limit {
 		return cfg, nil
 	}
-	keys := (limit-memAtRest-memSlack)/2 - int64(maxConns)*memPerConn
-	if keys /= memPerKey; cfg.MaxKeys == config.DefaultMaxKeys && keys >= minFitKeys {
-		log.Warn("max_keys lowered to fit the memory limit (docs/operations.md \"Memory\")",
+	room := (limit - memAtRest - memSlack) / 2 // for keys and connections
+	if cfg.HTTP.MaxConns == 0 && cfg.MaxKeys == config.DefaultMaxKeys {
+		maxConns = int(min(int64(maxConns), room/2/memPerConn)) // the automatic cap takes at most half
+	}
+	keys := (room - int64(maxConns)*memPerConn) / memPerKey
+	if cfg.MaxKeys == config.DefaultMaxKeys && keys >= minFitKeys {
+		log.Warn("max_keys (and an automatic http.max_conns) lowered to fit the memory limit (docs/operations.md \"Memory\")",
 			"max_keys", keys, "http_max_conns", maxConns, "memory_limit", limit, "file", file)
 		cfg.MaxKeys = int(keys)
+		if cfg.HTTP.MaxConns == 0 {
+			cfg.HTTP.MaxConns = maxConns
+		}
 		return cfg, nil
 	}
 	return cfg, fmt.Errorf("max_keys %d with http.max_conns %d needs up to %d bytes (%d MiB, docs/operations.md \"Memory\"), over the memory limit of %d bytes (%d MiB, %s): lower max_keys (or http.max_conns) or raise the limit",

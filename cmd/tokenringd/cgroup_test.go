@@ -91,10 +91,19 @@ func TestCgroupMemoryCheck(t *testing.T) {
 	if err != nil || memoryBound(got.MaxKeys, 2048) > 512<<20 || memoryBound(got.MaxKeys+1, 2048) <= 512<<20 {
 		t.Errorf("the default max_keys under 512 MiB: lowered to %d (%v), want the most that fits", got.MaxKeys, err)
 	}
-	cfg.HTTP.MaxConns = 0 // the automatic cap counts: 16,384 connections alone need 768 MiB
-	if _, err := c512.fit(cfg, 16384, log); err == nil || !strings.Contains(err.Error(), "http.max_conns 16384") {
-		t.Errorf("16,384 automatic connections under 512 MiB: %v", err)
+	// With the automatic connection cap too (16,384 connections alone
+	// would need 768 MiB), the cap takes half of what is left, the keys
+	// the other half: the defaults start under 512 MiB.
+	cfg.HTTP.MaxConns = 0
+	if got, err := c512.fit(cfg, 16384, log); err != nil || got.HTTP.MaxConns == 0 || got.HTTP.MaxConns >= 16384 ||
+		memoryBound(got.MaxKeys, got.HTTP.MaxConns) > 512<<20 || got.MaxKeys < 50_000 {
+		t.Errorf("the defaults under 512 MiB: max_keys %d, http.max_conns %d (%v), want both lowered to fit", got.MaxKeys, got.HTTP.MaxConns, err)
 	}
+	cfg.MaxKeys = 75_000 // set: the automatic cap counts whole, and does not fit
+	if _, err := c512.fit(cfg, 16384, log); err == nil || !strings.Contains(err.Error(), "http.max_conns 16384") {
+		t.Errorf("75,000 keys set, 16,384 automatic connections under 512 MiB: %v", err)
+	}
+	cfg.MaxKeys = config.DefaultMaxKeys
 	if got, err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "max"}).fit(cfg, 16384, log); err != nil || got.MaxKeys != config.DefaultMaxKeys {
 		t.Errorf("no limit: max_keys %d, %v", got.MaxKeys, err)
 	}
