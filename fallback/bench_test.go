@@ -21,14 +21,14 @@ func BenchmarkDegradedAcquire(b *testing.B) {
 			names := make([]string, keys)
 			for i := range names {
 				names[i] = fmt.Sprintf("t:tenant-%07d", i)
-				if _, reason, _ := d.Acquire(names[i], l, 3, 10); reason != limiter.None {
+				if _, reason, _ := d.Acquire(names[i], l, 3, 10, 1); reason != limiter.None {
 					b.Fatalf("refused: %v", reason)
 				}
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if _, reason, _ := d.Acquire(names[i], l, 3, 10); reason != limiter.None {
+				if _, reason, _ := d.Acquire(names[i], l, 3, 10, 1); reason != limiter.None {
 					b.Fatalf("refused: %v", reason)
 				}
 				if i++; i == keys {

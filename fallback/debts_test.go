@@ -56,7 +56,7 @@ func waitFor(t *testing.T, what string, f func() bool) {
 func admit(t *testing.T, s *State, d *Debts, key string, n int) {
 	t.Helper()
 	for range n {
-		if _, reason, _ := s.Acquire(key, limiter.Limits{Requests: 100}, 2, 1); reason != limiter.None {
+		if _, reason, _ := s.Acquire(key, limiter.Limits{Requests: 100}, 2, 1, 1); reason != limiter.None {
 			t.Fatalf("refused: %v", reason)
 		}
 		d.Recorded(key, 1)

@@ -159,12 +159,13 @@ func share(limit, members int64) (s int64, ok bool) {
 	return s, s > 0
 }
 
-// Acquire admits one request of n tokens on key's degraded share, returning
-// a local slot id, or the refusing dimension and when to retry. An
-// admission is a debt of key (owed): the caller has it charged.
-func (d *State) Acquire(key string, l limiter.Limits, members int, n int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
+// Acquire admits hits requests (at least 1, one slot: limiter.Request.Hits)
+// of n tokens on key's degraded share, returning a local slot id, or the
+// refusing dimension and when to retry. An admission is a debt of key
+// (owed): the caller has it charged.
+func (d *State) Acquire(key string, l limiter.Limits, members int, n, hits int64) (id uint64, reason limiter.Dimension, retry time.Duration) {
 	m := int64(max(members, 1))
-	n = max(n, 0)
+	n, hits = max(n, 0), max(hits, 1)
 	now := d.now()
 	window := l.Window
 	if window <= 0 {
@@ -174,7 +175,7 @@ func (d *State) Acquire(key string, l limiter.Limits, members int, n int64) (id 
 	st, okt := share(l.Tokens, m)
 	sc, okc := share(l.Concurrency, m)
 	switch {
-	case !okr:
+	case !okr || (l.Requests > 0 && hits > sr):
 		return 0, limiter.Requests, window
 	case !okt || (l.Tokens > 0 && n > st):
 		return 0, limiter.Tokens, window
@@ -189,7 +190,7 @@ func (d *State) Acquire(key string, l limiter.Limits, members int, n int64) (id 
 		return 0, limiter.TableFull, FullRetry
 	}
 	// The owner's last report, while what it counted is in its window.
-	if e.req.fresh(now) && e.req.remaining/m-e.spentReq < 1 {
+	if e.req.fresh(now) && e.req.remaining/m-e.spentReq < hits {
 		return 0, limiter.Requests, max(time.Millisecond, e.req.until.Sub(now))
 	}
 	if e.tok.fresh(now) && e.tok.remaining/m-e.spentTok < max(n, 1) {
@@ -205,19 +206,19 @@ func (d *State) Acquire(key string, l limiter.Limits, members int, n int64) (id 
 		e.members = int(m)
 	}
 	// Reserve exactly n (at least 1: a Reserve of 0 would mean "estimate").
-	dec := e.local.Acquire(now, limiter.Request{Reserve: max(n, 1)})
+	dec := e.local.Acquire(now, limiter.Request{Reserve: max(n, 1), Hits: hits})
 	if !dec.Allowed {
 		return 0, dec.Reason, dec.RetryAfter
 	}
-	e.spend(n, now)
+	e.spend(hits, n, now)
 	return dec.Lease, limiter.None, 0
 }
 
-// Owe records an admission of n tokens for key made without a share (the
-// open policy): a debt like any other. It returns false, recording
-// nothing, if key is new and its shard is full: the admission could not be
-// accounted for and must not be made.
-func (d *State) Owe(key string, n int64) bool {
+// Owe records an admission of hits requests (at least 1) of n tokens for
+// key made without a share (the open policy): a debt like any other. It
+// returns false, recording nothing, if key is new and its shard is full:
+// the admission could not be accounted for and must not be made.
+func (d *State) Owe(key string, n, hits int64) bool {
 	now := d.now()
 	s := d.shard(key)
 	s.mu.Lock()
@@ -226,7 +227,7 @@ func (d *State) Owe(key string, n int64) bool {
 	if e == nil {
 		return false
 	}
-	e.spend(max(n, 0), now)
+	e.spend(max(hits, 1), max(n, 0), now)
 	return true
 }
 
@@ -239,22 +240,15 @@ func (d *State) OweUnits(key string, requests, tokens int64, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.get(key, d.now(), uncapped)
-	requests, tokens = max(requests, 0), max(tokens, 0)
-	e.spentReq += requests
-	e.spentTok += tokens
-	e.owedReq += requests
-	e.owedTok += tokens
-	if at.After(e.owedAt) {
-		e.owedAt = at
-	}
+	e.spend(max(requests, 0), max(tokens, 0), at)
 }
 
-// spend counts one fallback admission of n tokens at now: it spends the
-// share and is owed to the key's owner.
-func (e *keyState) spend(n int64, now time.Time) {
-	e.spentReq++
+// spend counts a fallback admission of requests requests and n tokens at
+// now: it spends the share and is owed to the key's owner.
+func (e *keyState) spend(requests, n int64, now time.Time) {
+	e.spentReq += requests
 	e.spentTok += n
-	e.owedReq++
+	e.owedReq += requests
 	e.owedTok += n
 	if now.After(e.owedAt) {
 		e.owedAt = now

@@ -28,7 +28,7 @@ func TestKeysBounded(t *testing.T) {
 	l := limiter.Limits{Requests: 30, Concurrency: 30}
 	allowed, full := 0, 0
 	for i := range 1000 {
-		_, reason, retry := d.Acquire(fmt.Sprintf("t:t%d", i), l, 3, 2)
+		_, reason, retry := d.Acquire(fmt.Sprintf("t:t%d", i), l, 3, 2, 1)
 		switch {
 		case reason == limiter.None:
 			allowed++
@@ -86,7 +86,7 @@ func TestLeaseIDsRandom(t *testing.T) {
 	small := 0
 	seen := map[uint64]bool{}
 	for range 32 {
-		id, reason, _ := d.Acquire("t:k", l, 1, 1)
+		id, reason, _ := d.Acquire("t:k", l, 1, 1, 1)
 		if reason != limiter.None || seen[id] {
 			t.Fatalf("id %d, reason %v", id, reason)
 		}
@@ -163,5 +163,35 @@ func TestExhaustedHint(t *testing.T) {
 	d.Report("t:a", st, clock.Now())
 	if d.Exhausted("t:a", clock.Now()) {
 		t.Fatal("a report of 1 request left looks exhausted")
+	}
+}
+
+// TestAcquireHits: an admission counting several requests (an Envoy
+// descriptor's hits_addend) spends that many of the share and owes that
+// many to the owner; more than the share never fits.
+func TestAcquireHits(t *testing.T) {
+	clock := newFakeClock()
+	d := NewState(clock.Now, 0)
+	l := limiter.Limits{Requests: 30} // 10 a member, of 3
+	if _, reason, _ := d.Acquire("d:k", l, 3, 0, 11); reason != limiter.Requests {
+		t.Fatalf("11 hits on a share of 10: %v, want refused for requests", reason)
+	}
+	for _, hits := range []int64{4, 6} {
+		if _, reason, _ := d.Acquire("d:k", l, 3, 0, hits); reason != limiter.None {
+			t.Fatalf("%d hits: %v, want admitted", hits, reason)
+		}
+	}
+	if _, reason, _ := d.Acquire("d:k", l, 3, 0, 1); reason != limiter.Requests {
+		t.Fatalf("a hit past a spent share: %v, want refused", reason)
+	}
+	c, _, ok := d.owed("d:k", clock.Now(), time.Minute)
+	if !ok || c.Requests != 10 {
+		t.Fatalf("owed %+v (%v), want the 10 requests admitted", c, ok)
+	}
+	if !d.Owe("d:o", 0, 5) {
+		t.Fatal("Owe refused")
+	}
+	if c, _, _ := d.owed("d:o", clock.Now(), time.Minute); c.Requests != 5 {
+		t.Fatalf("the open policy owes %d requests, want 5", c.Requests)
 	}
 }

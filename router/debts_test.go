@@ -331,7 +331,7 @@ func TestDebtRetriedAfterFailedCharge(t *testing.T) {
 	f.set(func(f *fakeOwner) {
 		f.onCharge = func() {
 			f.onCharge = nil
-			r.degraded.Owe("t:acme", 9)
+			r.degraded.Owe("t:acme", 9, 1)
 			r.debts.Recorded("t:acme", 1)
 		}
 	})
@@ -388,7 +388,7 @@ func TestChargeCountsAtNode(t *testing.T) {
 	}
 	defer r.Close()
 	for range 3 {
-		r.degraded.Owe("t:acme", 100)
+		r.degraded.Owe("t:acme", 100, 1)
 		r.debts.Recorded("t:acme", 1)
 	}
 	round(r)

@@ -110,6 +110,7 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 		// at its owner once one is reachable (fallback.Debts). One that could not
 		// be accounted for (too many keys owing) is refused.
 		d := &o.answer.Decision
+		hits := max(c.Req.Hits, 1) // an Envoy descriptor's hits_addend
 		switch {
 		case r.cfg.Fallback == fallback.Closed:
 			d.Reason = limiter.Requests
@@ -118,12 +119,12 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.DebtInterval
 		case r.cfg.Fallback == fallback.Open:
-			if d.Allowed = r.degraded.Owe(c.Key, tokens); !d.Allowed {
+			if d.Allowed = r.degraded.Owe(c.Key, tokens, hits); !d.Allowed {
 				d.Reason, d.RetryAfter = limiter.TableFull, fallback.FullRetry
 			}
 		default:
 			r.reportHeld(c.Key)
-			id, reason, retry := r.degraded.Acquire(c.Key, r.limitsOf(c), r.members(), tokens)
+			id, reason, retry := r.degraded.Acquire(c.Key, r.limitsOf(c), r.members(), tokens, hits)
 			d.Allowed, d.Lease, d.Reason, d.RetryAfter = reason == limiter.None, id, reason, retry
 		}
 		if d.Reason == limiter.TableFull && !d.Allowed {
@@ -132,7 +133,7 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 		}
 		if d.Allowed {
 			d.Reserved = tokens
-			r.debts.Recorded(c.Key, 1)
+			r.debts.Recorded(c.Key, hits)
 		}
 		r.metrics.fallback(r.cfg.Fallback, d.Allowed)
 	case node.OpSettle, node.OpRelease, node.OpCancel, node.OpRenew:
