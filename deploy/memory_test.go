@@ -1,26 +1,10 @@
 package deploy
 
 import (
-	"os"
-	"strings"
 	"testing"
-)
 
-// The memory bound of docs/operations.md ("Memory"): a node's RSS stays
-// under at rest + 2 x (max_keys x bytes a key + connections x bytes a
-// connection) + slack. TestDocsMemoryFormula keeps these in step with it.
-const (
-	memAtRest  = 45 << 20 // with the tiktoken tables loaded
-	memPerKey  = 2 << 10
-	memPerConn = 24 << 10
-	memSlack   = 64 << 20
+	"github.com/tokenring/tokenring/config"
 )
-
-// memoryBound is docs/operations.md's bound for a node holding maxKeys keys and
-// maxConns connections.
-func memoryBound(maxKeys, maxConns int) int64 {
-	return memAtRest + memSlack + 2*(int64(maxKeys)*memPerKey+int64(maxConns)*memPerConn)
-}
 
 // TestKubernetesMemorySizing: the ConfigMap's max_keys and http.max_conns
 // fit the container's memory limit by the formula of docs/operations.md (the defaults,
@@ -33,9 +17,9 @@ func TestKubernetesMemorySizing(t *testing.T) {
 	cfg := loadConfig(t, "configmap.yaml "+d.cmKey, d.configText(t), d.env(t, "statefulset.yaml", nil))
 	limit := bytesOf(t, d.c.Resources.Limits["memory"])
 	if cfg.HTTP.MaxConns <= 0 {
-		t.Fatalf("configmap.yaml: http.max_conns not set: its default (3/4 of the open-file limit, up to 16,384) is %d MiB of connections alone", 2*16384*memPerConn>>20)
+		t.Fatalf("configmap.yaml: http.max_conns not set: its default (3/4 of the open-file limit, up to 16,384) is %d MiB of connections alone", 2*16384*config.MemPerConn>>20)
 	}
-	need := memoryBound(cfg.MaxKeys, cfg.HTTP.MaxConns)
+	need := config.MemoryBound(cfg.MaxKeys, cfg.HTTP.MaxConns)
 	t.Logf("max_keys %d, http.max_conns %d: %d MiB by the formula of docs/operations.md, limit %d MiB", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
 	if need > limit {
 		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need %d MiB by the formula of docs/operations.md, over the memory limit of %d MiB",
@@ -43,22 +27,5 @@ func TestKubernetesMemorySizing(t *testing.T) {
 	}
 	if need < limit*3/4 {
 		t.Errorf("configmap.yaml: max_keys %d and http.max_conns %d need only %d MiB of the %d MiB limit: size them to it", cfg.MaxKeys, cfg.HTTP.MaxConns, need>>20, limit>>20)
-	}
-}
-
-// TestDocsMemoryFormula: docs/operations.md states the formula
-// memoryBound uses.
-func TestDocsMemoryFormula(t *testing.T) {
-	b, err := os.ReadFile("../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(string(b)), " ")
-	want := "≈ 17 MiB, ≈ 45 MiB once a prompt was counted"
-	formula := "+ 2 × (`max_keys` × 2 KiB + open connections × 24 KiB) + 64 MiB"
-	for _, s := range []string{want, formula} {
-		if !strings.Contains(text, s) {
-			t.Errorf("docs/operations.md no longer says %q: update memoryBound", s)
-		}
 	}
 }

@@ -15,23 +15,6 @@ import (
 	"github.com/tokenring/tokenring/config"
 )
 
-// The memory bound of docs/operations.md ("Memory"): a node's RSS stays
-// under at rest + 2 x (max_keys x bytes a key + connections x bytes a
-// connection) + slack (TestDocsMemoryBound keeps these in step with it;
-// deploy/memory_test.go sizes the Kubernetes config by the same).
-const (
-	memAtRest  = 45 << 20 // with the tiktoken tables loaded
-	memPerKey  = 2 << 10
-	memPerConn = 24 << 10
-	memSlack   = 64 << 20
-)
-
-// memoryBound is docs/operations.md's bound for a node holding maxKeys
-// keys and maxConns connections.
-func memoryBound(maxKeys, maxConns int) int64 {
-	return memAtRest + memSlack + 2*(int64(maxKeys)*memPerKey+int64(maxConns)*memPerConn)
-}
-
 // cgroupMemory reads the memory limit of the cgroup this process runs in,
 // cgroup v2 (memory.max) or v1 (the memory controller's
 // memory.limit_in_bytes). tokenringd uses hostCgroup; tests point it at
@@ -121,15 +104,15 @@ func (c cgroupMemory) fit(cfg config.Config, maxConns int, log *slog.Logger) (co
 	if cfg.HTTP.MaxConns > 0 {
 		maxConns = cfg.HTTP.MaxConns
 	}
-	need := memoryBound(cfg.MaxKeys, maxConns)
+	need := config.MemoryBound(cfg.MaxKeys, maxConns)
 	if need <= limit {
 		return cfg, nil
 	}
-	room := (limit - memAtRest - memSlack) / 2 // for keys and connections
+	room := (limit - config.MemAtRest - config.MemSlack) / 2 // for keys and connections
 	if cfg.HTTP.MaxConns == 0 && cfg.MaxKeys == config.DefaultMaxKeys {
-		maxConns = int(min(int64(maxConns), room/2/memPerConn)) // the automatic cap takes at most half
+		maxConns = int(min(int64(maxConns), room/2/config.MemPerConn)) // the automatic cap takes at most half
 	}
-	keys := (room - int64(maxConns)*memPerConn) / memPerKey
+	keys := (room - int64(maxConns)*config.MemPerConn) / config.MemPerKey
 	if cfg.MaxKeys == config.DefaultMaxKeys && keys >= minFitKeys {
 		log.Warn("max_keys (and an automatic http.max_conns) lowered to fit the memory limit (docs/operations.md \"Memory\")",
 			"max_keys", keys, "http_max_conns", maxConns, "memory_limit", limit, "file", file)

@@ -76,7 +76,7 @@ func TestCgroupMemoryCheck(t *testing.T) {
 	}
 	cfg.MaxKeys = 900_000
 	_, err := c512.fit(cfg, 16384, log)
-	need := memoryBound(900_000, 2048)
+	need := config.MemoryBound(900_000, 2048)
 	if err == nil {
 		t.Fatal("900,000 keys set under 512 MiB: no error")
 	}
@@ -88,7 +88,7 @@ func TestCgroupMemoryCheck(t *testing.T) {
 	// The default max_keys is lowered to the most keys whose bound fits.
 	cfg.MaxKeys = config.DefaultMaxKeys
 	got, err := c512.fit(cfg, 16384, log)
-	if err != nil || memoryBound(got.MaxKeys, 2048) > 512<<20 || memoryBound(got.MaxKeys+1, 2048) <= 512<<20 {
+	if err != nil || config.MemoryBound(got.MaxKeys, 2048) > 512<<20 || config.MemoryBound(got.MaxKeys+1, 2048) <= 512<<20 {
 		t.Errorf("the default max_keys under 512 MiB: lowered to %d (%v), want the most that fits", got.MaxKeys, err)
 	}
 	// With the automatic connection cap too (16,384 connections alone
@@ -96,7 +96,7 @@ func TestCgroupMemoryCheck(t *testing.T) {
 	// the other half: the defaults start under 512 MiB.
 	cfg.HTTP.MaxConns = 0
 	if got, err := c512.fit(cfg, 16384, log); err != nil || got.HTTP.MaxConns == 0 || got.HTTP.MaxConns >= 16384 ||
-		memoryBound(got.MaxKeys, got.HTTP.MaxConns) > 512<<20 || got.MaxKeys < 50_000 {
+		config.MemoryBound(got.MaxKeys, got.HTTP.MaxConns) > 512<<20 || got.MaxKeys < 50_000 {
 		t.Errorf("the defaults under 512 MiB: max_keys %d, http.max_conns %d (%v), want both lowered to fit", got.MaxKeys, got.HTTP.MaxConns, err)
 	}
 	cfg.MaxKeys = 75_000 // set: the automatic cap counts whole, and does not fit
@@ -106,20 +106,5 @@ func TestCgroupMemoryCheck(t *testing.T) {
 	cfg.MaxKeys = config.DefaultMaxKeys
 	if got, err := fakeCgroup(t, "0::/\n", map[string]string{"memory.max": "max"}).fit(cfg, 16384, log); err != nil || got.MaxKeys != config.DefaultMaxKeys {
 		t.Errorf("no limit: max_keys %d, %v", got.MaxKeys, err)
-	}
-}
-
-// TestDocsMemoryBound: docs/operations.md states the formula memoryBound
-// uses.
-func TestDocsMemoryBound(t *testing.T) {
-	b, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(string(b)), " ")
-	for _, s := range []string{"≈ 45 MiB once a prompt was counted", "+ 2 × (`max_keys` × 2 KiB + open connections × 24 KiB) + 64 MiB"} {
-		if !strings.Contains(text, s) {
-			t.Errorf("docs/operations.md no longer says %q: update memoryBound", s)
-		}
 	}
 }
