@@ -292,26 +292,7 @@ func (d *LoadDriver) poll() {
 			ok[i] = true
 		}
 	} else {
-		var wg sync.WaitGroup
-		for i, p := range targets {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(d.ctx, d.cfg.CheckTimeout)
-				defer cancel()
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/readyz", nil)
-				if err != nil {
-					return
-				}
-				resp, err := d.checkFor(p).Do(req)
-				if err != nil {
-					return
-				}
-				resp.Body.Close()
-				ok[i] = resp.StatusCode == http.StatusOK
-			}()
-		}
-		wg.Wait()
+		ok = readyz(d.ctx, targets, d.checkFor, d.cfg.CheckTimeout)
 	}
 	if d.ctx.Err() != nil {
 		return
@@ -597,4 +578,29 @@ func (d *LoadDriver) Wait() LoadResult {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.res
+}
+
+// readyz asks every target's /readyz at once, each through client(target)
+// within timeout, and reports which answered 200.
+func readyz(ctx context.Context, targets []*Proc, client func(*Proc) *http.Client, timeout time.Duration) []bool {
+	ok := make([]bool, len(targets))
+	var wg sync.WaitGroup
+	for i, p := range targets {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/readyz", nil)
+			if err != nil {
+				return
+			}
+			resp, err := client(p).Do(req)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			ok[i] = resp.StatusCode == http.StatusOK
+		})
+	}
+	wg.Wait()
+	return ok
 }

@@ -420,7 +420,7 @@ type rlsClients struct {
 }
 
 func startRLSClients(t *testing.T, clients int, pace time.Duration, max int, maxRun time.Duration) *rlsClients {
-	d := &rlsClients{clients: clients, pace: pace, max: int64(max), check: &http.Client{Timeout: 500 * time.Millisecond}}
+	d := &rlsClients{clients: clients, pace: pace, max: int64(max), check: &http.Client{}}
 	d.ctx, d.cancel = context.WithTimeout(context.Background(), maxRun)
 	d.live.Store(&[]*rlsTarget{})
 	d.wg.Add(1)
@@ -461,18 +461,14 @@ func (d *rlsClients) poll() {
 	d.mu.Lock()
 	targets := slices.Clone(d.targets)
 	d.mu.Unlock()
-	ok := make([]bool, len(targets))
-	var wg sync.WaitGroup
+	procs := make([]*Proc, len(targets))
 	for i, tg := range targets {
-		wg.Go(func() {
-			resp, err := d.check.Get(tg.p.URL() + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				ok[i] = resp.StatusCode == http.StatusOK
-			}
-		})
+		procs[i] = tg.p
 	}
-	wg.Wait()
+	ok := readyz(d.ctx, procs, func(*Proc) *http.Client { return d.check }, 500*time.Millisecond)
+	if d.ctx.Err() != nil {
+		return // stopped: the last published targets stand
+	}
 	var live []*rlsTarget
 	for i, tg := range targets {
 		if ok[i] {
