@@ -276,6 +276,7 @@ func (r *Router) refusal(ss *sideSet, held *[MaxSides]outcome, done []int, bad i
 		v.Pool, v.PoolStatus = by.Name, d.Status
 	}
 	r.metrics.decision(by.metric(), v.Reason, o.fallback)
+	r.recordRefusal(ss.s[0].Name, &v)
 	return v
 }
 
@@ -294,6 +295,9 @@ func (r *Router) admitted(ss *sideSet, held *[MaxSides]outcome, reserved int64) 
 		}
 	}
 	r.metrics.decision("none", "", v.Fallback) // allowed: no side refused
+	if v.Pool != "" {
+		r.activity.admitted(v.Pool, ss.s[0].Name)
+	}
 	return v
 }
 

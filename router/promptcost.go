@@ -95,6 +95,7 @@ func (r *Router) RefuseExhausted(ctx context.Context, adm Admission) (v Verdict,
 	v = Verdict{Status: d.Status, Owner: a.Owner, Reason: d.Reason.String(), RetryAfter: d.RetryAfter,
 		RefusedBy: Side{Key: key, Kind: KeyTenant, Name: adm.Tenant}, RefusedStatus: d.Status}
 	r.metrics.decision("tenant", v.Reason, false)
+	r.recordRefusal(adm.Tenant, &v)
 	return v, true
 }
 

@@ -94,6 +94,7 @@ type Router struct {
 	log          *slog.Logger
 	warn         rate.Sometimes // at most one fallback warning a second: an outage must not flood the log
 	redeliveries *redeliveries  // rollbacks sent again once their owner is back
+	activity     Activity       // refusals and pool admissions answered here, for the admin console (activity.go)
 }
 
 // New returns a Router deciding through cluster.
