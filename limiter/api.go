@@ -20,6 +20,13 @@ type Limits struct {
 	Window      time.Duration // sliding window length; zero means DefaultWindow
 	LeaseTTL    time.Duration // slot lifetime without renew; zero means DefaultLeaseTTL
 	Reserve     ReserveMode   // what an acquire reserves (Budget.Acquire); zero means ReserveEstimate
+
+	// Spend is the picodollars (10⁻¹² USD) the key's requests may cost
+	// per Period, reserved at acquire from Request.Price and settled
+	// with the real usage's cost (Price.Cost); 0 means unlimited. At
+	// most MaxSpend.
+	Spend  int64
+	Period Period // what Spend counts over; the zero Period never resets
 }
 
 // ReserveMode is how many tokens a key reserves for a request at acquire:
@@ -102,10 +109,13 @@ const (
 	// must travel (a node's answer): it is not the key's limit but the
 	// server's, so it is best answered as "unavailable" (503), not 429.
 	TableFull
+	// Spend: the key's spend limit (Limits.Spend) has no room for the
+	// request's cost in this period. Its name is "budget", the config's.
+	Spend
 )
 
 // String returns "requests", "tokens", "concurrency", "queue_full",
-// "max_keys" or "" for None.
+// "max_keys", "budget" or "" for None.
 func (d Dimension) String() string {
 	switch d {
 	case Requests:
@@ -118,6 +128,8 @@ func (d Dimension) String() string {
 		return "queue_full"
 	case TableFull:
 		return "max_keys"
+	case Spend:
+		return "budget"
 	}
 	return ""
 }
@@ -161,6 +173,12 @@ type Request struct {
 	// is a repeat: it admits nothing and answers Allowed with that
 	// lease. See Budget.Acquire.
 	Lease uint64
+
+	// Price is what the request's model costs: a key with a spend limit
+	// reserves the request's estimated cost at it (its token
+	// reservation's prompt at Input, the rest at Output) and settles the
+	// real usage's cost at it. A zero Price costs nothing.
+	Price Price
 }
 
 // Usage is what the provider reported for a finished request. Negative
@@ -168,6 +186,10 @@ type Request struct {
 type Usage struct {
 	PromptTokens     int64 // input tokens actually billed
 	CompletionTokens int64 // output tokens actually generated
+	// CachedTokens and CacheWriteTokens are the parts of PromptTokens
+	// read from and written to the provider's prompt cache: they change
+	// only what the request costs (Price), not the tokens it counts.
+	CachedTokens, CacheWriteTokens int64
 }
 
 // DimStatus is one dimension as seen by a caller: OpenAI's x-ratelimit-* and
@@ -186,10 +208,11 @@ type DimStatus struct {
 	Reset     time.Duration // until nothing is counted any more, if nothing else is admitted
 }
 
-// Status is a key's three dimensions: requests and tokens in the window,
-// slots in use.
+// Status is a key's dimensions: requests and tokens in the window, slots
+// in use, and its spend in the period.
 type Status struct {
 	Requests, Tokens, Concurrency DimStatus
+	Spend                         SpendStatus // zero unless the key has a spend limit
 }
 
 // Decision is the answer to an Acquire, or a Grant delivered later to a waiter.

@@ -60,6 +60,7 @@ func (l Limits) normalize() Limits {
 	if l.Reserve != ReserveMaxTokens {
 		l.Reserve = ReserveEstimate
 	}
+	l.Spend = min(max(l.Spend, 0), MaxSpend)
 	return l
 }
 
@@ -138,7 +139,8 @@ type Budget struct {
 	// limitsGen: the Table's limits generation lim was taken at (Table.LimitsChanged).
 	limitsGen uint32 // with sent and nb, in maxStale's padding
 
-	q *waitQueue // nil while nothing is queued
+	q  *waitQueue // nil while nothing is queued
+	sp *spending  // nil until the first admission under a spend limit
 }
 
 // NewBudget returns the state of one key with limits l, whose window starts
@@ -179,17 +181,29 @@ func (b *Budget) Limits() Limits { return b.lim }
 // moves each bucket's units no earlier in time. Leases keep their expiry and
 // queued waiters keep their place; call Wake afterwards, since raised limits
 // may admit them.
+//
+// A different spend Period whose period now is not the current one's
+// starts at once: what was spent is forgotten.
 func (b *Budget) SetLimits(l Limits) {
 	l = l.normalize()
 	nb := b.pol.buckets()
 	b.rebucket(bucketWidth(int64(l.Window), nb), nb)
+	samePeriod := l.Period.same(b.lim.Period)
 	b.lim = l
+	if s := b.sp; s != nil && !samePeriod {
+		if start, end := l.Period.bounds(b.last); start != s.start || end != s.end {
+			s.start, s.end, s.spent = start, end, 0
+		}
+	}
 }
 
 // tick brings the Budget to time t: it slides the window, frees expired slots.
 func (b *Budget) tick(t int64) {
 	b.advance(t)
 	b.expire(t)
+	if b.sp != nil {
+		b.rollPeriod()
+	}
 }
 
 // estimate is T_est for r. With Reserve set: Reserve, or at least the
@@ -266,6 +280,9 @@ func (b *Budget) Acquire(now time.Time, r Request) Decision {
 	}
 	tok := b.estimate(r)
 	n := admission(hitsOf(r), tok)
+	if b.lim.Spend > 0 {
+		n.cost = r.Price.reserveCost(r.PromptTokens, tok, b.lim.Reserve)
+	}
 	if d := b.neverFits(n); d != None {
 		return b.refuse(t, d, int64(b.lim.Window))
 	}
@@ -286,12 +303,13 @@ func (b *Budget) Acquire(now time.Time, r Request) Decision {
 		wait, _ := b.fitAfter(t, n)
 		return b.refuse(t, d, wait)
 	}
-	return b.admit(t, n, r.Lease)
+	return b.admit(t, n, r.Lease, r.Price)
 }
 
 // admit charges an admission needing n at t (after tick) and creates its
-// lease: id, which no live lease holds, or a fresh id if id is 0.
-func (b *Budget) admit(t int64, n need, id uint64) Decision {
+// lease: id, which no live lease holds, or a fresh id if id is 0. Under a
+// spend limit the lease holds n.cost, to settle at price p.
+func (b *Budget) admit(t int64, n need, id uint64, p Price) Decision {
 	k := b.head
 	b.addReq(k, n.req)
 	b.addTok(k, n.tok)
@@ -304,6 +322,9 @@ func (b *Budget) admit(t int64, n need, id uint64) Decision {
 			b.hits = make(map[uint64]int64)
 		}
 		b.hits[id] = n.req
+	}
+	if b.lim.Spend > 0 {
+		b.holdSpend(t, id, n.cost, p)
 	}
 	return Decision{Allowed: true, Lease: id, Reserved: n.tok, Status: b.status(t)}
 }
@@ -324,7 +345,11 @@ func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
 // credit gives capacity back, a debit charges the excess. If that bucket has
 // left the window, a credit is dropped (nothing is counted there any more)
 // and a debit is charged to the current bucket. The completion tokens update
-// the key's average completion. The slot is freed.
+// the key's average completion. The slot is freed. Under a spend limit
+// the lease's reserved cost is freed and the usage's cost at the lease's
+// Price is spent in its place, in the current period, whether or not the
+// limit has room for it (the request was made): what is spent then shows
+// as the spend's Overdraft.
 //
 // Settle returns false and changes nothing if the lease is unknown, already
 // settled, released or cancelled, or expired (its slot was freed; the
@@ -361,6 +386,7 @@ func (b *Budget) SettleOverdrawn(now time.Time, id uint64, u Usage) (ok bool, ov
 		b.addTok(b.head, delta)
 	}
 	overdrawn = max(b.tokensOver()-over, 0)
+	b.endSpend(id, func(sl spendLease) int64 { return sl.price.Cost(u) })
 	if b.ewma < 0 {
 		b.ewma = float64(completion)
 	} else {
@@ -380,7 +406,8 @@ func (b *Budget) tokensOver() int64 {
 }
 
 // Release frees lease's slot at now and keeps its tokens charged as
-// reserved: the request completed but no usage was reported. It returns
+// reserved, its reserved cost spent: the request completed but no usage
+// was reported. It returns
 // false and changes nothing if the lease is unknown, finished or expired.
 func (b *Budget) Release(now time.Time, id uint64) bool {
 	b.tick(now.UnixNano())
@@ -388,6 +415,7 @@ func (b *Budget) Release(now time.Time, id uint64) bool {
 	if !ok {
 		return false
 	}
+	b.endSpend(id, reservedCost)
 	b.dropLease(id, l)
 	return true
 }
@@ -395,7 +423,7 @@ func (b *Budget) Release(now time.Time, id uint64) bool {
 // Cancel rolls an admission back completely at now: its requests (all of
 // its Request.Hits) and its reserved tokens are removed from the bucket
 // they were charged to (if that bucket is still in the window) and its slot
-// is freed, as if it had never been admitted. Use it when another key (a
+// is freed, and its reserved cost too, as if it had never been admitted. Use it when another key (a
 // pool) refused after this one admitted. It returns false and changes
 // nothing if the lease is unknown, finished or expired.
 func (b *Budget) Cancel(now time.Time, id uint64) bool {
@@ -408,6 +436,7 @@ func (b *Budget) Cancel(now time.Time, id uint64) bool {
 		b.addReq(l.bucket, -b.leaseHits(id))
 		b.addTok(l.bucket, -l.reserved)
 	}
+	b.endSpend(id, noCost)
 	b.dropLease(id, l)
 	return true
 }
@@ -451,6 +480,7 @@ func (b *Budget) status(t int64) Status {
 		Requests:    dimStatus(b.lim.Requests, b.sumReq, b.resetWindow(t, 0)),
 		Tokens:      dimStatus(b.lim.Tokens, b.sumTok, b.resetWindow(t, b.ring())),
 		Concurrency: dimStatus(b.lim.Concurrency, int64(len(b.leases)), b.slotReset(t)),
+		Spend:       b.spendStatus(t),
 	}
 }
 
@@ -475,11 +505,11 @@ func (b *Budget) slotReset(t int64) int64 {
 }
 
 // Idle reports whether the key holds nothing at now: no units counted in
-// either window, no lease, no waiter. An idle Budget is equivalent to a new
+// either window, no lease, no waiter, nothing spent in the period. An idle Budget is equivalent to a new
 // one, and a Table may drop it.
 func (b *Budget) Idle(now time.Time) bool {
 	b.tick(now.UnixNano())
-	return b.sumReq == 0 && b.sumTok == 0 && len(b.leases) == 0 && b.q.len() == 0
+	return b.sumReq == 0 && b.sumTok == 0 && len(b.leases) == 0 && b.q.len() == 0 && b.spendUsed() == 0
 }
 
 // Charge counts units admitted elsewhere at at — fallback admissions that

@@ -3,7 +3,7 @@ package limiter
 // When a request fits: which dimension blocks it, and how long until it
 // would fit if nothing else happened (the exact retry-after of a refusal).
 
-// neverFits is the first dimension, requests then tokens, whose limit n
+// neverFits is the first dimension, requests, tokens, spend, whose limit n
 // exceeds on its own, so that it can never fit: None if it can. (Its one
 // slot always fits a concurrency limit.)
 func (b *Budget) neverFits(n need) Dimension {
@@ -13,11 +13,14 @@ func (b *Budget) neverFits(n need) Dimension {
 	if l := b.lim.Tokens; l > 0 && n.tok > l {
 		return Tokens
 	}
+	if l := b.lim.Spend; l > 0 && n.cost > l {
+		return Spend
+	}
 	return None
 }
 
 // blocking is the first dimension, in the order requests, tokens,
-// concurrency, that has no room for n now; None if n fits.
+// concurrency, spend, that has no room for n now; None if n fits.
 func (b *Budget) blocking(n need) Dimension {
 	if l := b.lim.Requests; l > 0 && b.sumReq+n.req > l {
 		return Requests
@@ -28,18 +31,22 @@ func (b *Budget) blocking(n need) Dimension {
 	if l := b.lim.Concurrency; l > 0 && int64(len(b.leases))+n.slots > l {
 		return Concurrency
 	}
+	if l := b.lim.Spend; l > 0 && b.spendUsed()+n.cost > l {
+		return Spend
+	}
 	return None
 }
 
 // fitAfter returns how long after t every dimension has room for n if
 // nothing else happens (no admission, settle or release): 0 if n fits now.
-// Each dimension only frees up with time, so this is the latest of the three
-// times. ok is false if n can never fit.
+// Each dimension only frees up with time, so this is the latest of their
+// times (spend's a bound: fitSpend). ok is false if n can never fit.
 func (b *Budget) fitAfter(t int64, n need) (wait int64, ok bool) {
 	wr, ok1 := b.fitWindow(t, 0, b.lim.Requests, b.sumReq, n.req)
 	wt, ok2 := b.fitWindow(t, b.ring(), b.lim.Tokens, b.sumTok, n.tok)
 	ws, ok3 := b.fitSlots(t, n.slots)
-	return max(wr, wt, ws), ok1 && ok2 && ok3
+	ok4 := b.lim.Spend <= 0 || n.cost <= b.lim.Spend
+	return max(wr, wt, ws, b.fitSpend(t, n.cost)), ok1 && ok2 && ok3 && ok4
 }
 
 // fitSlots returns how long after t n more slots are free: the time the
@@ -83,7 +90,7 @@ func (b *Budget) fitBehind(t int64, hn need, hw int64, n need) int64 {
 			ws = max(0, selectKth(exp, int(min(excess, int64(len(exp)))-1))-t)
 		}
 	}
-	return max(hw, wr, wt, ws)
+	return max(hw, wr, wt, ws, b.fitSpend(t, hn.cost+n.cost))
 }
 
 // selectKth returns the k-th smallest element (0-based) of s, reordering s.

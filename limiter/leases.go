@@ -23,6 +23,7 @@ func (b *Budget) rescan(t int64) {
 		if t >= l.expiry {
 			delete(b.leases, id)
 			delete(b.hits, id)
+			b.endSpend(id, reservedCost) // an expired lease's reservation is spent
 			continue
 		}
 		lo, hi = min(lo, l.expiry), max(hi, l.expiry)

@@ -14,10 +14,16 @@ type waiter struct {
 	enq      int64     // unix ns when it was queued
 	deadline int64     // unix ns; refused at and after this time
 	dim      Dimension // what blocked it when it was queued; never None
+	cost     int64     // picodollars it reserves of a spend limit, fixed when it was queued
+	price    Price     // Request.Price
 }
 
 // need is what admitting w takes.
-func (w *waiter) need() need { return admission(w.hits, w.tok) }
+func (w *waiter) need() need {
+	n := admission(w.hits, w.tok)
+	n.cost = w.cost
+	return n
+}
 
 // repeats reports whether w names the id of a live lease: it is answered
 // with that lease (Budget.repeat) when it leaves the queue, as its Acquire
@@ -147,7 +153,7 @@ func (b *Budget) enqueue(t int64, r Request, n need, dim Dimension) Decision {
 		b.q.minDL = min(b.q.minDL, dl)
 	}
 	b.seq++
-	b.q.cls[c].push(waiter{ticket: b.seq, tok: n.tok, hits: n.req, lease: r.Lease, enq: t, deadline: dl, dim: dim})
+	b.q.cls[c].push(waiter{ticket: b.seq, tok: n.tok, hits: n.req, lease: r.Lease, enq: t, deadline: dl, dim: dim, cost: n.cost, price: r.Price})
 	return Decision{Queued: true, Ticket: b.seq, Status: b.status(t)}
 }
 
@@ -242,7 +248,7 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 		_, again := b.repeats(w)
 		switch {
 		case !again && !never && b.blocking(n) == None:
-			g.Decision = b.admit(t, n, w.lease)
+			g.Decision = b.admit(t, n, w.lease, w.price)
 		case again || never || t >= w.deadline:
 			g.Decision = b.answer(t, w, true)
 		default:

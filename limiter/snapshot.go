@@ -13,6 +13,7 @@ const (
 	snapshotV1 = 1 // lease ids ≤ the sequence (counted ids)
 	snapshotV2 = 2 // lease ids any non-zero uint64 (drawn from Policy.IDs, or chosen)
 	snapshotV3 = 3 // as 2, and each lease's hits (Request.Hits)
+	snapshotV4 = 4 // as 3, and the spend (Limits.Spend) after the leases
 )
 
 // AppendBinary appends a snapshot of the Budget's complete state except
@@ -49,8 +50,22 @@ const (
 //
 //	uvarint  hits: the requests it counts (1 … 2^48)
 //
+// Format 4 is format 3 with version byte 4 and the key's spend after the
+// leases (spend.go; amounts in picodollars):
+//
+//	varint   the period's start, unix ns
+//	varint   the period's end, unix ns (> start)
+//	uvarint  spent in the period (≤ 4 × MaxSpend)
+//	uvarint  number of leases holding spend, then for each, by increasing
+//	         id (each one of the leases above):
+//	           uvarint id
+//	           uvarint reserved cost (≤ MaxSpend)
+//	           4 × uvarint its Price: Input, CachedInput, CacheWrite, Output
+//
 // Compatibility: AppendBinary writes the oldest format that holds the
-// state: format 3 when some lease counts more than one request (an
+// state: format 4 when the key has spent or holds spend (a key under a
+// spend limit once admitted), else format 3 when some lease counts more
+// than one request (an
 // admission with Request.Hits > 1), else format 1 when every lease id is
 // at most the sequence (always so with counted ids and no chosen ones, and
 // for a key without leases), else format 2. So a node of an older build,
@@ -58,7 +73,7 @@ const (
 // could represent, and refuses (with ErrBadSnapshot, as any unknown
 // version) only those it cannot: random or chosen ids beyond the
 // sequence, leases of several requests (whose Cancel it would get wrong).
-// RestoreBudget reads all three. A future format gets the next version
+// RestoreBudget reads all four. A future format gets the next version
 // byte; readers reject versions they do not know rather than guess.
 //
 // Limits and Policy are not part of a snapshot: RestoreBudget takes the
@@ -72,6 +87,8 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 	slices.Sort(ids)
 	version := byte(snapshotV1)
 	switch {
+	case b.sp != nil:
+		version = snapshotV4
 	case len(b.hits) > 0:
 		version = snapshotV3
 	case len(ids) > 0 && ids[len(ids)-1] > b.seq:
@@ -106,9 +123,12 @@ func (b *Budget) AppendBinary(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, age)
 		dst = binary.AppendUvarint(dst, uint64(l.reserved))
 		dst = binary.AppendVarint(dst, l.expiry)
-		if version == snapshotV3 {
+		if version >= snapshotV3 {
 			dst = binary.AppendUvarint(dst, uint64(b.leaseHits(id)))
 		}
+	}
+	if version == snapshotV4 {
+		dst = b.appendSpend(dst, ids)
 	}
 	return dst, nil
 }
@@ -207,6 +227,9 @@ func RestoreBudget(data []byte, l Limits, p *Policy) (*Budget, error) {
 	if err := r.leases(b, version); err != nil {
 		return nil, err
 	}
+	if version == snapshotV4 {
+		r.spend(b)
+	}
 	if r.err == nil && len(r.data) > 0 {
 		r.fail("%d trailing bytes", len(r.data))
 	}
@@ -233,7 +256,7 @@ type snapHeader struct {
 // wrapping ErrBadSnapshot if either is truncated, unknown or out of range.
 func (r *snapReader) header() (snapHeader, byte, error) {
 	v := r.byte("version")
-	if r.err == nil && (v < snapshotV1 || v > snapshotV3) {
+	if r.err == nil && (v < snapshotV1 || v > snapshotV4) {
 		return snapHeader{}, v, fmt.Errorf("%w: unknown format version %d", ErrBadSnapshot, v)
 	}
 	h := snapHeader{

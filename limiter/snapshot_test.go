@@ -49,7 +49,8 @@ func sampleSnapshots(t testing.TB) [][]byte {
 
 // newerSnapshots returns snapshots of Budgets whose leases need a newer
 // format than 1: chosen ids beyond the sequence (format 2), and leases of
-// several requests (format 3), one of them with a bucket gone.
+// several requests (format 3), one of them with a bucket gone, and the
+// last a key with spend (format 4).
 func newerSnapshots(t testing.TB) (v2, v3 [][]byte) {
 	snap := func(b *Budget) []byte {
 		data, err := b.MarshalBinary()
@@ -66,6 +67,11 @@ func newerSnapshots(t testing.TB) (v2, v3 [][]byte) {
 	v3 = append(v3, snap(b))
 	b.Acquire(at(12*sec), Request{Reserve: 1, Hits: 2, Lease: 3})
 	v3 = append(v3, snap(b))
+	s := NewBudget(spendLimits, pol10, t0) // format 4
+	s.Acquire(at(0), Request{PromptTokens: 100, MaxTokens: 10, Price: gpt4o})
+	x := s.Acquire(at(0), Request{PromptTokens: 10, MaxTokens: 10, Price: gpt4o, Hits: 3})
+	s.Settle(at(sec), x.Lease, Usage{PromptTokens: 10, CachedTokens: 5, CompletionTokens: 2})
+	v3 = append(v3, snap(s))
 	return v2, v3
 }
 
@@ -83,7 +89,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		all = append(all, sample{data, snapshotV2})
 	}
 	for _, data := range v3 {
-		all = append(all, sample{data, snapshotV3})
+		all = append(all, sample{data, min(data[0], snapshotV4)}) // the last: a key with spend
+	}
+	if v := all[len(all)-1].data[0]; v != snapshotV4 {
+		t.Fatalf("the spending key's snapshot is format %d", v)
 	}
 	for i, s := range all {
 		data := s.data
@@ -309,6 +318,18 @@ func checkInternals(t interface {
 		}
 		if l.expiry < b.minExp || l.expiry > b.maxExp {
 			t.Fatalf("lease %d expiry %d outside [%d, %d]", id, l.expiry, b.minExp, b.maxExp)
+		}
+	}
+	if sp := b.sp; sp != nil {
+		var held int64
+		for id, sl := range sp.leases {
+			if _, ok := b.leases[id]; !ok || sl.reserved < 0 {
+				t.Fatalf("spend of lease %d (live %v): %+v", id, ok, sl)
+			}
+			held += sl.reserved
+		}
+		if held != sp.held || sp.spent < 0 || sp.end <= sp.start {
+			t.Fatalf("spend: held %d, leases hold %d, spent %d, period [%d, %d)", sp.held, held, sp.spent, sp.start, sp.end)
 		}
 	}
 	for id, n := range b.hits {

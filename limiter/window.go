@@ -76,6 +76,7 @@ func bucketWidth(window int64, n int) int64 {
 // need is what one admission (or several, summed) takes from each dimension.
 type need struct {
 	req, tok, slots int64
+	cost            int64 // picodollars of the spend limit
 }
 
 // admission is the need of one admission counting hits requests (≥ 1) and
@@ -92,7 +93,7 @@ func hitsOf(r Request) int64 {
 }
 
 func (a need) plus(b need) need {
-	return need{a.req + b.req, a.tok + b.tok, a.slots + b.slots}
+	return need{a.req + b.req, a.tok + b.tok, a.slots + b.slots, a.cost + b.cost}
 }
 
 // advance slides the window so that its newest bucket is the one holding t.
