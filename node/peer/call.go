@@ -154,14 +154,24 @@ func AppendCall(b []byte, c *Call) []byte {
 		b = binary.AppendVarint(b, c.Req.Hits)
 		b = binary.AppendUvarint(b, c.Req.Lease)
 	}
+	if c.Op == OpAcquire && c.Req.Price != (limiter.Price{}) {
+		b = appendPrice(b, c.Req.Price)
+	}
+	if c.Op == OpSettle && (c.Usage.CachedTokens != 0 || c.Usage.CacheWriteTokens != 0) {
+		b = append(b, cacheUsage)
+		b = binary.AppendVarint(b, c.Usage.CachedTokens)
+		b = binary.AppendVarint(b, c.Usage.CacheWriteTokens)
+	}
 	return b
 }
 
-// The marks of an acquire's optional sections on the wire, in the order
-// they come in.
+// The marks of a call's optional sections on the wire (an acquire's, a
+// settle's), in the order they come in.
 const (
 	sentLimits = 1 // Limits: varint requests, tokens, concurrency (≥ 0)
 	hitsLease  = 2 // Req.Hits (varint), Req.Lease (uvarint): not both 0
+	price      = 3 // Req.Price: uvarint input, cached input, cache write, output (≤ limiter.MaxSpend), not all 0
+	cacheUsage = 4 // a settle's Usage.CachedTokens, CacheWriteTokens (varint), not both 0
 )
 
 // AppendAnswer encodes a onto b.
@@ -206,7 +216,7 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 	}
 	b = binary.AppendVarint(b, exp)
 	b = wire.AppendString(b, a.Owner)
-	if len(a.State) == 0 && overdrawn(&d.Status) {
+	if len(a.State) == 0 && (overdrawn(&d.Status) || d.Status.Spend.Limit > 0) {
 		return appendSections(b, &d.Status)
 	}
 	return wire.AppendString(b, string(a.State))
@@ -216,6 +226,7 @@ func AppendAnswer(b []byte, a *Answer) []byte {
 // come in.
 const (
 	answerOverdraft = 1 // Decision.Status's Overdraft of requests, tokens, concurrency: three uvarints ≤ MaxInt64, not all 0
+	answerSpend     = 2 // Decision.Status.Spend (spendSection): a key with a spend limit
 )
 
 func overdrawn(st *limiter.Status) bool {
@@ -225,14 +236,22 @@ func overdrawn(st *limiter.Status) bool {
 // appendSections appends the sections of an answer with status st, as
 // its State.
 func appendSections(b []byte, st *limiter.Status) []byte {
-	var buf [3 * binary.MaxVarintLen64]byte
-	vals := buf[:0]
-	for _, d := range [...]int64{st.Requests.Overdraft, st.Tokens.Overdraft, st.Concurrency.Overdraft} {
-		vals = binary.AppendUvarint(vals, uint64(max(d, 0)))
+	var buf [3*binary.MaxVarintLen64 + 2 + spendSectionLen]byte
+	state := buf[:0]
+	if overdrawn(st) {
+		var vb [3 * binary.MaxVarintLen64]byte
+		vals := vb[:0]
+		for _, d := range [...]int64{st.Requests.Overdraft, st.Tokens.Overdraft, st.Concurrency.Overdraft} {
+			vals = binary.AppendUvarint(vals, uint64(max(d, 0)))
+		}
+		state = append(state, answerOverdraft, byte(len(vals))) // its mark and length (at most 30: one byte)
+		state = append(state, vals...)
 	}
-	b = binary.AppendUvarint(b, uint64(1+1+len(vals))) // the State's length: one section
-	b = append(b, answerOverdraft, byte(len(vals)))    // its mark and length (at most 30: one byte)
-	return append(b, vals...)
+	if st.Spend.Limit > 0 {
+		state = appendSpendSection(state, &st.Spend)
+	}
+	b = binary.AppendUvarint(b, uint64(len(state)))
+	return append(b, state...)
 }
 
 // stateSections reports whether the State of op's answers holds their
@@ -264,6 +283,12 @@ func (a *Answer) takeSections(op Op) error {
 		}
 		last = m
 		vals := wire.NewReader(r.Next(r.Uvarint()))
+		if m == answerSpend {
+			if err := readSpendSection(&vals, &a.Decision.Status.Spend); err != nil {
+				return fmt.Errorf("answer: section %d: %w", m, err)
+			}
+			continue
+		}
 		if m != answerOverdraft {
 			continue // a later build's
 		}
@@ -325,7 +350,7 @@ func readCall(r *wire.Reader, c *Call) error {
 			r.Fail(fmt.Errorf("allot of %d admissions: at most %d", n, MaxAllot))
 		}
 	}
-	if c.Op == OpAcquire {
+	if c.Op == OpAcquire || c.Op == OpSettle {
 		readSections(r, c)
 	}
 	if r.Err() == nil && (c.Op == 0 || c.Op >= opMax) {
@@ -334,8 +359,9 @@ func readCall(r *wire.Reader, c *Call) error {
 	return r.Err()
 }
 
-// readSections reads what follows an acquire: its optional sections, each
-// at most once, in the order of their marks (AppendCall writes them so).
+// readSections reads what follows an acquire or a settle: its optional
+// sections, each at most once, in the order of their marks (AppendCall
+// writes them so), each only of the op it belongs to.
 func readSections(r *wire.Reader, c *Call) {
 	var last byte
 	for r.Err() == nil && r.Len() > 0 {
@@ -345,7 +371,18 @@ func readSections(r *wire.Reader, c *Call) {
 			return
 		}
 		last = m
+		if (m == cacheUsage) != (c.Op == OpSettle) {
+			r.Fail(fmt.Errorf("op %d: section %d is not its own", c.Op, m))
+			return
+		}
 		switch m {
+		case price:
+			readPrice(r, c)
+		case cacheUsage:
+			c.Usage.CachedTokens, c.Usage.CacheWriteTokens = r.Varint(), r.Varint()
+			if r.Err() == nil && c.Usage.CachedTokens == 0 && c.Usage.CacheWriteTokens == 0 {
+				r.Fail(fmt.Errorf("settle: empty cache usage section"))
+			}
 		case sentLimits:
 			l := limiter.Limits{Requests: r.Varint(), Tokens: r.Varint(), Concurrency: r.Varint()}
 			if l.Requests < 0 || l.Tokens < 0 || l.Concurrency < 0 {

@@ -199,6 +199,8 @@ func FuzzDecodeCall(f *testing.F) {
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Limits: &limiter.Limits{Requests: 5, Tokens: 7, Concurrency: 1}}))
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{Hits: 3, Lease: 1 << 63}}))
 	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{Lease: 9}, Limits: &limiter.Limits{Requests: 5}}))
+	f.Add(AppendCall(nil, &Call{Op: OpAcquire, Key: "t:a", Req: limiter.Request{Hits: 2, Price: limiter.Price{Input: 1, Output: 3}}}))
+	f.Add(AppendCall(nil, &Call{Op: OpSettle, Key: "t:a", Lease: 3, Usage: limiter.Usage{PromptTokens: 9, CachedTokens: 4}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCall(b)
@@ -343,8 +345,8 @@ func TestAnswerOverdraft(t *testing.T) {
 	head = head[:len(head)-1] // without its empty State
 	withState := func(state []byte) []byte { return wire.AppendString(slices.Clone(head), string(state)) }
 	for _, state := range [][]byte{
-		{answerOverdraft, 3, 0, 1, 0, 2, 1, 7},
-		{answerOverdraft, 3, 0, 1, 0, 2, 0, 9, 2, 5, 5},
+		{answerOverdraft, 3, 0, 1, 0, 9, 1, 7},
+		{answerOverdraft, 3, 0, 1, 0, 9, 0, 10, 2, 5, 5},
 	} {
 		if a, err := DecodeAnswer(OpStatus, withState(state)); err != nil || a.Decision.Status.Tokens.Overdraft != 1 || a.State != nil {
 			t.Errorf("state %x: %+v %v, want a tokens overdraft of 1, the rest skipped", state, a, err)
