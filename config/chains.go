@@ -88,20 +88,26 @@ func (c Config) TenantModels(tenant string) map[string]Limits {
 // whose prefix model starts with. ok is false when none does, and for an
 // empty model.
 func MatchModel(models map[string]Limits, model string) (entry string, l Limits, ok bool) {
-	if model == "" || len(models) == 0 {
-		return "", Limits{}, false
+	return matchEntry(models, model)
+}
+
+// matchEntry is MatchModel for a map of any values (models entries,
+// prices).
+func matchEntry[V any](m map[string]V, model string) (entry string, v V, ok bool) {
+	if model == "" || len(m) == 0 {
+		return "", v, false
 	}
-	if l, ok := models[model]; ok {
-		return model, l, true
+	if x, ok := m[model]; ok {
+		return model, x, true
 	}
 	best := -1
-	for n, ml := range models {
+	for n, x := range m {
 		prefix, wild := strings.CutSuffix(n, "*")
 		if wild && len(prefix) > best && strings.HasPrefix(model, prefix) {
-			best, entry, l = len(prefix), n, ml
+			best, entry, v = len(prefix), n, x
 		}
 	}
-	return entry, l, best >= 0
+	return entry, v, best >= 0
 }
 
 // validateChains checks limits.groups and the parents and models of
@@ -273,11 +279,12 @@ func (d *decoder) groups(n *yaml.Node, path string) map[string]Group {
 // models. A models entry's absent dimensions are unlimited, and its absent
 // reservation is its level's: the entry is part of the level.
 func (d *decoder) chainEntry(n *yaml.Node, path string, l *Limits, parent *string, models *map[string]Limits) {
-	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation", "parent", "models")
+	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation", "budget", "parent", "models")
 	d.int(f["rpm"], path+".rpm", &l.RPM)
 	d.int(f["tpm"], path+".tpm", &l.TPM)
 	d.int(f["concurrency"], path+".concurrency", &l.Concurrency)
 	d.reservation(f["reservation"], path+".reservation", &l.Reservation)
+	d.budget(f["budget"], path+".budget", &l.Budget)
 	d.string(f["parent"], path+".parent", parent)
 	*models = d.limitsMap(f["models"], path+".models", Limits{Reservation: l.Reservation})
 }
@@ -335,6 +342,7 @@ func (c Config) hashChains(h hash.Hash) {
 		num(l.TPM)
 		num(l.Concurrency)
 		hashReservation(num, l.Reservation)
+		hashBudget(num, str, l.Budget)
 		num(int64(len(models)))
 		for _, m := range sortedKeys(models) {
 			str(m)
@@ -343,6 +351,7 @@ func (c Config) hashChains(h hash.Hash) {
 			num(ml.TPM)
 			num(ml.Concurrency)
 			hashReservation(num, ml.Reservation)
+			hashBudget(num, str, ml.Budget)
 		}
 	}
 	str("chains v1")

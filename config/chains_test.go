@@ -117,7 +117,7 @@ func TestChainsValidate(t *testing.T) {
 		}},
 		{"control character in a group", "limits:\n  groups: {\"a\\x1fb\": {}}", []string{`limits.groups: group name "a\x1fb" must not contain control characters`}},
 		{"unknown field", `limits:
-  groups: {g: {rmp: 1}}`, []string{"limits.groups.g.rmp: unknown field (known: rpm, tpm, concurrency, reservation, parent, models)"}},
+  groups: {g: {rmp: 1}}`, []string{"limits.groups.g.rmp: unknown field (known: rpm, tpm, concurrency, reservation, budget, parent, models)"}},
 		{"models of a pool", `pools: {p: {models: {}}}`, []string{"pools.p.models: unknown field"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

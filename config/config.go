@@ -25,6 +25,8 @@ type Limits struct {
 	// Reservation is what an acquire reserves at this key: "" (absent) is
 	// ReserveEstimate.
 	Reservation Reservation `yaml:"reservation,omitempty"`
+	// Budget is the level's spend limit (prices.go); nil: none.
+	Budget *Budget `yaml:"budget,omitempty"`
 }
 
 // Reservation is how many tokens a key reserves for a request when it is
@@ -211,6 +213,9 @@ type Config struct {
 	// matches every model starting with the rest ("gpt-4o-*"); see Pool.
 	// A field absent from a pool's entry is unlimited.
 	Pools map[string]Limits `yaml:"pools,omitempty"`
+	// Prices is what each model's tokens cost (prices.go): model, or a
+	// prefix ending in '*', to its price. A budget charges them.
+	Prices map[string]Price `yaml:"prices,omitempty"`
 	// Fallback is the policy when a key's owner is unreachable.
 	Fallback Fallback `yaml:"fallback"`
 	// ForwardTimeout is how long a forwarded decision waits for its answer

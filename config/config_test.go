@@ -246,9 +246,9 @@ func TestParseErrors(t *testing.T) {
 			"limits.default.rpm: must be >= 0, got -1\nlimits.window: must be > 0\nfallback: must be one of degraded|open|closed, got \"maybe\""},
 
 		// Structure: the line, then the field path.
-		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation)"},
-		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency, reservation, parent, models)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls, log)"},
+		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation, budget)"},
+		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency, reservation, budget, parent, models)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls, log, tracing, prices)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},
@@ -262,7 +262,7 @@ func TestParseErrors(t *testing.T) {
 		{"hello\n", `line 1: the document must be a mapping of settings, got "hello"`},
 		{"limits:\n  tenants:\n    acme: {<<: 5}\n", `line 3: limits.tenants.acme: must be a mapping, got "5"`},
 		// Both kinds together: structure first, then values.
-		{"limits:\n  default: {rmp: 1, rpm: x}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation)\nlimits.default.rpm: must be an integer, got \"x\""},
+		{"limits:\n  default: {rmp: 1, rpm: x}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation, budget)\nlimits.default.rpm: must be an integer, got \"x\""},
 
 		// YAML syntax and documents.
 		{"a: [\n", "line 1: did not find expected node content"},

@@ -363,7 +363,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
 		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer",
-		"grpc", "rls", "log")
+		"grpc", "rls", "log", "prices")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "groups", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants, c.Limits.TenantChains = d.tenants(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -411,15 +411,17 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.security(f, c)
 	d.rls(f, c)
 	d.log(f, c)
+	d.prices(f["prices"], c)
 }
 
 // limits decodes a limits mapping onto l: absent fields keep l's values.
 func (d *decoder) limits(n *yaml.Node, path string, l *Limits) {
-	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation")
+	f := d.fields(n, path, "rpm", "tpm", "concurrency", "reservation", "budget")
 	d.int(f["rpm"], path+".rpm", &l.RPM)
 	d.int(f["tpm"], path+".tpm", &l.TPM)
 	d.int(f["concurrency"], path+".concurrency", &l.Concurrency)
 	d.reservation(f["reservation"], path+".reservation", &l.Reservation)
+	d.budget(f["budget"], path+".budget", &l.Budget)
 }
 
 // reservation decodes a reservation onto r; Validate checks its value,

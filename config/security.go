@@ -145,8 +145,8 @@ func (c Config) validateClients(errs *errorList) {
 
 // LimitsHash returns the first 16 hex digits of a SHA-256 over a canonical
 // encoding of everything that decides admissions: limits.default,
-// limits.tenants, limits.window, limits.lease_ttl, pools and
-// default_max_tokens. Configs equal in those have equal hashes whatever the
+// limits.tenants, limits.window, limits.lease_ttl, pools,
+// default_max_tokens, the chains, budgets and prices. Configs equal in those have equal hashes whatever the
 // order of their maps; members of a cluster publish it so that a member
 // with other limits shows up.
 func (c Config) LimitsHash() string {
@@ -160,7 +160,13 @@ func (c Config) LimitsHash() string {
 		num(int64(len(s)))
 		h.Write([]byte(s))
 	}
-	limits := func(l Limits) { num(l.RPM); num(l.TPM); num(l.Concurrency); hashReservation(num, l.Reservation) }
+	limits := func(l Limits) {
+		num(l.RPM)
+		num(l.TPM)
+		num(l.Concurrency)
+		hashReservation(num, l.Reservation)
+		hashBudget(num, str, l.Budget)
+	}
 	limitsMap := func(m map[string]Limits) {
 		num(int64(len(m)))
 		for _, k := range sortedKeys(m) {
@@ -176,6 +182,7 @@ func (c Config) LimitsHash() string {
 	limitsMap(c.Pools)
 	num(c.DefaultMaxTokens)
 	c.hashChains(h)
+	c.hashPrices(num, str)
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
