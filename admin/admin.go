@@ -41,6 +41,16 @@ type Config struct {
 	// applies others got them from a request ("request" in /admin/limits).
 	// Nil: not compared.
 	Limits func(key string) limiter.Limits
+	// Activity is what this node's router recorded of the acquires it
+	// answered (router.Router.Activity): the console's refusals and the
+	// pools' top tenants. Nil: none.
+	Activity *router.Activity
+	// Group gives a group's key status at its owner (router.Router.
+	// GroupLevel), for the console's search of a group. Nil: groups are
+	// not searched.
+	Group func(ctx context.Context, group string) (router.Level, bool, error)
+	// Upstream gives the LLM proxy's upstream calls so far. Nil: none.
+	Upstream func() UpstreamStats
 }
 
 // Server serves the operator's endpoints of one node: /admin (the ring,
@@ -50,6 +60,7 @@ type Server struct {
 	cfg      Config
 	cluster  router.Cluster
 	counters router.Counters
+	series   series // the last seriesPoints seconds of counts (health.go), sampled once Start is called
 }
 
 // New returns the operator's endpoints of the node whose cluster view is
@@ -72,7 +83,8 @@ func (a *Server) Routes(mux *http.ServeMux) {
 	if a.cfg.Levels != nil {
 		mux.HandleFunc("/admin/limits", get(a.adminLimits))
 	}
-	a.uiRoutes(mux) // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
+	a.uiRoutes(mux)      // the status page and its JSON: /admin/ui, /admin/cluster, /admin/stats
+	a.consoleRoutes(mux) // the console's searches and tables: /admin/tenant, /admin/tenants, /admin/refusals, /admin/history
 	pprofRoutes(mux)
 	mux.HandleFunc("/healthz", get(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -24,9 +24,9 @@ import (
 	"github.com/tokenring/tokenring/router"
 )
 
-// The admin status page and the JSON it polls:
+// The admin console and the JSON it polls:
 //
-//	GET /admin/ui       one self-contained HTML page (ui.html: inline CSS and JS, no build step)
+//	GET /admin/ui       one self-contained HTML page (ui.html and ui.js: inline CSS and JS, no build step)
 //	GET /admin/cluster  the ring (every partition's owner) and every member's /admin/stats,
 //	                    gathered by this node: the page talks to one node only, no CORS
 //	GET /admin/stats    this node's counters and the tenants it owns nearest their limits
@@ -38,8 +38,16 @@ import (
 // its own requests. /admin/cluster asks the other members with this node's
 // own admin_token: the members of a cluster share one.
 
-//go:embed ui.html
-var uiPage []byte
+// The page is ui.html with ui.js as its one inline script (so that the
+// CSP can allow it by hash and no second request, which a browser would
+// send without the token, is needed).
+var (
+	//go:embed ui.html
+	uiHTML string
+	//go:embed ui.js
+	uiJS   string
+	uiPage = []byte(strings.Replace(uiHTML, "<script></script>", "<script>\n"+uiJS+"</script>", 1))
+)
 
 // uiCSP allows the page's one inline script and one inline style (by hash),
 // requests to its own origin, and nothing else.
@@ -66,7 +74,7 @@ func inlineHash(page []byte, tag string) string {
 // Bounds of the ?n= of /admin/stats and /admin/cluster: how many tenants.
 const (
 	defaultNearest = 10
-	maxNearest     = 100
+	maxNearest     = 1000
 )
 
 // statsTimeout bounds /admin/cluster's request to each member.
@@ -158,6 +166,17 @@ type statsJSON struct {
 	Fallbacks countsJSON   `json:"fallbacks"` // decided by the fallback policy (tokenring_fallback_decisions_total)
 	Keys      int          `json:"keys"`      // keys whose state this node holds
 	Tenants   []tenantJSON `json:"tenants"`
+	Health    healthJSON   `json:"health"`
+	// Series is the last seriesPoints seconds, one point a second, oldest
+	// first (empty until the node's Server.Start).
+	Series []pointJSON `json:"series"`
+	// Upstream is the proxy's upstream calls (nil without a proxy).
+	Upstream *UpstreamStats `json:"upstream,omitempty"`
+	// Pools are the pools this node holds, nearest their limits first
+	// (at most maxPools); PoolTenants each pool's tenants this node
+	// admitted most through it (router.Activity.PoolTenants).
+	Pools       []poolJSON                     `json:"pools"`
+	PoolTenants map[string][]router.PoolTenant `json:"pool_tenants"`
 }
 
 // nearestLister is implemented by a Cluster that can list the keys it
@@ -191,25 +210,46 @@ func (a *Server) adminStats(w http.ResponseWriter, req *http.Request) {
 
 // stats is this node's statsJSON with up to n tenants.
 func (a *Server) stats(n int) statsJSON {
-	s := statsJSON{Node: a.cluster.Name(), NowMS: a.cfg.Now().UnixMilli(), Tenants: []tenantJSON{}}
+	s := statsJSON{Node: a.cluster.Name(), NowMS: a.cfg.Now().UnixMilli(), Tenants: []tenantJSON{},
+		Health: a.health(), Series: a.points(), Pools: []poolJSON{}, PoolTenants: map[string][]router.PoolTenant{}}
+	if a.cfg.Upstream != nil {
+		u := a.cfg.Upstream()
+		s.Upstream = &u
+	}
+	if a.cfg.Activity != nil {
+		s.PoolTenants = a.cfg.Activity.PoolTenants()
+	}
 	d := sumBy(a.counters.Decisions, "result")
 	s.Decisions = countsJSON{Allowed: d["allowed"], Refused: d["refused"]}
 	f := sumBy(a.counters.Fallbacks, "result")
 	s.Fallbacks = countsJSON{Allowed: f["allowed"], Refused: f["refused"]}
 	c := sumBy(a.counters.Calls, "where")
 	s.Calls = callsJSON{Local: c["local"], Forwarded: c["forwarded"], Failed: c["failed"]}
+	s.Tenants = a.nearest(n)
 	if l, ok := a.cluster.(nearestLister); ok {
 		s.Keys = l.Keys()
-		for _, k := range l.Nearest(router.TenantKey(""), n) {
-			s.Tenants = append(s.Tenants, tenantJSON{
-				Tenant: strings.TrimPrefix(k.Key, router.TenantKey("")),
-				Owner:  s.Node,
-				Used:   k.Used,
-				Limits: limitsOf(k.Status),
-			})
+		for _, k := range l.Nearest(router.PoolKey(""), maxPools) {
+			lim := limitsOf(k.Status)
+			s.Pools = append(s.Pools, poolJSON{Pool: strings.TrimPrefix(k.Key, router.PoolKey("")), Owner: s.Node,
+				Used: k.Used, Limits: &lim})
 		}
 	}
 	return s
+}
+
+// nearest is up to n of the tenants this node holds, nearest their
+// limits first.
+func (a *Server) nearest(n int) []tenantJSON {
+	out := []tenantJSON{}
+	l, ok := a.cluster.(nearestLister)
+	if !ok {
+		return out
+	}
+	for _, k := range l.Nearest(router.TenantKey(""), n) {
+		out = append(out, tenantJSON{Tenant: strings.TrimPrefix(k.Key, router.TenantKey("")), Owner: a.cluster.Name(),
+			Used: k.Used, Limits: limitsOf(k.Status)})
+	}
+	return out
 }
 
 // sumBy sums c's counters (a histogram's counts) by the value of label.
@@ -257,6 +297,11 @@ type clusterJSON struct {
 	Owners         []int               `json:"owners"` // partition → index in members
 	Members        []clusterMemberJSON `json:"members"`
 	Tenants        []tenantJSON        `json:"tenants"` // every member's, nearest their limits first, at most n
+	// Pools, Series and Upstream are the members' (that answered) merged:
+	// mergePools, mergeSeries, and the upstream calls summed.
+	Pools    []poolJSON    `json:"pools"`
+	Series   []pointJSON   `json:"series"`
+	Upstream UpstreamStats `json:"upstream"`
 }
 
 func (a *Server) adminCluster(w http.ResponseWriter, req *http.Request) {
@@ -286,11 +331,17 @@ func (a *Server) adminCluster(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	a.gatherStats(req.Context(), out.Members, n)
+	stats := make([]*statsJSON, 0, len(out.Members))
 	for _, m := range out.Members {
 		if m.Stats != nil {
 			out.Tenants = append(out.Tenants, m.Stats.Tenants...)
+			if m.Stats.Upstream != nil {
+				out.Upstream.add(*m.Stats.Upstream)
+			}
 		}
+		stats = append(stats, m.Stats)
 	}
+	out.Pools, out.Series = mergePools(stats), mergeSeries(stats)
 	slices.SortStableFunc(out.Tenants, func(a, b tenantJSON) int {
 		if c := cmp.Compare(b.Used, a.Used); c != 0 {
 			return c

@@ -51,7 +51,7 @@ func startUICluster(t *testing.T, token string, names []string, extra ...ring.Me
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { r.Close() })
-		srv := httptest.NewUnstartedServer(serve(n, r, Config{Token: token}))
+		srv := httptest.NewUnstartedServer(serve(n, r, Config{Token: token, Levels: r.Levels, Group: r.GroupLevel, Activity: r.Activity()}))
 		srv.Start()
 		t.Cleanup(srv.Close)
 		ms[name] = &uiMember{node: n, router: r, srv: srv}
@@ -247,6 +247,8 @@ func TestAdminStatsExact(t *testing.T) {
 		t.Fatalf("%d of %s admitted, want 1", got, b)
 	}
 
+	// Nodes without gossip hold their mandate; no registry: no counters.
+	alone := healthJSON{Ready: true, Mandated: true}
 	s1 := statsReply(t, ms["n1"].srv.URL+"/admin/stats", auth)
 	if s1.NowMS < before || s1.NowMS > time.Now().UnixMilli() {
 		t.Fatalf("now_ms %d not between %d and now", s1.NowMS, before)
@@ -256,18 +258,18 @@ func TestAdminStatsExact(t *testing.T) {
 	tenantB := tenantJSON{Tenant: b, Owner: "n2", Used: 0.5, Limits: limitsJSON{
 		Requests: dimJSON{Limit: 10, Remaining: 5}, Tokens: dimJSON{Limit: 10_000, Remaining: 9_250}, Concurrency: dimJSON{Limit: 100, Remaining: 95}}}
 	want1 := statsJSON{Node: "n1", NowMS: s1.NowMS, Decisions: countsJSON{Allowed: 14, Refused: 2},
-		Calls: callsJSON{Local: 12, Forwarded: 4}, Keys: 1, Tenants: []tenantJSON{tenantA}}
+		Calls: callsJSON{Local: 12, Forwarded: 4}, Keys: 1, Tenants: []tenantJSON{tenantA}, Health: alone}
 	checkStats(t, s1, want1)
 
 	s2 := statsReply(t, ms["n2"].srv.URL+"/admin/stats", auth)
 	want2 := statsJSON{Node: "n2", NowMS: s2.NowMS, Decisions: countsJSON{Allowed: 1},
-		Calls: callsJSON{Local: 1}, Keys: 1, Tenants: []tenantJSON{tenantB}}
+		Calls: callsJSON{Local: 1}, Keys: 1, Tenants: []tenantJSON{tenantB}, Health: alone}
 	checkStats(t, s2, want2)
 
 	if s := statsReply(t, ms["n1"].srv.URL+"/admin/stats?n=0", auth); len(s.Tenants) != 0 {
 		t.Fatalf("n=0 listed %v", s.Tenants)
 	}
-	for _, bad := range []string{"-1", "101", "x"} {
+	for _, bad := range []string{"-1", "1001", "x"} {
 		if resp, body := getRaw(t, ms["n1"].srv.URL+"/admin/stats?n="+bad, auth); resp.StatusCode != 400 {
 			t.Fatalf("n=%s: %d %s, want 400", bad, resp.StatusCode, body)
 		}
@@ -301,9 +303,19 @@ func TestAdminStatsExact(t *testing.T) {
 	}
 }
 
-// checkStats compares two statsJSON, ignoring the tenants' reset times.
+// checkStats compares two statsJSON, ignoring the tenants' reset times;
+// want's nil series, pools and pool tenants are empty.
 func checkStats(t *testing.T, got, want statsJSON) {
 	t.Helper()
+	if want.Series == nil {
+		want.Series = []pointJSON{}
+	}
+	if want.Pools == nil {
+		want.Pools = []poolJSON{}
+	}
+	if want.PoolTenants == nil {
+		want.PoolTenants = map[string][]router.PoolTenant{}
+	}
 	for i := range got.Tenants {
 		l := &got.Tenants[i].Limits
 		l.Requests.ResetMS, l.Tokens.ResetMS, l.Concurrency.ResetMS = 0, 0, 0

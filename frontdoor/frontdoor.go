@@ -92,6 +92,7 @@ type Door struct {
 	router  *router.Router
 	api     *api.Server
 	proxy   *proxy.Server
+	ops     *admin.Server
 	handler http.Handler
 }
 
@@ -113,13 +114,15 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		ClusterSecrets: cfg.ClusterSecrets, Clients: cfg.Clients, ClientCerts: cfg.ClientCerts, LimitSetters: cfg.LimitSetters, Now: cfg.Now})
 	llm := proxy.New(r, cfg.Proxy, cfg.Counter, cfg.MaxPromptBytes, cfg.Logger)
 	ops := admin.New(cluster, r.Counters(), admin.Config{Token: cfg.AdminToken, Ready: cfg.Ready, Gatherer: cfg.Gatherer, Now: cfg.Now,
-		Levels: r.Levels, Source: cfg.LimitsSource, Limits: cfg.Limits})
+		Levels: r.Levels, Source: cfg.LimitsSource, Limits: cfg.Limits,
+		Activity: r.Activity(), Group: r.GroupLevel, Upstream: func() admin.UpstreamStats { return upstreamStats(llm.Upstream()) }})
+	ops.Start() // the console's per-second history; stopped by Close
 	mux := http.NewServeMux()
 	decisions.Routes(mux) // /v1/acquire, /v1/complete, /v1/renew, /v1/batch, /v1/tenants/{tenant}
 	llm.Routes(mux)       // /v1/chat/completions, /v1/messages
 	ops.Routes(mux)       // /admin/*, /metrics, /healthz, /readyz
 	mux.HandleFunc("/", notFound)
-	return &Door{router: r, api: decisions, proxy: llm, handler: ops.Guard(mux)}, nil
+	return &Door{router: r, api: decisions, proxy: llm, ops: ops, handler: ops.Guard(mux)}, nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -150,11 +153,13 @@ func (d *Door) SetClients(tokens map[string][]string, certs map[string]api.CertC
 // gRPC rate limit service, package rls, is one).
 func (d *Door) Router() *router.Router { return d.router }
 
-// Close stops the background work: the router's (router.Router.Close)
-// and the proxy's (proxy.Server.Close). It does not stop serving HTTP, and
+// Close stops the background work: the router's (router.Router.Close),
+// the proxy's (proxy.Server.Close) and the console's sampling
+// (admin.Server.Close). It does not stop serving HTTP, and
 // is safe to call more than once.
 func (d *Door) Close() error {
 	d.proxy.Close()
+	d.ops.Close()
 	return d.router.Close()
 }
 
@@ -174,4 +179,12 @@ func notFound(w http.ResponseWriter, req *http.Request) {
 	w.Header()["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(http.StatusNotFound)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint: " + req.URL.Path})
+}
+
+// upstreamStats is the proxy's upstream counts as the admin console takes
+// them.
+func upstreamStats(u proxy.UpstreamStats) admin.UpstreamStats {
+	return admin.UpstreamStats{Calls: u.Calls, Unreachable: u.Unreachable, Timeouts: u.Timeouts, Canceled: u.Canceled,
+		Status4xx: u.Status4xx, Status429: u.Status429, Status5xx: u.Status5xx,
+		LatencyBoundsMS: proxy.UpstreamLatencyBoundsMS[:], LatencyMS: u.LatencyMS[:], SumMS: u.SumMS}
 }

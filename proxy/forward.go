@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
@@ -80,8 +81,10 @@ func (x *exchange) forward(w http.ResponseWriter, req *http.Request, u Upstream,
 	}
 	up.Header = upstreamHeader(req, c, key) // an allow-list: upheaders.go
 	headers := x.s.alarms.After(limits.ResponseHeader, func() { stop(&upstreamTimeout{"sent no response headers", limits.ResponseHeader}) })
+	began := time.Now()
 	resp, err := x.s.upstreamClient(u).Do(up)
 	headers.Stop()
+	x.s.upstream.observe(ctx, req.Context(), time.Since(began), resp, err)
 	if err != nil {
 		var op *net.OpError
 		unsent := !sent.Load() || (errors.As(err, &op) && op.Op == "dial")

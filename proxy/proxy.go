@@ -111,6 +111,8 @@ type Server struct {
 	// StreamIdle) and time its leases' renewals, without a runtime timer
 	// a call; on the wall clock, as the connections' deadlines are.
 	alarms *alarm.Clock
+	// upstream counts the calls to the upstreams (upstreamstats.go).
+	upstream upstreamRecorder
 }
 
 // New returns the LLM proxy admitting through r. Prompts are counted with
