@@ -83,6 +83,12 @@ type link struct {
 	done chan struct{} // closed when the connection is torn down
 	recv atomic.Uint64 // frames received on conn: any frame shows the peer alive
 	ping uint64        // id of the ping in flight on conn, 0 for none; guarded by Client.mu
+	// hello is the id of the ping that opened conn (install), 0 for none;
+	// set before the reader starts.
+	hello uint64
+	// traces is set once the peer, answering a ping on conn, said it
+	// reads trace contexts (trace.go): only then do calls carry them.
+	traces atomic.Bool
 }
 
 // Client is the persistent, multiplexed connection to one peer. Calls
@@ -283,6 +289,7 @@ func (p *Client) install(conn net.Conn, sess *session) {
 		// as hearing from us (its mandate, node/fence.go). Nobody waits for the
 		// answer; it goes out with the first call.
 		p.nextID++
+		l.hello = p.nextID
 		it := item{id: p.nextID, body: AppendCall(nil, &Call{Op: OpPing, From: p.self})}
 		if l.snd != nil {
 			l.snd.queue(it)
@@ -310,9 +317,12 @@ func (p *Client) readAnswers(l *link, open *aeadStream) error {
 		p.heard.Store(time.Now().UnixNano())
 		for _, it := range items {
 			p.mu.Lock()
-			if it.id == l.ping { // the answer to our probe: nothing to dispatch
-				l.ping = 0
+			if it.id == l.ping || it.id == l.hello { // the answer to our probe or hello: nothing to dispatch
+				if it.id == l.ping {
+					l.ping = 0
+				}
 				p.mu.Unlock()
+				l.heard(it)
 				continue
 			}
 			w := p.pending[it.id]
@@ -326,6 +336,9 @@ func (p *Client) readAnswers(l *link, open *aeadStream) error {
 				res.err = fmt.Errorf("peer %s: %s", p.addr, it.body)
 			} else {
 				res.answer, res.err = DecodeAnswer(w.op, it.body)
+			}
+			if w.op == OpPing && res.err == nil && hasFeature(res.answer.State, featureTrace) {
+				l.traces.Store(true)
 			}
 			w.ch <- res
 		}
@@ -449,6 +462,11 @@ func (p *Client) ping(l *link) {
 // it after all, the admission is cancelled there, so a timed-out forward
 // followed by a fallback decision does not count the request twice.
 func (p *Client) Call(ctx context.Context, c *Call) (Answer, error) {
+	return p.call(ctx, c, nil)
+}
+
+// call is Call, with the caller's span when tc is not nil.
+func (p *Client) call(ctx context.Context, c *Call, tc *TraceContext) (Answer, error) {
 	body := AppendCall(nil, c)
 	if len(body) > maxItem {
 		return Answer{}, fmt.Errorf("peer %s: call %s %q of %d bytes exceeds the %d-byte frame limit", p.addr, c.Op, c.Key, len(body), maxItem)
@@ -474,18 +492,22 @@ func (p *Client) Call(ctx context.Context, c *Call) (Answer, error) {
 	}
 	v := liveness{p: p, l: l, seen: l.recv.Load()}
 	q := l.q // nil once the call is queued
+	it := item{id: id, body: body}
+	if tc != nil && l.traces.Load() {
+		it = tracedItem(id, tc, body)
+	}
 	if l.snd != nil {
 		// Written by this goroutine, unless another is writing (then
 		// that one writes it too). A failed write fails the connection,
 		// which answers ch with ErrPeerDown.
-		if err := l.snd.send(item{id: id, body: body}); err != nil {
+		if err := l.snd.send(it); err != nil {
 			p.fail(l, err)
 		}
 	}
 	timer := p.fwd.After(p.fwd.ProbeAfter)
 	for {
 		select {
-		case q <- item{id: id, body: body}:
+		case q <- it:
 			q = nil
 		case res := <-ch: // the answer, or ErrPeerDown from fail
 			return res.answer, res.err

@@ -347,7 +347,14 @@ func (s *Server) serveConn(conn net.Conn, st *stranger) {
 			heard.Store(time.Now().UnixNano())
 		}
 		for _, it := range items {
-			c, err := DecodeCall(it.body)
+			cctx, body, err := ctx, it.body, error(nil)
+			if it.status&itemTraced != 0 { // the caller's span came along (trace.go)
+				cctx, body, err = traceOf(ctx, body)
+			}
+			var c Call
+			if err == nil {
+				c, err = DecodeCall(body)
+			}
 			switch {
 			case err != nil:
 				out.queue(answerItem(it.id, Answer{}, err))
@@ -356,25 +363,36 @@ func (s *Server) serveConn(conn net.Conn, st *stranger) {
 					heard = s.heardClock(c.From)
 					heard.Store(time.Now().UnixNano())
 				}
-				out.queue(answerItem(it.id, Answer{}, nil))
+				out.queue(answerItem(it.id, Answer{State: features}, nil)) // what this server reads (trace.go)
 			case s.inline(&c):
 				if len(c.State) > 0 {
 					// A call carrying state (a replication) may take a
 					// while: the answers before it do not wait for it.
 					out.flush()
 				}
-				a, err := s.handle(ctx, &c)
+				a, err := s.handle(cctx, &c)
 				out.queue(answerItem(it.id, a, err))
 			default:
 				calls.Add(1)
 				go func(id uint64, c Call) {
 					defer calls.Done()
-					a, err := s.handle(ctx, &c)
+					a, err := s.handle(cctx, &c)
 					reply(id, a, err)
 				}(it.id, c)
 			}
 		}
 	}
+}
+
+// traceOf reads the trace context at the start of a traced call item's
+// body (itemTraced, trace.go), and returns ctx carrying it, for the call's
+// handler, and the call's bytes after it.
+func traceOf(ctx context.Context, body []byte) (context.Context, []byte, error) {
+	tc, rest, err := splitTrace(body)
+	if err != nil {
+		return ctx, nil, fmt.Errorf("decode call: %w", err)
+	}
+	return WithTrace(ctx, tc), rest, nil
 }
 
 // answerItem is the item that answers call id with a or err.
