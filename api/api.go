@@ -296,9 +296,40 @@ type dimJSON struct {
 
 // limitsJSON is the "limits" object: one dimJSON per dimension.
 type limitsJSON struct {
-	Requests    dimJSON `json:"requests"`
-	Tokens      dimJSON `json:"tokens"`
-	Concurrency dimJSON `json:"concurrency"`
+	Requests    dimJSON     `json:"requests"`
+	Tokens      dimJSON     `json:"tokens"`
+	Concurrency dimJSON     `json:"concurrency"`
+	Budget      *budgetJSON `json:"budget,omitempty"` // a key with a budget only
+}
+
+// budgetJSON is a key's spend in its current period, in USD written
+// exactly (limiter.USD): the limit, what was spent (settled, released or
+// expired), what requests in flight hold, what remains of the limit after
+// both, and how far past it they are.
+type budgetJSON struct {
+	LimitUSD     string `json:"limit_usd"`
+	SpentUSD     string `json:"spent_usd"`
+	HeldUSD      string `json:"held_usd"`
+	RemainingUSD string `json:"remaining_usd"`
+	OverdraftUSD string `json:"overdraft_usd,omitempty"`
+	PeriodStart  string `json:"period_start,omitempty"` // RFC 3339, UTC
+	ResetMS      int64  `json:"reset_ms"`               // until the period ends; 0: it never does
+}
+
+// budgetOf is s's budget, nil without one.
+func budgetOf(s limiter.SpendStatus) *budgetJSON {
+	if s.Limit <= 0 {
+		return nil
+	}
+	b := &budgetJSON{LimitUSD: limiter.USD(s.Limit), SpentUSD: limiter.USD(s.Spent), HeldUSD: limiter.USD(s.Held),
+		RemainingUSD: limiter.USD(s.Remaining), ResetMS: ceilMS(s.Reset)}
+	if s.Overdraft > 0 {
+		b.OverdraftUSD = limiter.USD(s.Overdraft)
+	}
+	if !s.Start.IsZero() {
+		b.PeriodStart = s.Start.UTC().Format(time.RFC3339)
+	}
+	return b
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -313,7 +344,7 @@ func dim(d limiter.DimStatus) dimJSON {
 }
 
 func limitsOf(s limiter.Status) limitsJSON {
-	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
+	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency), Budget: budgetOf(s.Spend)}
 }
 
 // acquireResponse is the answer of POST /v1/acquire.
@@ -378,6 +409,13 @@ type usageJSON struct {
 	// range-checked like the other two; it is not used: the settle counts
 	// prompt + completion.
 	TotalTokens int64 `json:"total_tokens"`
+	// CachedTokens and CacheWriteTokens are the parts of PromptTokens
+	// read from and written to the provider's prompt cache (OpenAI's
+	// prompt_tokens_details.cached_tokens; Anthropic's
+	// cache_read_input_tokens and cache_creation_input_tokens): a budget
+	// charges them at their prices.
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 func (s *Server) parseLeaseRequest(in *completeRequest) (router.Lease, error) {

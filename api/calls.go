@@ -43,13 +43,18 @@ func errorAnswer(code int, msg string) apiAnswer {
 }
 
 // ownerTimeoutAnswer is the decision API's 503 for err if it is an owner
-// timeout (*router.OwnerTimeoutError) or a full table (*router.TableFullError); ok is
-// false for any other error.
+// timeout (*router.OwnerTimeoutError) or a full table (*router.TableFullError),
+// its 400 for an unpriced model under a budget (*router.UnpricedError); ok
+// is false for any other error.
 func ownerTimeoutAnswer(err error) (a apiAnswer, ok bool) {
 	var full *router.TableFullError
 	if errors.As(err, &full) {
 		ms := full.RetryMS()
 		return apiAnswer{status: http.StatusServiceUnavailable, body: map[string]any{"error": full.Error(), "retry_after_ms": ms}, retryAfterMS: ms}, true
+	}
+	var unpriced *router.UnpricedError
+	if errors.As(err, &unpriced) {
+		return errorAnswer(http.StatusBadRequest, unpriced.Error()), true
 	}
 	var ot *router.OwnerTimeoutError
 	if errors.As(err, &ot) {
@@ -156,12 +161,17 @@ func (s *Server) completeCall(ctx context.Context, set tenantSet, in *completeRe
 		for _, f := range []struct {
 			name string
 			v    int64
-		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens}} {
+		}{{"usage.prompt_tokens", u.PromptTokens}, {"usage.completion_tokens", u.CompletionTokens}, {"usage.total_tokens", u.TotalTokens},
+			{"usage.cached_tokens", u.CachedTokens}, {"usage.cache_write_tokens", u.CacheWriteTokens}} {
 			if err := router.CheckCount(f.name, f.v); err != nil {
 				return errorAnswer(http.StatusBadRequest, err.Error())
 			}
 		}
-		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+		if u.CachedTokens+u.CacheWriteTokens > u.PromptTokens {
+			return errorAnswer(http.StatusBadRequest, "usage.cached_tokens + usage.cache_write_tokens must not exceed usage.prompt_tokens: they are parts of it")
+		}
+		op, usage = node.OpSettle, limiter.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+			CachedTokens: u.CachedTokens, CacheWriteTokens: u.CacheWriteTokens}
 	}
 	ok, status, _ := s.r.LeaseCall(ctx, l, op, usage)
 	return apiAnswer{status: http.StatusOK, body: &settleAnswer{Settled: ok, Limits: limitsOf(status)}}

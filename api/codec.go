@@ -40,6 +40,8 @@ var (
 		jsonwire.Int("prompt_tokens", func(u *usageJSON) *int64 { return &u.PromptTokens }),
 		jsonwire.Int("completion_tokens", func(u *usageJSON) *int64 { return &u.CompletionTokens }),
 		jsonwire.Int("total_tokens", func(u *usageJSON) *int64 { return &u.TotalTokens }),
+		jsonwire.Int("cached_tokens", func(u *usageJSON) *int64 { return &u.CachedTokens }),
+		jsonwire.Int("cache_write_tokens", func(u *usageJSON) *int64 { return &u.CacheWriteTokens }),
 	)
 	leaseDecoder = jsonwire.NewDecoder(jsonwire.RefuseUnknown,
 		jsonwire.String("tenant", func(in *completeRequest) *string { return &in.Tenant }),
@@ -187,6 +189,25 @@ func (l limitsJSON) appendJSON(dst []byte) []byte {
 	dst = l.Requests.appendJSON(append(dst, `{"requests":`...))
 	dst = l.Tokens.appendJSON(append(dst, `,"tokens":`...))
 	dst = l.Concurrency.appendJSON(append(dst, `,"concurrency":`...))
+	if b := l.Budget; b != nil {
+		dst = b.appendJSON(append(dst, `,"budget":`...))
+	}
+	return append(dst, '}')
+}
+
+func (b *budgetJSON) appendJSON(dst []byte) []byte {
+	dst = appendString(append(dst, `{"limit_usd":`...), b.LimitUSD)
+	dst = appendString(append(dst, `,"spent_usd":`...), b.SpentUSD)
+	dst = appendString(append(dst, `,"held_usd":`...), b.HeldUSD)
+	dst = appendString(append(dst, `,"remaining_usd":`...), b.RemainingUSD)
+	if b.OverdraftUSD != "" {
+		dst = appendString(append(dst, `,"overdraft_usd":`...), b.OverdraftUSD)
+	}
+	if b.PeriodStart != "" {
+		dst = appendString(append(dst, `,"period_start":`...), b.PeriodStart)
+	}
+	dst = append(dst, `,"reset_ms":`...)
+	dst = strconv.AppendInt(dst, b.ResetMS, 10)
 	return append(dst, '}')
 }
 

@@ -214,7 +214,12 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		return dimJSON{Limit: num.Draw(t, "limit"), Remaining: num.Draw(t, "remaining"), Overdraft: num.Draw(t, "overdraft"), ResetMS: num.Draw(t, "reset")}
 	})
 	limits := rapid.Custom(func(t *rapid.T) limitsJSON {
-		return limitsJSON{Requests: dim.Draw(t, "r"), Tokens: dim.Draw(t, "t"), Concurrency: dim.Draw(t, "c")}
+		l := limitsJSON{Requests: dim.Draw(t, "r"), Tokens: dim.Draw(t, "t"), Concurrency: dim.Draw(t, "c")}
+		if rapid.Bool().Draw(t, "budgeted") {
+			l.Budget = &budgetJSON{LimitUSD: str.Draw(t, "limit_usd"), SpentUSD: str.Draw(t, "spent"), HeldUSD: str.Draw(t, "held"),
+				RemainingUSD: str.Draw(t, "remaining_usd"), OverdraftUSD: str.Draw(t, "over_usd"), PeriodStart: str.Draw(t, "start"), ResetMS: num.Draw(t, "reset_usd")}
+		}
+		return l
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		a := acquireResponse{

@@ -245,6 +245,3 @@ func (v Picodollars) usd(places int) string {
 	s := strings.TrimRight(r.FloatString(places), "0")
 	return strings.TrimSuffix(s, ".")
 }
-
-// USD writes an amount of picodollars as USD, exactly ("0.000123456789").
-func USD(v int64) string { return Picodollars(v).usd(12) }

@@ -72,8 +72,8 @@ func TestPricesAndBudgetsParse(t *testing.T) {
 	if !c.Budgeted() {
 		t.Fatal("not budgeted")
 	}
-	if USD(25_000_000_000_001) != "25.000000000001" || USD(0) != "0" || USD(1_500_000_000_000) != "1.5" {
-		t.Fatal("USD")
+	if Picodollars(2_500_001).usd(6) != "2.500001" || Picodollars(0).usd(6) != "0" || Picodollars(1_500_000).usd(6) != "1.5" {
+		t.Fatal("USD per million")
 	}
 }
 

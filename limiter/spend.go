@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // A key's spend: dollars per Period (Limits.Spend), reserved at admission
 // from the request's Price and settled with the real usage's cost, the
@@ -197,4 +200,21 @@ func (b *Budget) spendStatus(t int64) SpendStatus {
 	}
 	st.DimStatus = dimStatus(l, st.Spent+st.Held, reset)
 	return st
+}
+
+// USD writes an amount of picodollars as US dollars, exactly, with at
+// least two decimal places: "25.00", "0.000123456789", "-1.50".
+func USD(picodollars int64) string {
+	var b []byte
+	u := uint64(picodollars)
+	if picodollars < 0 {
+		b, u = append(b, '-'), uint64(-picodollars)
+	}
+	b = strconv.AppendUint(b, u/1e12, 10)
+	frac := strconv.AppendUint(nil, u%1e12+1e12, 10)[1:] // 12 digits
+	n := len(frac)
+	for n > 2 && frac[n-1] == '0' {
+		n--
+	}
+	return string(append(append(b, '.'), frac[:n]...))
 }

@@ -269,3 +269,11 @@ func TestSpendSnapshot(t *testing.T) {
 		}
 	}
 }
+
+func TestUSD(t *testing.T) {
+	for v, want := range map[int64]string{0: "0.00", 25e12: "25.00", 1: "0.000000000001", 1_234_560_000_000: "1.23456", -15e11: "-1.50", MaxSpend: "1152921.504606846976"} {
+		if got := USD(v); got != want {
+			t.Errorf("USD(%d) = %s, want %s", v, got, want)
+		}
+	}
+}

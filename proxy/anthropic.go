@@ -90,6 +90,7 @@ var anthropicErrorTypes = [...]string{
 	errServer:       "api_error",
 	errRateRequests: "rate_limit_error",
 	errRateTokens:   "rate_limit_error",
+	errQuota:        "rate_limit_error",
 }
 
 func (anthropic) fail(w http.ResponseWriter, e apiError) {
@@ -169,6 +170,7 @@ type anthropicUsage struct {
 func (u *anthropicUsage) addTo(s *usageSeen, final bool) {
 	if u.InputTokens != nil { // message_delta may repeat it, cumulative
 		s.prompt, s.promptSet = max(s.prompt, *u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens), true
+		s.cached, s.cacheWrite = max(s.cached, u.CacheReadInputTokens), max(s.cacheWrite, u.CacheCreationInputTokens)
 	}
 	if u.OutputTokens != nil {
 		s.completion = max(s.completion, *u.OutputTokens)

@@ -163,6 +163,8 @@ func (openAI) fail(w http.ResponseWriter, e apiError) {
 		b.Error.Type, code = "requests", "rate_limit_exceeded"
 	case errRateTokens:
 		b.Error.Type, code = "tokens", "rate_limit_exceeded"
+	case errQuota:
+		b.Error.Type, code = "insufficient_quota", "insufficient_quota"
 	}
 	if code != "" {
 		b.Error.Code = &code
@@ -235,12 +237,20 @@ func (a *openAIAnswer) addTo(s *usageSeen) {
 
 // openAIUsage is OpenAI's usage object.
 type openAIUsage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
+	PromptTokens     int64              `json:"prompt_tokens"`
+	CompletionTokens int64              `json:"completion_tokens"`
+	PromptDetails    openAIPromptDetail `json:"prompt_tokens_details"`
+}
+
+// openAIPromptDetail is usage.prompt_tokens_details (chat completions)
+// and usage.input_tokens_details (responses): the prompt tokens read from
+// the prompt cache, a part of the prompt.
+type openAIPromptDetail struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 func (u *openAIUsage) addTo(s *usageSeen) {
-	s.prompt, s.promptSet = u.PromptTokens, true
+	s.prompt, s.promptSet, s.cached = u.PromptTokens, true, u.PromptDetails.CachedTokens
 	s.completion, s.final = u.CompletionTokens, true
 }
 

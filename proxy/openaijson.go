@@ -41,9 +41,13 @@ var (
 		jsonwire.Object("message", func(c *openAIChoice) *openAIDelta { return &c.Message }, openAIDeltaDecoder),
 		jsonwire.Object("delta", func(c *openAIChoice) *openAIDelta { return &c.Delta }, openAIDeltaDecoder),
 	)
+	openAIPromptDetailDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
+		jsonwire.Int("cached_tokens", func(d *openAIPromptDetail) *int64 { return &d.CachedTokens }),
+	)
 	openAIUsageDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
 		jsonwire.Int("prompt_tokens", func(u *openAIUsage) *int64 { return &u.PromptTokens }),
 		jsonwire.Int("completion_tokens", func(u *openAIUsage) *int64 { return &u.CompletionTokens }),
+		jsonwire.Object("prompt_tokens_details", func(u *openAIUsage) *openAIPromptDetail { return &u.PromptDetails }, openAIPromptDetailDecoder),
 	)
 	openAIAnswerDecoder = jsonwire.NewDecoder(jsonwire.SkipUnknown,
 		jsonwire.Slice("choices", func(a *openAIAnswer) *[]openAIChoice { return &a.Choices }, openAIChoiceDecoder),

@@ -69,6 +69,7 @@ const (
 	errServer                      // the proxy, its configuration or the upstream failed
 	errRateRequests                // refused on requests, concurrency or a full queue
 	errRateTokens                  // refused on tokens
+	errQuota                       // refused on a budget (OpenAI's insufficient_quota)
 )
 
 // apiError is an error answer before a provider shapes it.
@@ -191,7 +192,11 @@ type usageSeen struct {
 	countText  func(string) int64 // counts completion text; see textCounter
 	prompt     int64              // reported prompt tokens; valid when promptSet
 	promptSet  bool
-	completion int64 // reported completion tokens; final when final
+	// cached and cacheWrite are the reported parts of the prompt read
+	// from and written to the provider's prompt cache: what a budget
+	// charges at their prices (limiter.Usage).
+	cached, cacheWrite int64
+	completion         int64 // reported completion tokens; final when final
 	final      bool
 	text       strings.Builder // completion text not counted yet
 	counted    int64           // tokens of the completion text counted so far
@@ -214,6 +219,8 @@ func (s *usageSeen) usage(countedPrompt int64) limiter.Usage {
 	u := limiter.Usage{PromptTokens: countedPrompt, CompletionTokens: s.completion}
 	if s.promptSet {
 		u.PromptTokens = s.prompt
+		u.CachedTokens = min(max(s.cached, 0), u.PromptTokens)
+		u.CacheWriteTokens = min(max(s.cacheWrite, 0), u.PromptTokens-u.CachedTokens)
 	}
 	if !s.final {
 		u.CompletionTokens = max(s.completion, s.counted+s.countText(s.text.String()))

@@ -184,12 +184,13 @@ func (openAIResponses) readAnswer(s *usageSeen, raw []byte) bool {
 // responsesUsage is the Responses API's usage object: input_tokens counts
 // the cached tokens too (see the file's comment).
 type responsesUsage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
+	InputTokens  int64              `json:"input_tokens"`
+	OutputTokens int64              `json:"output_tokens"`
+	InputDetails openAIPromptDetail `json:"input_tokens_details"`
 }
 
 func (u *responsesUsage) addTo(s *usageSeen) {
-	s.prompt, s.promptSet = u.InputTokens, true
+	s.prompt, s.promptSet, s.cached = u.InputTokens, true, u.InputDetails.CachedTokens
 	s.completion, s.final = u.OutputTokens, true
 }
 

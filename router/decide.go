@@ -112,7 +112,9 @@ func (r *Router) fallback(c *node.Call, tokens int64) (outcome, error) {
 		d := &o.answer.Decision
 		hits := max(c.Req.Hits, 1) // an Envoy descriptor's hits_addend
 		switch {
-		case r.cfg.Fallback == fallback.Closed:
+		case r.cfg.Fallback == fallback.Closed, r.cfg.Limits(c.Key).Spend > 0:
+			// A key with a budget falls back closed: its spend is
+			// counted only at its owner, and a budget is never exceeded.
 			d.Reason = limiter.Requests
 			d.RetryAfter = r.cfg.ForwardTimeout
 		case !r.debts.Room(c.Key):

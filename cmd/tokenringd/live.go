@@ -26,8 +26,9 @@ type live struct {
 
 // liveState is one config and what is resolved from it once.
 type liveState struct {
-	cfg   config.Config
-	chain func(tenant, model string) router.Chain // chainOf(cfg): nil without chains
+	cfg      config.Config
+	chain    func(tenant, model string) router.Chain // chainOf(cfg): nil without chains
+	budgeted bool                                    // cfg.Budgeted()
 }
 
 func newLive(cfg config.Config) *live {
@@ -38,7 +39,7 @@ func newLive(cfg config.Config) *live {
 
 // set makes cfg the config in force.
 func (l *live) set(cfg config.Config) {
-	l.p.Store(&liveState{cfg: cfg, chain: chainOf(cfg)})
+	l.p.Store(&liveState{cfg: cfg, chain: chainOf(cfg), budgeted: cfg.Budgeted()})
 }
 
 // limits maps a limiter key to its configured limits (levelLimits):
@@ -72,9 +73,41 @@ func descriptorLimits(cfg *config.Config, descs *descriptors.Config, key string)
 // keyLimits is key's limits in cfg (see live.limits).
 func keyLimits(cfg *config.Config, key string) limiter.Limits {
 	lim := levelLimits(cfg, key)
-	return limiter.Limits{Requests: lim.RPM, Tokens: lim.TPM, Concurrency: lim.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL,
+	l := limiter.Limits{Requests: lim.RPM, Tokens: lim.TPM, Concurrency: lim.Concurrency, Window: cfg.Limits.Window, LeaseTTL: cfg.Limits.LeaseTTL,
 		Reserve: reserveMode(lim.Reservation)}
+	if b := lim.Budget; b != nil {
+		l.Spend, l.Period = int64(b.Amount), spendPeriod(b)
+	}
+	return l
 }
+
+// spendPeriod is the limiter's Period of a budget.
+func spendPeriod(b *config.Budget) limiter.Period {
+	p := limiter.Period{Loc: b.Loc}
+	switch b.Period {
+	case config.PeriodDay:
+		p.Unit = limiter.PeriodDay
+	case config.PeriodWeek:
+		p.Unit = limiter.PeriodWeek
+	case config.PeriodMonth:
+		p.Unit = limiter.PeriodMonth
+	case config.PeriodTotal:
+		p.Unit = limiter.PeriodTotal
+	default:
+		p.Unit = limiter.PeriodEvery
+		p.Every, _ = b.Every()
+	}
+	return p
+}
+
+// price is a model's price in the limiter's terms.
+func (l *live) price(model string) (limiter.Price, bool) {
+	p, ok := l.p.Load().cfg.Price(model)
+	return limiter.Price{Input: int64(p.Input), CachedInput: int64(p.CachedInput), CacheWrite: int64(p.CacheWrite), Output: int64(p.Output)}, ok
+}
+
+// budgeted reports whether the config in force has a budget.
+func (l *live) budgeted() bool { return l.p.Load().budgeted }
 
 // reserveMode is the limiter's name for a reservation of the config: ""
 // (absent) and estimate are the estimate.

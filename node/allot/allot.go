@@ -424,8 +424,8 @@ func Allot(b *limiter.Budget, now time.Time, c *peer.Call) peer.Answer {
 	if st.Concurrency.Limit > 0 {
 		share = min(share, st.Concurrency.Remaining/allotShare)
 	}
-	if share < minSlice {
-		share = 0
+	if share < minSlice || st.Spend.Limit > 0 {
+		share = 0 // a key with a budget is never sliced: each request's cost is its own price's
 	}
 	want = min(want, int(share))
 	ids := make([]uint64, 0, want)

@@ -393,6 +393,22 @@ func TestAllotAfterAQuietBucket(t *testing.T) {
 	}
 }
 
+// A key with a budget is never sliced: the grant is empty and the key
+// counts nothing it did not count before.
+func TestAllotNothingOfABudget(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	l := limiter.Limits{Requests: 100_000, Window: time.Minute, Spend: 1e12}
+	b := limiter.NewBudget(l, nil, t0)
+	ask := peer.Call{Op: peer.OpAllot, Key: "k", Count: peer.MaxAllot, Req: limiter.Request{Reserve: 1}}
+	a := Allot(b, t0, &ask)
+	if _, ids, err := DecodeGrant(a.State); err != nil || len(ids) != 0 || a.OK {
+		t.Fatalf("a budget's key granted %d admissions (%v)", len(ids), err)
+	}
+	if st := b.Status(t0); st.Requests.Remaining != l.Requests || st.Spend.Held != 0 {
+		t.Fatalf("after no grant: %+v", st)
+	}
+}
+
 // Whatever the ask (any count and reservation, any priority) and whenever
 // it comes (before or long after the key's last call), allot answers
 // without panicking, grants at most peer.MaxAllot admissions valid until the

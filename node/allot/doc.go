@@ -32,6 +32,10 @@
 // release, renew and cancel go to the owner as for any other lease, and a
 // handoff moves it with the key.
 //
+// A key with a budget (limiter.Limits.Spend) gets no slice: an admission
+// made in advance cannot know the price of the request it will serve, so
+// every request of it is decided at its owner.
+//
 // What it costs: a request served from a slice reserves the slice's token
 // bound, not its own estimate, until it is settled; a node that crashes
 // holding a slice leaves its unused admissions charged until their bucket
