@@ -302,6 +302,8 @@ type Config struct {
 	RLS RLS `yaml:"rls"`
 	// Log is how tokenringd writes its log (log.go).
 	Log Log `yaml:"log"`
+	// Tracing exports OpenTelemetry traces (tracing.go).
+	Tracing Tracing `yaml:"tracing"`
 }
 
 // MinSecretLen is the shortest cluster_secret and cluster_secret_secondary,
@@ -537,6 +539,7 @@ func (c Config) Validate() error {
 	c.validateSecurity(&errs)
 	c.validateRLS(&errs)
 	c.validateLog(&errs)
+	c.validateTracing(&errs)
 	return errs.err()
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/proxy"
 	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/tracing"
 )
 
 // Config configures a node's front door. Zero fields take the documented
@@ -74,6 +75,10 @@ type Config struct {
 	DebtInterval time.Duration
 	// Logger receives the logs. Nil discards them.
 	Logger *slog.Logger
+	// Tracer, if not nil, makes the spans of the decision API's and the
+	// proxy's requests and of their decisions (trace.go); nil is tracing
+	// off.
+	Tracer *tracing.Tracer
 	// Proxy configures the LLM proxy (POST /v1/chat/completions and
 	// /v1/messages). The zero value answers 401 to every key.
 	Proxy proxy.Config
@@ -105,7 +110,7 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		Limits: cfg.Limits, PoolFor: cfg.PoolFor, Chain: cfg.Chain,
 		Fallback: cfg.Fallback, ForwardTimeout: cfg.ForwardTimeout, ForwardMaxWait: cfg.ForwardMaxWait,
 		Registry: cfg.Registry, Now: cfg.Now, DebtInterval: cfg.DebtInterval, Logger: cfg.Logger,
-		MaxFallbackKeys: cfg.MaxFallbackKeys,
+		MaxFallbackKeys: cfg.MaxFallbackKeys, Tracer: cfg.Tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -126,13 +131,27 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 }
 
 // ServeHTTP implements http.Handler.
-func (d *Door) ServeHTTP(w http.ResponseWriter, req *http.Request) { d.handler.ServeHTTP(w, req) }
+func (d *Door) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if t := d.router.Tracer(); t != nil {
+		serveTraced(t, d.handler, w, req)
+		return
+	}
+	d.handler.ServeHTTP(w, req)
+}
 
 // ServePlain is the fast path's http1.Handler: the decision API's calls
 // and the LLM proxy's whole-answer requests, answered exactly as
 // ServeHTTP would; any other request it declines (false) having changed
 // nothing.
 func (d *Door) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
+	if t := d.router.Tracer(); t != nil {
+		return servePlainTraced(t, ctx, req, resp, d.servePlain)
+	}
+	return d.servePlain(ctx, req, resp)
+}
+
+// servePlain is ServePlain without its span.
+func (d *Door) servePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
 	return d.api.ServePlain(ctx, req, resp) || d.proxy.ServePlain(ctx, req, resp)
 }
 
@@ -140,6 +159,9 @@ func (d *Door) ServePlain(ctx context.Context, req *http1.Request, resp *http1.R
 // loop's thread: it takes what ServePlain takes when every key it touches
 // is decided at this node at once, and declines everything else.
 func (d *Door) ServeQuick(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
+	if t := d.router.Tracer(); t != nil {
+		return servePlainTraced(t, ctx, req, resp, d.api.ServeQuick)
+	}
 	return d.api.ServeQuick(ctx, req, resp)
 }
 

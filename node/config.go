@@ -13,6 +13,7 @@ import (
 	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/tracing"
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -90,6 +91,9 @@ type Config struct {
 	Ring ring.Config
 	// Logger receives the node's logs. Nil discards them.
 	Logger *slog.Logger
+	// Tracer, if not nil, makes the spans of forwarded calls, on both
+	// sides (trace.go); nil is tracing off.
+	Tracer *tracing.Tracer
 	// HotKeyRate is how many acquires a second this node must forward for
 	// one key before it asks the key's owner for a slice of its budget and
 	// decides the key's requests itself (node/allot). Zero means

@@ -332,7 +332,7 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 			fwd := *c
 			fwd.Hops++
 			fwd.Handed = h.handed
-			return n.allotted(c, h.addr, func() (Answer, error) { return n.peers.Get(h.addr).Call(ctx, &fwd) })
+			return n.allotted(c, h.addr, func() (Answer, error) { return n.forward(ctx, h.addr, &fwd) })
 		}
 	}
 }

@@ -99,7 +99,7 @@ func (n *Node) runRoute(calls []Call, hops uint8) (addr string, ok bool) {
 // when the run came from this member's router.
 func (n *Node) forwardRun(ctx context.Context, c *Call, calls []Call, addr string) (Answer, error) {
 	fwd := Call{Op: peer.OpRun, Key: c.Key, Hops: c.Hops + 1, State: peer.AppendRun(nil, calls)}
-	a, err := n.peers.Get(addr).Call(ctx, &fwd)
+	a, err := n.forward(ctx, addr, &fwd)
 	if err != nil || n.holder == nil || c.Hops != 0 {
 		return a, err
 	}

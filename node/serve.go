@@ -16,7 +16,7 @@ import (
 // plaintext): the calls peers forward here.
 func (n *Node) newServer(ln net.Listener, auth *peer.Auth) *peer.Server {
 	return peer.NewServer(ln, peer.ServerConfig{
-		Handle:   n.serve,
+		Handle:   n.handler(),
 		Inline:   n.inline,
 		Batch:    n.cfg.Batch,
 		Log:      n.log,

@@ -33,16 +33,16 @@ const clientWatchDelay = 20 * time.Millisecond
 // responses, embeddings and messages that do not ask for a stream
 // (proxyPlain), and declines (false, nothing done) every other request
 // (the endpoints passed through among them).
-func (s *Server) ServePlain(_ context.Context, req *http1.Request, resp *http1.Response) bool {
+func (s *Server) ServePlain(ctx context.Context, req *http1.Request, resp *http1.Response) bool {
 	switch string(req.Path) {
 	case "/v1/chat/completions":
-		return s.proxyPlain(req, resp, openAI{})
+		return s.proxyPlain(ctx, req, resp, openAI{})
 	case "/v1/responses":
-		return s.proxyPlain(req, resp, openAIResponses{})
+		return s.proxyPlain(ctx, req, resp, openAIResponses{})
 	case "/v1/embeddings":
-		return s.proxyPlain(req, resp, openAIEmbeddings{})
+		return s.proxyPlain(ctx, req, resp, openAIEmbeddings{})
 	case "/v1/messages":
-		return s.proxyPlain(req, resp, anthropic{})
+		return s.proxyPlain(ctx, req, resp, anthropic{})
 	}
 	return false
 }
@@ -50,8 +50,10 @@ func (s *Server) ServePlain(_ context.Context, req *http1.Request, resp *http1.R
 // proxyPlain serves a chat completion (or message) taken by ServePlain, as
 // proxy would: every answer, errors included, is the one the net/http
 // routes (Routes) give.
-// It declines (false, nothing done) a request that asks for a stream.
-func (s *Server) proxyPlain(req *http1.Request, resp *http1.Response, p provider) bool {
+// It declines (false, nothing done) a request that asks for a stream. The
+// call's context is not ctx, which the connection's handler may end, but
+// carries its span (detached).
+func (s *Server) proxyPlain(ctx context.Context, req *http1.Request, resp *http1.Response, p provider) bool {
 	// The body is copied before anything keeps it: once the client watch
 	// starts, req's slices may move in the connection's buffer.
 	body := bytes.Clone(req.Body)
@@ -87,7 +89,7 @@ func (s *Server) proxyPlain(req *http1.Request, resp *http1.Response, p provider
 	if parsed == nil {
 		hreq.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.detached(ctx))
 	defer cancel()
 	w := &plainWriter{resp: resp, h: make(http.Header)}
 	stop := req.WatchClient(clientWatchDelay, cancel)

@@ -133,6 +133,7 @@ func New(r *router.Router, cfg Config, counter router.Counter, maxPromptBytes in
 			s.upstreams[u] = NewUpstreamClient(u.Timeouts)
 		}
 	}
+	s.traceUpstreams(r.Tracer()) // trace.go
 	return s
 }
 

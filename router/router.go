@@ -14,6 +14,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/ring"
+	"github.com/tokenring/tokenring/tracing"
 )
 
 // Cluster is what the router needs of the node: execute a call at its key's
@@ -79,6 +80,9 @@ type Config struct {
 	// 503 (max_keys); debts recorded for admissions made elsewhere always
 	// enter. Zero means fallback.DefaultMaxKeys (1,000,000).
 	MaxFallbackKeys int
+	// Tracer, if not nil, makes the spans of decisions (trace.go); nil is
+	// tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Router turns the front ends' requests into decisions across the keys

@@ -19,6 +19,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 	"github.com/tokenring/tokenring/node"
 	"github.com/tokenring/tokenring/router"
+	"github.com/tokenring/tokenring/tracing"
 )
 
 // InProc is a tokenring cluster whose members all run in this process, each
@@ -91,6 +92,7 @@ type inProcConfig struct {
 	batch          node.BatchConfig
 	gossip         func(*gossip.Config)
 	logLevel       slog.Level
+	tracer         func(member string) *tracing.Tracer // WithTracing (tracing_test.go); nil: tracing off
 }
 
 // InProcOption changes how NewInProc and Add configure members.
@@ -289,7 +291,17 @@ func (c *InProc) newNode(name string, log *slog.Logger) (*node.Node, error) {
 		Forward:    node.ForwardConfig{ProbeAfter: c.cfg.forwardTimeout},
 		HotKeyRate: c.cfg.hotKeyRate,
 		Logger:     log,
+		Tracer:     c.tracerOf(name),
 	})
+}
+
+// tracerOf is member name's tracer: nil (tracing off) unless the cluster
+// was made WithTracing.
+func (c *InProc) tracerOf(name string) *tracing.Tracer {
+	if c.cfg.tracer == nil {
+		return nil
+	}
+	return c.cfg.tracer(name)
 }
 
 // gossipConfig is member name's gossip configuration: local defaults on a
@@ -336,6 +348,7 @@ func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Log
 		Registry:       reg,
 		Gatherer:       reg,
 		Logger:         log,
+		Tracer:         n.Tracer(),
 	})
 }
 

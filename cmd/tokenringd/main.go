@@ -38,6 +38,7 @@ import (
 	"github.com/tokenring/tokenring/node/replica"
 	"github.com/tokenring/tokenring/prompt"
 	"github.com/tokenring/tokenring/proxy"
+	"github.com/tokenring/tokenring/tracing"
 
 	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,7 +73,7 @@ var errUsage = errors.New("usage")
 // flags are tokenringd's command line (docs/configuration.md, "Flags").
 type flags struct {
 	config, name, http, peer, gossip, join, redis string
-	grpc                                          string
+	grpc, otlpEndpoint                            string
 	advertise                                     string
 	gossipProfile, logLevel, logFormat            string
 	batchWait                                     time.Duration
@@ -99,6 +100,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (fl
 	fs.DurationVar(&f.batchWait, "peer-batch-wait", 0, "how long a peer connection lingers for more calls before writing a frame (0: write what queued up while the previous write was in flight)")
 	fs.IntVar(&f.batchMax, "peer-batch-max", 1000, "most calls per peer frame (1 disables batching)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback bind with no client tokens and no cluster secret")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector base `URL` to export traces to (default: tracing.otlp_endpoint in the config, else OTEL_EXPORTER_OTLP_ENDPOINT; none: no tracing)")
 	if err := fs.Parse(args); err != nil {
 		return f, fmt.Errorf("%w: %w", errUsage, err) // -h: flag.ErrHelp, usage printed (exitCode: 0)
 	}
@@ -163,11 +165,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}()
 	cur := newLive(cfg)
-	n, err := newNode(f, cfg, cur.limits, checkpoint, base)
+	n, closeNode, err := startTracedNode(ctx, f, cfg, cur.limits, checkpoint, getenv, base) // tracing.go: the node and its tracer
 	if err != nil {
 		return err
 	}
-	defer n.Close()
+	defer closeNode() // the node's Close, then its last spans flushed
 	// The router is made before the node joins: loading the tokenizer
 	// takes a second of CPU, and a member that owns partitions must not
 	// spend it instead of answering its peers.
@@ -295,7 +297,7 @@ func defaultName(httpAddr net.Addr) string {
 
 // newNode makes the node (it serves the peer protocol at once; it joins
 // the cluster in joinCluster).
-func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, checkpoint replica.Checkpoint, log *slog.Logger) (*node.Node, error) {
+func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, checkpoint replica.Checkpoint, tracer *tracing.Tracer, log *slog.Logger) (*node.Node, error) {
 	return node.New(node.Config{
 		Name:                f.name,
 		PeerAddr:            f.peer,
@@ -317,6 +319,7 @@ func newNode(f flags, cfg config.Config, limits func(string) limiter.Limits, che
 		HotKeyRate:        hotKeyRate(cfg.HotKeyRate),
 		MaxFrame:          cfg.Peer.MaxFrameBytes,
 		MaxPeerConns:      cfg.Peer.MaxConns,
+		Tracer:            tracer,
 	})
 }
 
@@ -396,6 +399,7 @@ func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, re
 		Registry:        reg,
 		Gatherer:        reg,
 		Logger:          log,
+		Tracer:          n.Tracer(),
 		ClusterSecrets:  clusterSecrets(cfg),
 		Clients:         clientTokens(cfg),
 		ClientCerts:     clientCerts(cfg),

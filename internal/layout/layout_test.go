@@ -45,6 +45,10 @@ var allowed = map[string][]string{
 	"internal/redistest":   {"internal/loopback"},
 	"internal/http1":       {"internal/alarm", "internal/fdreserve", "internal/idleconn"},
 	"gossip":               {"internal/fdreserve"},
+	// OpenTelemetry: the spans and their propagation, and apart the
+	// exporter tokenringd builds.
+	"tracing":      nil,
+	"tracing/otlp": {"config", "tracing"},
 	// A member: the pure custody machine and the peer protocol below the
 	// parts that use it, the shell (node) above them.
 	"node/custody": {"node/internal/wire", "ring"},
@@ -52,14 +56,14 @@ var allowed = map[string][]string{
 	"node/allot":   {"limiter", "node/internal/wire", "node/peer"},
 	"node/replica": {"limiter", "node/internal/shrink", "node/internal/wire", "node/peer", "ring"},
 	"node": {"gossip", "internal/lazyctx", "limiter", "node/allot", "node/custody",
-		"node/internal/shrink", "node/peer", "node/replica", "ring"},
+		"node/internal/shrink", "node/peer", "node/replica", "ring", "tracing"},
 	// The front door: the decision across keys, and the HTTP shapes above it.
 	"fallback":  {"limiter"},
-	"router":    {"fallback", "internal/lazyctx", "limiter", "node", "prompt", "ring"},
+	"router":    {"fallback", "internal/lazyctx", "limiter", "node", "prompt", "ring", "tracing"},
 	"api":       {"internal/http1", "internal/jsonwire", "limiter", "node", "prompt", "router"},
-	"proxy":     {"internal/alarm", "internal/http1", "internal/jsonwire", "limiter", "node", "prompt", "router"},
+	"proxy":     {"internal/alarm", "internal/http1", "internal/jsonwire", "limiter", "node", "prompt", "router", "tracing"},
 	"admin":     {"limiter", "node", "ring", "router"},
-	"frontdoor": {"admin", "api", "fallback", "internal/http1", "limiter", "proxy", "router"},
+	"frontdoor": {"admin", "api", "fallback", "internal/http1", "limiter", "proxy", "router", "tracing"},
 	"client":    {"internal/idleconn", "internal/jsonwire"},
 	// Envoy's rate limit service: a gRPC front door over the router.
 	"rls": {"api", "limiter", "node", "rls/descriptors", "router"},
