@@ -117,7 +117,7 @@ function memberRow(m, i, c, total, selfHash) {
   if (!m.stats) {
     tr.setAttribute('class', 'down');
     tr.dataset.ready = 'false';
-    tr.append(name, parts, el('td', { colspan: 10, text: 'unreachable: ' + m.error }));
+    tr.append(name, parts, el('td', { colspan: 10, class: 'err', title: m.error, text: 'unreachable: ' + m.error }));
     samples.delete(m.name);
     return tr;
   }
@@ -167,23 +167,26 @@ function drawMembers(c) {
   set('total-fallbacks', total.b, true);
 }
 
-// bars draws values (each {v, w, cls}: stacked parts of one bar) into svg
-// as a bar chart scaled to its largest bar, with label under it.
-function bars(svg, columns, label) {
+// bars draws columns (each a list of {v, cls, title}: the stacked parts of
+// one bar) into svg, scaled to the tallest bar; column i at slot at(i) of
+// slots, right-aligned by default. Labels go in captions, not in the
+// stretched svg.
+function bars(svg, columns, slots, at) {
   svg.replaceChildren();
   const top = Math.max(1, ...columns.map((c) => c.reduce((s, p) => s + p.v, 0)));
-  const w = 600 / Math.max(columns.length, 1);
+  const n = Math.max(slots, columns.length, 1), w = 600 / n;
   columns.forEach((parts, i) => {
-    let y = 108;
+    const x = (at ? at(i) : n - columns.length + i) * w;
+    let y = 118;
     for (const p of parts) {
-      const h = (p.v / top) * 96;
-      if (h > 0) svg.append(el('svg:rect', { class: p.cls, x: (i * w + 0.5).toFixed(1), y: (y - h).toFixed(1),
-        width: Math.max(0.5, w - 1).toFixed(1), height: h.toFixed(1) }, el('svg:title', { text: p.title || String(p.v) })));
+      const h = (p.v / top) * 112;
+      if (h > 0) svg.append(el('svg:rect', { class: p.cls, x: (x + 0.5).toFixed(2), y: (y - h).toFixed(2),
+        width: Math.max(0.5, w - 1).toFixed(2), height: h.toFixed(2) }, el('svg:title', { text: p.title || String(p.v) })));
       y -= h;
     }
   });
-  svg.append(el('svg:text', { x: 4, y: 118, text: label }));
-  svg.append(el('svg:text', { x: 596, y: 10, 'text-anchor': 'end', text: 'max ' + num(top) }));
+  svg.dataset.top = top;
+  return top;
 }
 
 function drawHistory(c) {
@@ -192,9 +195,10 @@ function drawHistory(c) {
   for (const p of pts) { allowed += p.allowed; refused += p.refused; }
   const svg = $('history');
   Object.assign(svg.dataset, { points: pts.length, allowed, refused });
-  bars(svg, pts.map((p) => [{ v: p.allowed, cls: 'allowed', title: p.allowed + ' allowed' },
-    { v: p.refused, cls: 'refused', title: p.refused + ' refused' }]), 'last ' + pts.length + ' s, one bar a second');
-  $('history-legend').textContent = '· ' + num(allowed) + ' allowed, ' + num(refused) + ' refused over the last ' + pts.length + ' s';
+  const top = bars(svg, pts.map((p) => [{ v: p.allowed, cls: 'allowed', title: p.allowed + ' allowed' },
+    { v: p.refused, cls: 'refused', title: p.refused + ' refused' }]), 120);
+  $('history-legend').textContent = '· ' + num(allowed) + ' allowed, ' + num(refused) + ' refused over the last ' + pts.length +
+    ' s (a bar a second, up to ' + num(top) + ')';
 }
 
 function usedBar(used) {
@@ -277,8 +281,8 @@ function drawUpstream(c) {
   $('up-kinds').replaceChildren(...Object.entries(kinds).map(([k, v]) =>
     el('span', { class: 'chip' + (v > 0 ? ' hot' : ''), 'data-kind': k, 'data-count': v }, k, el('b', { text: num(v) }))));
   const b = u.latency_bounds_ms || [];
-  bars($('latency'), (u.latency_ms || []).map((v, i) => [{ v, cls: 'lat', title: (i < b.length ? '≤ ' + b[i] : '> ' + b[b.length - 1]) + ' ms: ' + v }]),
-    'time to headers: ' + b.map((x) => x + '').join(' · ') + ' ms buckets');
+  bars($('latency'), (u.latency_ms || []).map((v, i) => [{ v, cls: 'lat', title: (i < b.length ? '≤ ' + b[i] : '> ' + b[b.length - 1]) + ' ms: ' + v }]), 0);
+  $('latency-caption').textContent = 'answers by time to headers, buckets up to ' + b.map((x) => num(x)).join(' · ') + ' ms, then slower';
 }
 
 function drawDetail(t) {
@@ -308,11 +312,15 @@ function drawDetail(t) {
   el('td', { class: 'bad', text: r.reason }), el('td', { class: 'num', text: num(r.retry_after_ms) + ' ms' }))));
   $('no-refusals').hidden = t.refusals.length > 0;
   const h = t.history;
-  $('window-owner').textContent = (h.node || '–') + (h.held ? '' : ' (not held)') + ' · ' + num(h.window_ms / 1000) + ' s window';
   const reqs = h.buckets.reduce((s, b) => s + b.requests, 0);
-  Object.assign($('window').dataset, { buckets: h.buckets.length, requests: reqs });
+  const toks = h.buckets.reduce((s, b) => s + b.tokens, 0);
+  Object.assign($('window').dataset, { buckets: h.buckets.length, requests: reqs, tokens: toks });
+  // Bars placed by time over the window (now at the right): 60 slots.
+  const now = Date.now(), span = h.window_ms || 60000;
   bars($('window'), h.buckets.map((b) => [{ v: b.requests, cls: 'req', title: new Date(b.t_ms).toLocaleTimeString('en-GB') + ': ' +
-    b.requests + ' requests, ' + b.tokens + ' tokens' }]), num(reqs) + ' requests in ' + h.buckets.length + ' buckets');
+    b.requests + ' requests, ' + b.tokens + ' tokens' }]), 60, (i) => Math.min(59, Math.max(0, Math.floor((60 * (h.buckets[i].t_ms - now + span)) / span))));
+  $('window-owner').textContent = (h.node || '–') + (h.held ? '' : ' (not held)') + ' · the last ' + num(span / 1000) + ' s: ' +
+    num(reqs) + ' requests, ' + num(toks) + ' tokens in ' + h.buckets.length + ' buckets';
 }
 
 function detailError(msg) {

@@ -55,8 +55,8 @@ type TenantRefusals struct {
 // answered for it through the pool in the current and previous periods
 // (Activity.RotatePools).
 type PoolTenant struct {
-	Tenant     string
-	Admissions int64
+	Tenant     string `json:"tenant"`
+	Admissions int64  `json:"admissions"`
 }
 
 // Activity records the refusals an acquire got at this node and the
