@@ -127,6 +127,18 @@ func TestAdminUIGuard(t *testing.T) {
 		{"/admin/cluster?token=s3cret", "", 401},
 		{"/admin/cluster", "Bearer s3cret", 200},
 	}
+	for _, p := range []string{"/admin/tenant?tenant=acme", "/admin/tenants?sort=used", "/admin/refusals?tenant=acme", "/admin/history?key=t:acme"} {
+		cases = append(cases, struct {
+			path, auth string
+			want       int
+		}{p, "", 401}, struct {
+			path, auth string
+			want       int
+		}{p + "&token=s3cret", "", 401}, struct {
+			path, auth string
+			want       int
+		}{p, "Bearer s3cret", 200})
+	}
 	for _, tc := range cases {
 		resp, body := getRaw(t, base+tc.path, tc.auth)
 		if resp.StatusCode != tc.want {
