@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,8 +71,10 @@ type Activity struct {
 	next    uint64
 	tenants map[string]*TenantRefusals
 
-	pmu   sync.Mutex
-	pools map[string]*poolTop
+	// pools maps a pool's name to its *poolTop: read without a lock on
+	// the admissions' path; npools counts them.
+	pools  sync.Map
+	npools atomic.Int32
 }
 
 // poolTop counts a pool's heaviest tenants in the current period (cur)
@@ -155,20 +158,19 @@ func (a *Activity) RefusedTenants() []TenantRefusals {
 
 // admitted counts an admission of tenant through pool.
 func (a *Activity) admitted(pool, tenant string) {
-	a.pmu.Lock()
-	p, ok := a.pools[pool]
+	v, ok := a.pools.Load(pool)
 	if !ok {
-		if len(a.pools) >= MaxActivityPools {
-			a.pmu.Unlock()
+		if a.npools.Load() >= MaxActivityPools {
 			return
 		}
-		if a.pools == nil {
-			a.pools = map[string]*poolTop{}
+		var loaded bool
+		if v, loaded = a.pools.LoadOrStore(pool, &poolTop{cur: map[string]int64{}}); !loaded && a.npools.Add(1) > MaxActivityPools {
+			a.pools.Delete(pool) // another pool took the last place meanwhile
+			a.npools.Add(-1)
+			return
 		}
-		p = &poolTop{cur: map[string]int64{}}
-		a.pools[pool] = p
 	}
-	a.pmu.Unlock()
+	p := v.(*poolTop)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.cur[tenant]; !ok && len(p.cur) >= PoolTopTenants {
@@ -187,9 +189,8 @@ func (a *Activity) admitted(pool, tenant string) {
 // RotatePools starts a new period for every pool's counts: the current
 // period's become the previous one's, the previous one's are dropped.
 func (a *Activity) RotatePools() {
-	a.pmu.Lock()
-	defer a.pmu.Unlock()
-	for _, p := range a.pools {
+	for _, v := range a.pools.Range {
+		p := v.(*poolTop)
 		p.mu.Lock()
 		p.prev, p.cur = p.cur, make(map[string]int64, len(p.cur))
 		p.mu.Unlock()
@@ -200,10 +201,9 @@ func (a *Activity) RotatePools() {
 // tenants (current and previous periods summed), the heaviest first, at
 // most PoolTopTenants.
 func (a *Activity) PoolTenants() map[string][]PoolTenant {
-	a.pmu.Lock()
-	defer a.pmu.Unlock()
-	out := make(map[string][]PoolTenant, len(a.pools))
-	for name, p := range a.pools {
+	out := map[string][]PoolTenant{}
+	for k, v := range a.pools.Range {
+		name, p := k.(string), v.(*poolTop)
 		p.mu.Lock()
 		sum := make(map[string]int64, len(p.cur)+len(p.prev))
 		for _, m := range []map[string]int64{p.prev, p.cur} {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +147,34 @@ func TestActivityBounds(t *testing.T) {
 	}
 	if n := len(a.PoolTenants()); n != MaxActivityPools {
 		t.Fatalf("%d pools counted, want %d", n, MaxActivityPools)
+	}
+}
+
+// TestActivityConcurrent: admissions and refusals recorded from many
+// goroutines while others read are all counted (run with -race).
+func TestActivityConcurrent(t *testing.T) {
+	var a Activity
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 1000 {
+				a.admitted("p", "t")
+				a.refused(Refusal{Tenant: "t", Reason: []string{"requests", "tokens"}[(w+i)%2]})
+			}
+		})
+		wg.Go(func() {
+			for range 100 {
+				a.PoolTenants()
+				a.RefusedTenants()
+				a.Recent(nil, 10)
+			}
+		})
+	}
+	wg.Wait()
+	if got := a.PoolTenants()["p"]; len(got) != 1 || got[0] != (PoolTenant{"t", 4000}) {
+		t.Fatalf("pool tenants %+v, want t with 4000", got)
+	}
+	if got := a.RefusedTenants(); len(got) != 1 || got[0].Total != 4000 || got[0].ByReason["requests"] != 2000 || got[0].ByReason["tokens"] != 2000 {
+		t.Fatalf("refused %+v", got)
 	}
 }
