@@ -27,6 +27,11 @@ type Limits struct {
 	// most MaxSpend.
 	Spend  int64
 	Period Period // what Spend counts over; the zero Period never resets
+
+	// Fair shares the key among the flows that ask it (Request.Flow,
+	// a pool's tenants) by weighted max-min fair shares, and serves its
+	// waiters by weighted fair queuing across them (fair.go).
+	Fair bool
 }
 
 // ReserveMode is how many tokens a key reserves for a request at acquire:
@@ -112,10 +117,13 @@ const (
 	// Spend: the key's spend limit (Limits.Spend) has no room for the
 	// request's cost in this period. Its name is "budget", the config's.
 	Spend
+	// FairShare: the key is fair (Limits.Fair) and contended, and the
+	// request would take its flow past its share (fair.go).
+	FairShare
 )
 
 // String returns "requests", "tokens", "concurrency", "queue_full",
-// "max_keys", "budget" or "" for None.
+// "max_keys", "budget", "fair_share" or "" for None.
 func (d Dimension) String() string {
 	switch d {
 	case Requests:
@@ -130,6 +138,8 @@ func (d Dimension) String() string {
 		return "max_keys"
 	case Spend:
 		return "budget"
+	case FairShare:
+		return "fair_share"
 	}
 	return ""
 }
@@ -179,6 +189,12 @@ type Request struct {
 	// reservation's prompt at Input, the rest at Output) and settles the
 	// real usage's cost at it. A zero Price costs nothing.
 	Price Price
+
+	// Flow names who asks (a tenant, at its pool) and Weight its weight
+	// (≤ 0 counts as 1), for a key whose Limits.Fair shares it among
+	// flows; "" is no flow, first come, first served.
+	Flow   string
+	Weight int64
 }
 
 // Usage is what the provider reported for a finished request. Negative

@@ -141,6 +141,7 @@ type Budget struct {
 
 	q  *waitQueue // nil while nothing is queued
 	sp *spending  // nil until the first admission under a spend limit
+	fr *fairness  // a fair key's flows (Limits.Fair); nil until a flow asks
 }
 
 // NewBudget returns the state of one key with limits l, whose window starts
@@ -283,8 +284,22 @@ func (b *Budget) Acquire(now time.Time, r Request) Decision {
 	if b.lim.Spend > 0 {
 		n.cost = r.Price.reserveCost(r.PromptTokens, tok, b.lim.Reserve)
 	}
+	f := b.flowOf(t, &r)
+	d := b.decide(t, r, n, f)
+	if f != nil && !d.Allowed && !d.Queued {
+		b.refusedFlow(f, n)
+	}
+	return d
+}
+
+// decide is Acquire's decision on r, needing n, of flow f (nil: none), at
+// t (after tick), once it is not a repeat.
+func (b *Budget) decide(t int64, r Request, n need, f *flow) Decision {
 	if d := b.neverFits(n); d != None {
 		return b.refuse(t, d, int64(b.lim.Window))
+	}
+	if f != nil {
+		return b.decideFair(t, r, n, f)
 	}
 	if b.q.len() > 0 {
 		reason, wait := b.behindQueue(t, n)
@@ -303,13 +318,14 @@ func (b *Budget) Acquire(now time.Time, r Request) Decision {
 		wait, _ := b.fitAfter(t, n)
 		return b.refuse(t, d, wait)
 	}
-	return b.admit(t, n, r.Lease, r.Price)
+	return b.admit(t, n, r.Lease, r.Price, nil)
 }
 
 // admit charges an admission needing n at t (after tick) and creates its
 // lease: id, which no live lease holds, or a fresh id if id is 0. Under a
-// spend limit the lease holds n.cost, to settle at price p.
-func (b *Budget) admit(t int64, n need, id uint64, p Price) Decision {
+// spend limit the lease holds n.cost, to settle at price p; of a flow f
+// (not nil), it counts for f.
+func (b *Budget) admit(t int64, n need, id uint64, p Price, f *flow) Decision {
 	k := b.head
 	b.addReq(k, n.req)
 	b.addTok(k, n.tok)
@@ -326,6 +342,7 @@ func (b *Budget) admit(t int64, n need, id uint64, p Price) Decision {
 	if b.lim.Spend > 0 {
 		b.holdSpend(t, id, n.cost, p)
 	}
+	b.admittedFlow(f, id, n)
 	return Decision{Allowed: true, Lease: id, Reserved: n.tok, Status: b.status(t)}
 }
 
@@ -387,6 +404,7 @@ func (b *Budget) SettleOverdrawn(now time.Time, id uint64, u Usage) (ok bool, ov
 	}
 	overdrawn = max(b.tokensOver()-over, 0)
 	b.endSpend(id, func(sl spendLease) int64 { return sl.price.Cost(u) })
+	b.endFlow(id, l.bucket, 0, delta)
 	if b.ewma < 0 {
 		b.ewma = float64(completion)
 	} else {
@@ -416,6 +434,7 @@ func (b *Budget) Release(now time.Time, id uint64) bool {
 		return false
 	}
 	b.endSpend(id, reservedCost)
+	b.endFlow(id, l.bucket, 0, 0)
 	b.dropLease(id, l)
 	return true
 }
@@ -436,6 +455,7 @@ func (b *Budget) Cancel(now time.Time, id uint64) bool {
 		b.addReq(l.bucket, -b.leaseHits(id))
 		b.addTok(l.bucket, -l.reserved)
 	}
+	b.endFlow(id, l.bucket, -b.leaseHits(id), -l.reserved)
 	b.endSpend(id, noCost)
 	b.dropLease(id, l)
 	return true

@@ -24,6 +24,7 @@ func (b *Budget) rescan(t int64) {
 			delete(b.leases, id)
 			delete(b.hits, id)
 			b.endSpend(id, reservedCost) // an expired lease's reservation is spent
+			b.endFlow(id, l.bucket, 0, 0)
 			continue
 		}
 		lo, hi = min(lo, l.expiry), max(hi, l.expiry)

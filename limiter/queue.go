@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -16,6 +17,9 @@ type waiter struct {
 	dim      Dimension // what blocked it when it was queued; never None
 	cost     int64     // picodollars it reserves of a spend limit, fixed when it was queued
 	price    Price     // Request.Price
+	flow     string    // Request.Flow, of a fair key; "" otherwise
+	weight   int64     // Request.Weight
+	tag      float64   // its place in its class: arrival order, or its fair queuing tag (fair.go)
 }
 
 // need is what admitting w takes.
@@ -36,7 +40,9 @@ func (b *Budget) repeats(w *waiter) (lease, bool) {
 	return l, ok
 }
 
-// fifo is one priority class: waiters in arrival order, w[h:] live.
+// fifo is one priority class: waiters in the order of their tags (their
+// arrival, or their fair queuing tags at a fair key; arrival among equal
+// tags), w[h:] live.
 type fifo struct {
 	w []waiter
 	h int
@@ -57,7 +63,11 @@ func (f *fifo) push(w waiter) {
 		n := copy(f.w, f.w[f.h:])
 		f.w, f.h = f.w[:n], 0
 	}
-	f.w = append(f.w, w)
+	i := len(f.w)
+	for i > f.h && f.w[i-1].tag > w.tag { // a fair tag below the last: its place
+		i--
+	}
+	f.w = slices.Insert(f.w, i, w)
 }
 
 func (f *fifo) pop() {
@@ -153,7 +163,8 @@ func (b *Budget) enqueue(t int64, r Request, n need, dim Dimension) Decision {
 		b.q.minDL = min(b.q.minDL, dl)
 	}
 	b.seq++
-	b.q.cls[c].push(waiter{ticket: b.seq, tok: n.tok, hits: n.req, lease: r.Lease, enq: t, deadline: dl, dim: dim, cost: n.cost, price: r.Price})
+	b.q.cls[c].push(waiter{ticket: b.seq, tok: n.tok, hits: n.req, lease: r.Lease, enq: t, deadline: dl, dim: dim, cost: n.cost, price: r.Price,
+		flow: r.Flow, weight: r.Weight, tag: b.queueTag(t, r, n)})
 	return Decision{Queued: true, Ticket: b.seq, Status: b.status(t)}
 }
 
@@ -239,6 +250,9 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 	if b.q.len() == 0 {
 		return dst
 	}
+	if b.fr != nil {
+		return b.wakeFair(t, dst)
+	}
 	aging := b.pol.aging()
 	for b.q.len() > 0 {
 		c, w := b.q.head(aging)
@@ -248,9 +262,11 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 		_, again := b.repeats(w)
 		switch {
 		case !again && !never && b.blocking(n) == None:
-			g.Decision = b.admit(t, n, w.lease, w.price)
+			b.unqueuedFlow(w, true)
+			g.Decision = b.admit(t, n, w.lease, w.price, b.flowOf(t, &Request{Flow: w.flow, Weight: w.weight}))
 		case again || never || t >= w.deadline:
 			g.Decision = b.answer(t, w, true)
+			b.unqueuedFlow(w, false)
 		default:
 			return b.expireWaiters(t, dst)
 		}
@@ -277,6 +293,7 @@ func (b *Budget) expireWaiters(t int64, dst []Grant) []Grant {
 				continue
 			}
 			dst = append(dst, Grant{Ticket: w.ticket, Decision: b.answer(t, w, false)})
+			b.unqueuedFlow(w, false)
 			b.q.removed(w.deadline)
 			f.remove(i)
 		}
@@ -320,6 +337,7 @@ func (b *Budget) CancelWait(now time.Time, ticket uint64) bool {
 		f := &b.q.cls[c]
 		for i := f.h; i < len(f.w); i++ {
 			if f.w[i].ticket == ticket {
+				b.unqueuedFlow(&f.w[i], false)
 				b.q.removed(f.w[i].deadline)
 				f.remove(i)
 				if b.q.len() == 0 {

@@ -219,6 +219,7 @@ func (b *Budget) rebucket(width int64, nb int) {
 	}
 	b.cnt = make([]int64, 2*(nb+1))
 	b.sumReq, b.sumTok = 0, 0
+	b.fr = nil // the flows' rings had the old buckets: shares start afresh
 	for k := oldHead - int64(oldN); k <= oldHead; k++ {
 		if nk, ok := remap(k); ok {
 			i := ringIndex(k, oldN+1)

@@ -1,0 +1,439 @@
+package limiter
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Fair shares: a key shared by flows (a pool by its tenants, Request.Flow)
+// whose Limits.Fair is set gives each active flow a weighted max-min share
+// of every limited dimension, computed afresh at each admission from what
+// the flows demanded in the window.
+//
+// Demand. A flow's demand in a dimension is twice what its admissions
+// count in the window, plus what it asked and was refused (or waits for)
+// in the window, plus, for the flow asking, the request at hand; slots:
+// twice those it holds (plus one for the request at hand). What a flow
+// used counts twice as the headroom its next requests need: a light flow
+// finds room at once instead of waiting until the heavy flows' use leaves
+// the window, which, under a sliding window filled whenever room frees,
+// can take most of a window. The headroom costs the heavy flows at most
+// what the light ones use, and nothing while nobody is refused.
+//
+// Share (water-filling). With capacity C (the limit) and demands d_i of
+// weights w_i, the level λ is the largest with Σ min(d_i, λ·w_i) = C, and
+// flow i's share is min(d_i, λ·w_i): a flow that wants less than its
+// weighted part gets all it wants, and what it leaves is divided among the
+// others by weight. The key is contended while some flow was refused (or
+// waited) in the window; until then no share refuses, and a lone flow may
+// use the whole key. Once contended, a request is admitted only if its
+// flow stays within its share; the
+// rest of the key's rules (room, slots, no barging past waiters) hold as
+// for any key. The shares converge within one window of contention: what
+// a flow took before it began is forgotten as it leaves the window.
+//
+// Waiters are served by weighted fair queuing across flows within each
+// priority class (queue.go): a waiter's tag is its flow's last tag (or
+// the virtual time, the tag of the waiter last admitted, if that is later)
+// plus its cost (its reserved tokens, or 1 where tokens are unlimited)
+// divided by its weight; a class is served in tag order, and a settle
+// corrects the flow's last tag by its real tokens. Waiters are not held to
+// their shares: the order of service is their fairness.
+//
+// Bounds: a key tracks at most MaxFlows flows; a flow that holds and
+// wants nothing in the window is forgotten, and a new flow past the bound
+// is treated as no flow (first come, first served). Flows are not part of
+// a snapshot: a key restored elsewhere, or whose window changes, starts
+// its shares afresh (its own windows stay exact).
+
+// MaxFlows bounds the flows a fair key tracks.
+const MaxFlows = 1024
+
+// fairness is a fair key's flows; nil until the first flow asks.
+type fairness struct {
+	flows   map[string]*flow
+	leases  map[uint64]*flow // each live lease's flow
+	vtime   float64          // the tag of the waiter admitted last
+	scratch []demand
+}
+
+// flow is one flow's use of a fair key: rings of what its admissions count
+// and what it was refused, on the key's buckets.
+type flow struct {
+	name   string
+	weight int64
+	head   int64   // absolute index of the newest bucket, as the key's
+	cnt    []int64 // 4 rings of N+1: requests, tokens admitted; requests, tokens refused
+	sum    [4]int64
+	slots  int64   // live leases
+	finish float64 // the tag of its last waiter
+}
+
+// The rings of a flow.
+const (
+	flowReq = iota
+	flowTok
+	flowWantReq
+	flowWantTok
+)
+
+// demand is one flow's demand and weight in one dimension.
+type demand struct{ d, w int64 }
+
+// flowOf returns r's flow at the fair key b at t, made if new; nil if r
+// names none, b is not fair, or b tracks MaxFlows flows already.
+func (b *Budget) flowOf(t int64, r *Request) *flow {
+	if !b.lim.Fair || r.Flow == "" {
+		return nil
+	}
+	if b.fr == nil {
+		b.fr = &fairness{flows: make(map[string]*flow), leases: make(map[uint64]*flow)}
+	}
+	f, ok := b.fr.flows[r.Flow]
+	if !ok {
+		if len(b.fr.flows) >= MaxFlows {
+			b.forgetIdleFlows()
+		}
+		if len(b.fr.flows) >= MaxFlows {
+			return nil
+		}
+		f = &flow{name: r.Flow, head: b.head, cnt: make([]int64, 4*b.ring())}
+		b.fr.flows[r.Flow] = f
+	}
+	f.weight = max(r.Weight, 1)
+	b.slideFlow(f)
+	return f
+}
+
+// idle reports whether f holds and wants nothing (its rings slid).
+func (f *flow) idle() bool { return f.slots == 0 && f.sum == [4]int64{} }
+
+// forgetIdleFlows drops the flows that hold and want nothing.
+func (b *Budget) forgetIdleFlows() {
+	for name, f := range b.fr.flows {
+		if b.slideFlow(f); f.idle() {
+			delete(b.fr.flows, name)
+		}
+	}
+}
+
+// slideFlow brings f's rings to b's head.
+func (b *Budget) slideFlow(f *flow) {
+	m := int64(b.ring())
+	for k := f.head + 1; k <= b.head && k <= f.head+m; k++ {
+		i := ringIndex(k, int(m))
+		for r := range 4 {
+			f.sum[r] -= f.cnt[r*int(m)+i]
+			f.cnt[r*int(m)+i] = 0
+		}
+	}
+	f.head = b.head
+}
+
+// addFlow adds v to ring r of f at live bucket k.
+func (b *Budget) addFlow(f *flow, r int, k, v int64) {
+	if f == nil || !b.live(k) {
+		return
+	}
+	b.slideFlow(f)
+	i := r*b.ring() + ringIndex(k, b.ring())
+	nv := min(max(f.cnt[i]+v, 0), maxUnits)
+	f.sum[r] += nv - f.cnt[i]
+	f.cnt[i] = nv
+}
+
+// overShare returns the first dimension, requests, tokens, concurrency, in
+// which admitting n would take flow f past its share, and how long until
+// it would not if nothing else happened; None if it stays within.
+func (b *Budget) overShare(t int64, f *flow, n need) (Dimension, int64) {
+	for _, d := range [...]struct {
+		dim        Dimension
+		limit, ask int64
+		used       func(*flow) int64
+		want       func(*flow) int64
+	}{
+		{Requests, b.lim.Requests, n.req, func(g *flow) int64 { return g.sum[flowReq] }, func(g *flow) int64 { return g.sum[flowWantReq] }},
+		{Tokens, b.lim.Tokens, n.tok, func(g *flow) int64 { return g.sum[flowTok] }, func(g *flow) int64 { return g.sum[flowWantTok] }},
+		{Concurrency, b.lim.Concurrency, n.slots, func(g *flow) int64 { return g.slots }, func(*flow) int64 { return 0 }},
+	} {
+		if d.limit <= 0 {
+			continue
+		}
+		share := b.share(f, d.limit, d.ask, d.used, d.want)
+		if d.used(f)+d.ask > share {
+			return FairShare, b.shareWait(t, f, d.dim, d.used(f)+d.ask-share)
+		}
+	}
+	return None, 0
+}
+
+// share is f's share of capacity c by water-filling, f asking ask more.
+// Flows that hold and want nothing are forgotten on the way.
+func (b *Budget) share(f *flow, c, ask int64, used, want func(*flow) int64) int64 {
+	fr := b.fr
+	ds := fr.scratch[:0]
+	var mine demand
+	contended := false
+	for name, g := range fr.flows {
+		b.slideFlow(g)
+		contended = contended || g.sum[flowWantReq] > 0
+		d := 2*used(g) + want(g) // what it used again: its use over the next window, as headroom
+		if g == f {
+			d += ask
+			mine = demand{d, g.weight}
+		}
+		if g != f && g.idle() {
+			delete(fr.flows, name)
+			continue
+		}
+		ds = append(ds, demand{d, g.weight})
+	}
+	slices.SortFunc(ds, func(x, y demand) int { // by d/w
+		switch l, r := x.d*y.w, y.d*x.w; {
+		case l < r:
+			return -1
+		case l > r:
+			return 1
+		}
+		return 0
+	})
+	left, weights := c, int64(0)
+	for _, d := range ds {
+		weights += d.w
+	}
+	for _, d := range ds {
+		if float64(d.d)*float64(weights) > float64(left)*float64(d.w) { // d/w above the level: every flow from here is capped
+			break
+		}
+		left, weights = left-d.d, weights-d.w
+	}
+	fr.scratch = ds
+	if !contended {
+		return math.MaxInt64 // nobody was refused in the window: no share refuses
+	}
+	if weights == 0 || float64(mine.d)*float64(weights) <= float64(left)*float64(mine.w) {
+		return mine.d // within its demand: all it wants
+	}
+	return int64(float64(left) * float64(mine.w) / float64(weights))
+}
+
+// shareWait is how long after t f's use of dim drops by excess as its
+// buckets leave the window (for slots: the lease TTL, a bound).
+func (b *Budget) shareWait(t int64, f *flow, dim Dimension, excess int64) int64 {
+	r := flowReq
+	switch dim {
+	case Tokens:
+		r = flowTok
+	case Concurrency:
+		return int64(b.lim.LeaseTTL)
+	}
+	N := int64(b.nb)
+	for k := b.head - N; k <= b.head; k++ {
+		excess -= f.cnt[r*b.ring()+ringIndex(k, b.ring())]
+		if excess <= 0 {
+			return max(0, (k+N+1)*b.width-t)
+		}
+	}
+	return int64(b.lim.Window)
+}
+
+// refusedFlow counts what f asked and was refused, in the current bucket.
+func (b *Budget) refusedFlow(f *flow, n need) {
+	b.addFlow(f, flowWantReq, b.head, n.req)
+	b.addFlow(f, flowWantTok, b.head, n.tok)
+}
+
+// admittedFlow counts lease id's admission n for f.
+func (b *Budget) admittedFlow(f *flow, id uint64, n need) {
+	if f == nil {
+		return
+	}
+	b.addFlow(f, flowReq, b.head, n.req)
+	b.addFlow(f, flowTok, b.head, n.tok)
+	f.slots++
+	b.fr.leases[id] = f
+}
+
+// endFlow ends lease id's part in its flow: its slot, and delta tokens
+// (a settle's correction, a cancel's removal) and reqs requests (a
+// cancel's) at the lease's bucket k; and corrects the flow's last tag by
+// the tokens. A lease of no flow changes nothing.
+func (b *Budget) endFlow(id uint64, k, reqs, delta int64) {
+	if b.fr == nil {
+		return
+	}
+	f, ok := b.fr.leases[id]
+	if !ok {
+		return
+	}
+	delete(b.fr.leases, id)
+	f.slots--
+	b.addFlow(f, flowReq, k, reqs)
+	b.addFlow(f, flowTok, k, delta)
+	f.finish += float64(delta) / float64(f.weight)
+}
+
+// queueTag is the tag of r, needing n, queued at t: its arrival (the
+// ticket) at a key that is not fair, or for no flow; at a fair key its
+// flow's last tag, or the virtual time if later, plus its cost (tokens,
+// or requests where tokens are unlimited) over its weight.
+func (b *Budget) queueTag(t int64, r Request, n need) float64 {
+	f := b.flowOf(t, &r)
+	if f == nil {
+		if b.fr != nil {
+			return b.fr.vtime
+		}
+		return float64(b.seq)
+	}
+	cost := n.req
+	if b.lim.Tokens > 0 {
+		cost = n.tok
+	}
+	f.finish = max(b.fr.vtime, f.finish) + float64(cost)/float64(f.weight)
+	b.refusedFlow(f, n) // wanted while it waits (unqueuedFlow takes it back if admitted)
+	return f.finish
+}
+
+// unqueuedFlow notes that waiter w of a fair key left the queue: admitted,
+// its want is taken back (its admission counts it) and the virtual time
+// moves to its tag; not admitted, its tag's cost is given back to its
+// flow, which did not get that service.
+func (b *Budget) unqueuedFlow(w *waiter, admitted bool) {
+	if b.fr == nil || w.flow == "" {
+		return
+	}
+	f, ok := b.fr.flows[w.flow]
+	if !ok {
+		return
+	}
+	if !admitted {
+		cost := w.hits
+		if b.lim.Tokens > 0 {
+			cost = w.tok
+		}
+		f.finish -= float64(cost) / float64(f.weight)
+		return
+	}
+	b.fr.vtime = max(b.fr.vtime, w.tag)
+	k := floorDiv(w.enq, b.width)
+	b.addFlow(f, flowWantReq, k, -w.hits)
+	b.addFlow(f, flowWantTok, k, -w.tok)
+}
+
+// FairContended reports whether b is fair and some flow was refused in
+// the window (its demands were past its limits): the owner then grants no
+// slice of it, since a slice's admissions are of no flow.
+func (b *Budget) FairContended(now time.Time) bool {
+	if b.fr == nil {
+		return false
+	}
+	b.tick(now.UnixNano())
+	for _, f := range b.fr.flows {
+		b.slideFlow(f)
+		if f.sum[flowWantReq] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// decideFair is decide at a fair key for flow f: admitted if the key has
+// room and f stays within its share, whatever waits (a waiter that fits
+// both would have been admitted by the last Wake); else queued if it may
+// wait, else refused for the key's limit or for the share.
+func (b *Budget) decideFair(t int64, r Request, n need, f *flow) Decision {
+	d := b.blocking(n)
+	wait := int64(0)
+	if d == None {
+		d, wait = b.overShare(t, f, n)
+	} else {
+		wait, _ = b.fitAfter(t, n)
+	}
+	switch {
+	case d == None:
+		return b.admit(t, n, r.Lease, r.Price, f)
+	case r.Wait > 0 && b.q.len() < b.pol.queueLen():
+		return b.enqueue(t, r, n, d)
+	case r.Wait > 0:
+		return b.refuse(t, QueueFull, wait)
+	}
+	return b.refuse(t, d, wait)
+}
+
+// wakeFair is Wake at a fair key: the waiters are taken in queue order
+// (each class in tag order, the classes as head chooses), skipping those
+// whose flow is past its share, which wait on; the first that does not
+// fit the key stops the admissions. Then every waiter whose deadline has
+// come is refused.
+func (b *Budget) wakeFair(t int64, dst []Grant) []Grant {
+	for b.q.len() > 0 {
+		c, i := b.fairHead(t)
+		if i < 0 {
+			break
+		}
+		w := &b.q.cls[c].w[i]
+		g := Grant{Ticket: w.ticket}
+		n := w.need()
+		_, again := b.repeats(w)
+		never := b.neverFits(n) != None
+		switch {
+		case !again && !never && b.blocking(n) == None:
+			b.unqueuedFlow(w, true)
+			g.Decision = b.admit(t, n, w.lease, w.price, b.flowOf(t, &Request{Flow: w.flow, Weight: w.weight}))
+		case again || never || t >= w.deadline:
+			g.Decision = b.answer(t, w, true)
+			b.unqueuedFlow(w, false)
+		default:
+			return b.expireWaiters(t, dst)
+		}
+		b.q.removed(w.deadline)
+		b.q.cls[c].remove(i)
+		dst = append(dst, g)
+	}
+	if b.q.len() == 0 {
+		b.q = nil
+		return dst
+	}
+	return b.expireWaiters(t, dst)
+}
+
+// fairHead is the class and index of the waiter wakeFair takes next: in
+// each class the first whose flow is within its share (or that names no
+// flow), the two compared as head compares fronts; -1 if none.
+func (b *Budget) fairHead(t int64) (int, int) {
+	var first [2]int
+	over := make(map[*flow]bool) // a flow's waiters past its share: one water-filling per flow
+	for c := range b.q.cls {
+		first[c] = -1
+		q := &b.q.cls[c]
+		for i := q.h; i < len(q.w); i++ {
+			w := &q.w[i]
+			f := b.fr.flows[w.flow]
+			if f == nil || b.blocking(w.need()) != None {
+				first[c] = i // no flow, or the key is full: it decides the wait
+				break
+			}
+			o, seen := over[f]
+			if !seen {
+				d, _ := b.overShare(t, f, w.need())
+				o = d != None
+				over[f] = o
+			}
+			if !o {
+				first[c] = i
+				break
+			}
+		}
+	}
+	in, ba := first[Interactive], first[Batch]
+	switch {
+	case in < 0:
+		return int(Batch), ba
+	case ba < 0:
+		return int(Interactive), in
+	case b.q.cls[Batch].w[ba].enq+b.pol.aging() < b.q.cls[Interactive].w[in].enq:
+		return int(Batch), ba
+	}
+	return int(Interactive), in
+}
