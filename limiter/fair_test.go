@@ -149,7 +149,7 @@ func TestFairShareUncontended(t *testing.T) {
 func TestFairFlowsBounded(t *testing.T) {
 	b := NewBudget(Limits{Requests: 10 * MaxFlows, Window: time.Second, Fair: true}, nil, t0)
 	for i := range MaxFlows + 10 {
-		if d := b.Acquire(t0, Request{Reserve: 1, Flow: string(rune('a' + i%26)) + string(rune(i))}); !d.Allowed {
+		if d := b.Acquire(t0, Request{Reserve: 1, Flow: string(rune('a'+i%26)) + string(rune(i))}); !d.Allowed {
 			t.Fatalf("flow %d refused: %s", i, d.Reason)
 		}
 	}
