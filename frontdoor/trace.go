@@ -1,6 +1,7 @@
 package frontdoor
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -26,19 +27,40 @@ import (
 // exported.
 
 // route is the span name of a request for method and path, "" for a
-// request that gets no span.
+// request that gets no span. The names are constants: naming a span
+// allocates nothing.
 func route(method, path string) string {
-	switch path {
-	case "/v1/acquire", "/v1/complete", "/v1/renew", "/v1/batch",
-		"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/messages",
-		"/v1/messages/count_tokens", "/v1/models":
-		return method + " " + path
-	}
-	switch {
-	case strings.HasPrefix(path, "/v1/tenants/"):
-		return method + " /v1/tenants/{tenant}"
-	case strings.HasPrefix(path, "/v1/models/"):
-		return method + " /v1/models/{id}"
+	switch method {
+	case http.MethodPost:
+		switch path {
+		case "/v1/acquire":
+			return "POST /v1/acquire"
+		case "/v1/complete":
+			return "POST /v1/complete"
+		case "/v1/renew":
+			return "POST /v1/renew"
+		case "/v1/batch":
+			return "POST /v1/batch"
+		case "/v1/chat/completions":
+			return "POST /v1/chat/completions"
+		case "/v1/responses":
+			return "POST /v1/responses"
+		case "/v1/embeddings":
+			return "POST /v1/embeddings"
+		case "/v1/messages":
+			return "POST /v1/messages"
+		case "/v1/messages/count_tokens":
+			return "POST /v1/messages/count_tokens"
+		}
+	case http.MethodGet:
+		switch {
+		case path == "/v1/models":
+			return "GET /v1/models"
+		case strings.HasPrefix(path, "/v1/models/"):
+			return "GET /v1/models/{id}"
+		case strings.HasPrefix(path, "/v1/tenants/"):
+			return "GET /v1/tenants/{tenant}"
+		}
 	}
 	return ""
 }
@@ -50,9 +72,14 @@ func serveTraced(t *tracing.Tracer, h http.Handler, w http.ResponseWriter, req *
 		h.ServeHTTP(w, req)
 		return
 	}
-	ctx := t.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-	ctx, span := t.Start(ctx, name, trace.SpanKindServer,
-		attribute.String("http.request.method", req.Method), attribute.String("url.path", req.URL.Path))
+	ctx := req.Context()
+	if len(req.Header["Traceparent"]) > 0 { // (canonical: no allocation)
+		ctx = t.Extract(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	ctx, span := t.Start(ctx, name, trace.SpanKindServer)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("url.path", req.URL.Path))
+	}
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	defer func() {
 		endRequest(span, sw.status)
@@ -65,20 +92,17 @@ func serveTraced(t *tracing.Tracer, h http.Handler, w http.ResponseWriter, req *
 // unended.
 func servePlainTraced(t *tracing.Tracer, ctx context.Context, req *http1.Request, resp *http1.Response,
 	serve func(context.Context, *http1.Request, *http1.Response) bool) bool {
-	path := string(req.Path)
-	name := route(http.MethodPost, path) // the fast path takes POSTs only
+	name := route(http.MethodPost, string(req.Path)) // the fast path takes POSTs only
 	if name == "" {
 		return serve(ctx, req, resp)
 	}
-	carrier := propagation.MapCarrier{}
-	req.EachHeader(func(k, v []byte) {
-		if key := strings.ToLower(string(k)); key == "traceparent" || key == "tracestate" {
-			carrier[key] = string(v)
-		}
-	})
-	ctx = t.Extract(ctx, carrier)
-	ctx, span := t.Start(ctx, name, trace.SpanKindServer,
-		attribute.String("http.request.method", http.MethodPost), attribute.String("url.path", path))
+	if carrier := plainTraceHeaders(req.Head); carrier.parent != "" {
+		ctx = t.Extract(ctx, &carrier)
+	}
+	ctx, span := t.Start(ctx, name, trace.SpanKindServer)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", http.MethodPost), attribute.String("url.path", string(req.Path)))
+	}
 	if !serve(ctx, req, resp) {
 		return false
 	}
@@ -89,12 +113,54 @@ func servePlainTraced(t *tracing.Tracer, ctx context.Context, req *http1.Request
 // endRequest ends a request's span with its answer's status: an error for
 // a 5xx, as OpenTelemetry's HTTP server conventions have it.
 func endRequest(span trace.Span, status int) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
 	span.End()
 }
+
+// plainCarrier is a fast-path request's trace context headers, for
+// Tracer.Extract.
+type plainCarrier struct{ parent, state string }
+
+// plainTraceHeaders reads the traceparent and tracestate headers (names
+// in any case) of a fast-path request's header lines (http1.Request.Head:
+// well-formed lines, each ending in CRLF).
+func plainTraceHeaders(head []byte) plainCarrier {
+	var c plainCarrier
+	for len(head) > 0 {
+		line, rest, _ := bytes.Cut(head, []byte("\r\n"))
+		head = rest
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		switch {
+		case bytes.EqualFold(name, []byte("traceparent")):
+			c.parent = string(bytes.TrimSpace(value))
+		case bytes.EqualFold(name, []byte("tracestate")):
+			c.state = string(bytes.TrimSpace(value))
+		}
+	}
+	return c
+}
+
+func (c *plainCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.parent
+	case "tracestate":
+		return c.state
+	}
+	return ""
+}
+func (c *plainCarrier) Set(string, string) {}
+func (c *plainCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
 // statusWriter remembers the status a handler answers with. It hands
 // Flush and the rest of http.ResponseController's methods to the writer

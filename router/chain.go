@@ -169,7 +169,7 @@ type Verdict struct {
 // tenants for as long as the wait), and a chain of one key waits exactly
 // as a tenant always did.
 func (r *Router) Admit(ctx context.Context, adm Admission) (Verdict, error) {
-	if r.cfg.Tracer != nil && !admitSpanned(ctx) {
+	if r.cfg.Tracer != nil && needsSpan(ctx, false) {
 		return r.admitTraced(ctx, adm) // trace.go
 	}
 	var ss sideSet

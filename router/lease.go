@@ -47,7 +47,7 @@ func (l *Lease) Sides() []LeaseSide { return l.sides[:l.n] }
 // true when every side found its lease. Status and expiry are the
 // tenant's.
 func (r *Router) LeaseCall(ctx context.Context, l Lease, op node.Op, usage limiter.Usage) (ok bool, status limiter.Status, expires time.Time) {
-	if r.cfg.Tracer != nil && !leaseSpanned(ctx) {
+	if r.cfg.Tracer != nil && needsSpan(ctx, true) {
 		return r.leaseTraced(ctx, l, op, usage) // trace.go
 	}
 	sides := l.Sides()

@@ -16,16 +16,20 @@ import (
 // cancel or renew across its keys (LeaseCall). Each is the child of the
 // request's span (the front door's), and the parent of the forwards to
 // the keys' owners (node's "peer.call"). Only a request whose span is
-// sampled gets them (tracing.InSampled). Admit and LeaseCall call these
-// once, with tracing on, and they call Admit and LeaseCall again under
-// the span, which the context marks (spanned) so that the second call
-// runs the decision itself.
+// sampled gets them (needsSpan). Admit and LeaseCall call these once,
+// with tracing on, and they call Admit and LeaseCall again under the
+// span, which the context marks (spanned) so that the second call runs
+// the decision itself.
 
 // spanned marks a context whose Admit or LeaseCall span is started.
 type spanned struct{ lease bool }
 
-func admitSpanned(ctx context.Context) bool { return ctx.Value(spanned{}) != nil }
-func leaseSpanned(ctx context.Context) bool { return ctx.Value(spanned{lease: true}) != nil }
+// needsSpan reports whether a call of Admit (lease false) or LeaseCall
+// (true) under ctx gets a span of its own: ctx's span is sampled, and is
+// not that call's span already.
+func needsSpan(ctx context.Context, lease bool) bool {
+	return tracing.InSampled(ctx) && ctx.Value(spanned{lease: lease}) == nil
+}
 
 // Tracer is Config.Tracer: nil when tracing is off.
 func (r *Router) Tracer() *tracing.Tracer { return r.cfg.Tracer }
@@ -33,9 +37,6 @@ func (r *Router) Tracer() *tracing.Tracer { return r.cfg.Tracer }
 // admitTraced is Admit under a "router.admit" span.
 func (r *Router) admitTraced(ctx context.Context, adm Admission) (Verdict, error) {
 	ctx = context.WithValue(ctx, spanned{}, true)
-	if !tracing.InSampled(ctx) {
-		return r.Admit(ctx, adm)
-	}
 	ctx, span := r.cfg.Tracer.Start(ctx, "router.admit", trace.SpanKindInternal,
 		tracing.AttrTenant.String(adm.Tenant), tracing.AttrModel.String(adm.Model))
 	v, err := r.Admit(ctx, adm)
@@ -52,9 +53,6 @@ func (r *Router) admitTraced(ctx context.Context, adm Admission) (Verdict, error
 // leaseTraced is LeaseCall under a "router.<op>" span.
 func (r *Router) leaseTraced(ctx context.Context, l Lease, op node.Op, usage limiter.Usage) (bool, limiter.Status, time.Time) {
 	ctx = context.WithValue(ctx, spanned{lease: true}, true)
-	if !tracing.InSampled(ctx) {
-		return r.LeaseCall(ctx, l, op, usage)
-	}
 	ctx, span := r.cfg.Tracer.Start(ctx, "router."+op.String(), trace.SpanKindInternal,
 		tracing.AttrTenant.String(l.Tenant), tracing.AttrCalls.Int(len(l.Sides())))
 	ok, status, expires := r.LeaseCall(ctx, l, op, usage)

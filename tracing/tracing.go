@@ -49,8 +49,20 @@ func New(tp trace.TracerProvider) *Tracer {
 // Start starts a span of kind named name, a child of ctx's span (or remote
 // parent), and returns ctx holding it.
 func (t *Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if len(attrs) == 0 && int(kind) < len(kinds) {
+		return t.tracer.Start(ctx, name, kinds[kind]...) // no option made a call
+	}
 	return t.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
+
+// kinds are the start options of a span of each kind, made once.
+var kinds = func() [][]trace.SpanStartOption {
+	out := make([][]trace.SpanStartOption, trace.SpanKindConsumer+1)
+	for k := range out {
+		out[k] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKind(k))}
+	}
+	return out
+}()
 
 // Extract returns ctx with the remote parent that carrier's traceparent
 // (and tracestate) name; ctx unchanged when it holds none, or none valid.
