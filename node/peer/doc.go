@@ -17,7 +17,9 @@
 //     the reader when Inline says they are cheap);
 //   - handshake.go, seal.go: the cluster-secret handshake and AES-256-GCM
 //     sealing of every frame after it;
-//   - strangers.go: the budget of connections still in their handshake.
+//   - strangers.go: the budget of connections still in their handshake;
+//   - trace.go: a forwarded call's trace context (an item flag), sent
+//     only to a server whose answer to a ping lists that it reads it.
 //
 // Invariants:
 //
