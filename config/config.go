@@ -216,6 +216,13 @@ type Config struct {
 	// Prices is what each model's tokens cost (prices.go): model, or a
 	// prefix ending in '*', to its price. A budget charges them.
 	Prices map[string]Price `yaml:"prices,omitempty"`
+	// FairShare says whether a pool's tenants share it by weighted fair
+	// shares once it is contended (limiter.Limits.Fair): true by default;
+	// false is first come, first served.
+	FairShare bool `yaml:"fair_share"`
+	// Weights are tenants' weights in their pools' fair shares, 1 to
+	// MaxWeight; a tenant not listed weighs 1.
+	Weights map[string]int64 `yaml:"weights,omitempty"`
 	// Fallback is the policy when a key's owner is unreachable.
 	Fallback Fallback `yaml:"fallback"`
 	// ForwardTimeout is how long a forwarded decision waits for its answer
@@ -378,6 +385,7 @@ func Default() Config {
 	main := up
 	main.BaseURL = DefaultUpstreamURL
 	return Config{
+		FairShare: true,
 		Limits: LimitsSection{
 			Default:  Limits{RPM: DefaultRPM, TPM: DefaultTPM, Concurrency: DefaultConcurrency},
 			Window:   DefaultWindow,

@@ -78,6 +78,7 @@ func TestDefault(t *testing.T) {
 
 			MaxPromptBytes: 256 << 10,
 		},
+		FairShare:      true,
 		Fallback:       FallbackDegraded,
 		ForwardTimeout: 15 * time.Millisecond,
 		ForwardMaxWait: 2 * time.Second,
@@ -248,7 +249,7 @@ func TestParseErrors(t *testing.T) {
 		// Structure: the line, then the field path.
 		{"limits:\n  default: {rpm: 1, rmp: 2}\n", "line 2: limits.default.rmp: unknown field (known: rpm, tpm, concurrency, reservation, budget)"},
 		{"limits:\n  tenants:\n    acme:\n      rpm: 1\n      burst: 2\n", "line 5: limits.tenants.acme.burst: unknown field (known: rpm, tpm, concurrency, reservation, budget, parent, models)"},
-		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls, log, tracing, prices)"},
+		{"limit:\n  window: 1s\n", "line 1: limit: unknown field (known: limits, pools, fallback, forward_timeout, forward_max_wait, peer_liveness, replication, drain, keys, upstream, admin_token, default_max_tokens, queue, anthropic_upstream, cluster_secret, cluster_secret_secondary, clients, max_keys, hot_key_rate, preload_encodings, http, peer, grpc, rls, log, tracing, prices, fair_share, weights)"},
 		{"upstream:\n  url: http://x\n", "line 2: upstream.url: unknown field (known: base_url, api_key, dial_timeout, tls_timeout, response_header_timeout, stream_idle_timeout)"},
 		{"limits:\n  tenants:\n    acme: {rpm: 1}\n    acme: {rpm: 2}\n", "line 4: limits.tenants.acme: duplicate key (first at line 3)"},
 		{"fallback: open\nfallback: closed\n", "line 2: fallback: duplicate key (first at line 1)"},

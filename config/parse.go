@@ -363,7 +363,7 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	f := d.fields(n, "", "limits", "pools", "fallback", "forward_timeout", "forward_max_wait", "peer_liveness",
 		"replication", "drain", "keys", "upstream", "admin_token", "default_max_tokens", "queue", "anthropic_upstream",
 		"cluster_secret", "cluster_secret_secondary", "clients", "max_keys", "hot_key_rate", "preload_encodings", "http", "peer",
-		"grpc", "rls", "log", "tracing", "prices")
+		"grpc", "rls", "log", "tracing", "prices", "fair_share", "weights")
 	if l := d.fields(f["limits"], "limits", "default", "tenants", "groups", "window", "lease_ttl", "max_prompt_bytes"); l != nil {
 		d.limits(l["default"], "limits.default", &c.Limits.Default)
 		c.Limits.Tenants, c.Limits.TenantChains = d.tenants(l["tenants"], "limits.tenants", c.Limits.Default)
@@ -413,6 +413,8 @@ func (d *decoder) root(n *yaml.Node, c *Config) {
 	d.log(f, c)
 	d.tracing(f, c)
 	d.prices(f["prices"], c)
+	d.bool(f["fair_share"], "fair_share", &c.FairShare)
+	c.Weights = d.weights(f["weights"])
 }
 
 // limits decodes a limits mapping onto l: absent fields keep l's values.

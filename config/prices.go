@@ -19,10 +19,10 @@ import (
 // the file writes them ("2.50"), held as picodollars per token (the same
 // number as micro-dollars per million tokens: at most 6 decimal places).
 type Price struct {
-	Input       Picodollars `yaml:"input"`                 // an uncached prompt token
+	Input       Picodollars `yaml:"input"`                  // an uncached prompt token
 	CachedInput Picodollars `yaml:"cached_input,omitempty"` // a prompt token read from the provider's cache; absent: input
 	CacheWrite  Picodollars `yaml:"cache_write,omitempty"`  // a prompt token written to the cache; absent: input
-	Output      Picodollars `yaml:"output"`                // a completion token
+	Output      Picodollars `yaml:"output"`                 // a completion token
 }
 
 // Picodollars is an amount of 10⁻¹² USD. As a price it is per token, and
@@ -244,4 +244,56 @@ func (v Picodollars) usd(places int) string {
 	r := new(big.Rat).SetFrac(big.NewInt(int64(v)), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(places)), nil))
 	s := strings.TrimRight(r.FloatString(places), "0")
 	return strings.TrimSuffix(s, ".")
+}
+
+// MaxWeight caps a tenant's weight in its pool's fair shares.
+const MaxWeight = 1_000_000
+
+// Weight is tenant's weight in its pools' fair shares: weights', else 1.
+func (c Config) Weight(tenant string) int64 {
+	if w, ok := c.Weights[tenant]; ok {
+		return w
+	}
+	return 1
+}
+
+// weights decodes weights: tenant → 1 to MaxWeight.
+func (d *decoder) weights(n *yaml.Node) map[string]int64 {
+	if isNull(n) {
+		return nil
+	}
+	var m map[string]int64
+	for _, p := range d.entries(n, "weights") {
+		path := join("weights", p.key.Value)
+		var w int64
+		if !d.int(p.val, path, &w) {
+			continue
+		}
+		if w < 1 || w > MaxWeight {
+			d.value(path, fmt.Sprintf("must be 1 to %d, got %d", MaxWeight, w))
+			continue
+		}
+		if m == nil {
+			m = make(map[string]int64)
+		}
+		m[p.key.Value] = w
+	}
+	return m
+}
+
+// hashFairness adds fair_share and the weights to a LimitsHash: nothing
+// for the default (fair, no weights), so that such limits keep their
+// hash.
+func (c Config) hashFairness(num func(int64), str func(string)) {
+	if !c.FairShare {
+		str("fair_share: false")
+	}
+	if len(c.Weights) == 0 {
+		return
+	}
+	str("weights")
+	for _, t := range sortedKeys(c.Weights) {
+		str(t)
+		num(c.Weights[t])
+	}
 }

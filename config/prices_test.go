@@ -129,3 +129,25 @@ func TestPricesAndBudgetsRoundTripAndHash(t *testing.T) {
 		t.Fatal("a budget or a price left the hash as it was")
 	}
 }
+
+// TestFairShareAndWeights: pools are fair unless fair_share: false;
+// weights name tenants, 1 to MaxWeight, and change the limits' hash.
+func TestFairShareAndWeights(t *testing.T) {
+	c, err := Parse([]byte("weights: {acme: 3, batch: 1}\n"), nil)
+	if err != nil || !c.FairShare || c.Weight("acme") != 3 || c.Weight("batch") != 1 || c.Weight("other") != 1 {
+		t.Fatalf("%+v %v", c.Weights, err)
+	}
+	off, err := Parse([]byte("fair_share: false\n"), nil)
+	if err != nil || off.FairShare {
+		t.Fatalf("fair_share: false read as %v (%v)", off.FairShare, err)
+	}
+	plain, _ := Parse(nil, nil)
+	if off.LimitsHash() == plain.LimitsHash() || c.LimitsHash() == plain.LimitsHash() {
+		t.Fatal("fair_share or weights left the limits' hash as it was")
+	}
+	for _, bad := range []string{"weights: {acme: 0}", "weights: {acme: 2000000}", "weights: {acme: x}", "fair_share: maybe"} {
+		if _, err := Parse([]byte(bad), nil); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

@@ -183,6 +183,7 @@ func (c Config) LimitsHash() string {
 	num(c.DefaultMaxTokens)
 	c.hashChains(h)
 	c.hashPrices(num, str)
+	c.hashFairness(num, str)
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 

@@ -27,6 +27,13 @@ type Config struct {
 	Limits func(key string) limiter.Limits
 	// PoolFor maps a model name to its pool, if any. Nil means no pools.
 	PoolFor func(model string) (pool string, ok bool)
+	// Price and Budgeted are router.Config's: a model's price, whether
+	// any key has a budget. Nil: nothing priced, nothing budgeted.
+	Price    func(model string) (limiter.Price, bool)
+	Budgeted func() bool
+	// Weight is router.Config's: a tenant's weight in its pool's fair
+	// shares. Nil: every tenant weighs 1.
+	Weight func(tenant string) int64
 	// LimitsSource names the config entry a key's limits come from, for
 	// /admin/limits (admin.Config.Source). Nil names none.
 	LimitsSource func(key string) string
@@ -107,7 +114,7 @@ func New(cluster router.Cluster, cfg Config) (*Door, error) {
 		cfg.Now = time.Now
 	}
 	r, err := router.New(cluster, router.Config{
-		Limits: cfg.Limits, PoolFor: cfg.PoolFor, Chain: cfg.Chain,
+		Limits: cfg.Limits, PoolFor: cfg.PoolFor, Chain: cfg.Chain, Price: cfg.Price, Budgeted: cfg.Budgeted, Weight: cfg.Weight,
 		Fallback: cfg.Fallback, ForwardTimeout: cfg.ForwardTimeout, ForwardMaxWait: cfg.ForwardMaxWait,
 		Registry: cfg.Registry, Now: cfg.Now, DebtInterval: cfg.DebtInterval, Logger: cfg.Logger,
 		MaxFallbackKeys: cfg.MaxFallbackKeys, Tracer: cfg.Tracer,

@@ -254,6 +254,10 @@ func (s *Server) proxyParsed(w http.ResponseWriter, req *http.Request, p provide
 		p.fail(w, apiError{http.StatusServiceUnavailable, errOverloaded, full.Error()})
 		return
 	}
+	if unpriced := (*router.UnpricedError)(nil); errors.As(err, &unpriced) { // a budget cannot count an unpriced model
+		p.fail(w, apiError{http.StatusBadRequest, errInvalid, unpriced.Error()})
+		return
+	}
 	var slow *router.OwnerTimeoutError
 	if errors.As(err, &slow) { // the owner is alive but slow: nothing admitted, nothing forwarded
 		setRetryHeaders(w.Header(), router.OwnerTimeoutRetry.Milliseconds())
@@ -319,8 +323,12 @@ func (s *Server) refuse(w http.ResponseWriter, c *proxyCall, v *router.Verdict) 
 	msg := fmt.Sprintf("Rate limit reached for %s on %s. Please try again in %s.",
 		who, v.Reason, openAIDuration(time.Duration(retryMS)*time.Millisecond))
 	kind := errRateRequests // concurrency and queue_full count as requests
-	if v.Reason == limiter.Tokens.String() {
+	switch v.Reason {
+	case limiter.Tokens.String():
 		kind = errRateTokens
+	case limiter.Spend.String():
+		kind = errQuota
+		msg = fmt.Sprintf("Budget reached for %s: it resets in %s.", who, openAIDuration(time.Duration(retryMS)*time.Millisecond))
 	}
 	c.p.fail(w, apiError{http.StatusTooManyRequests, kind, msg})
 }

@@ -13,9 +13,10 @@ import (
 // sideSet is the keys of one acquire, in chainOrder, and the limits its
 // request sent for each (nil: the file's).
 type sideSet struct {
-	n    int
-	s    [MaxSides]Side
-	sent [MaxSides]*limiter.Limits
+	n      int
+	s      [MaxSides]Side
+	sent   [MaxSides]*limiter.Limits
+	weight int64 // the tenant's weight in its pool (reqFor)
 }
 
 func (ss *sideSet) add(s Side) {
@@ -146,7 +147,8 @@ type Verdict struct {
 }
 
 // Admit runs a validated acquire over every key of its chain (sidesOf),
-// all or nothing: it reserves them one after the other in chainOrder, and
+// at its model's price (an UnpricedError if it has none and a key has a
+// budget), all or nothing: it reserves them one after the other in chainOrder, and
 // when one refuses (or its owner cannot answer) it cancels, in reverse
 // order, every reservation it made, so that nothing stays charged.
 //
@@ -174,6 +176,10 @@ func (r *Router) Admit(ctx context.Context, adm Admission) (Verdict, error) {
 	}
 	var ss sideSet
 	r.sidesFor(&adm, &ss)
+	if err := r.price(&adm, &ss); err != nil {
+		return Verdict{}, err
+	}
+	r.weigh(&ss)
 	if adm.Req.Wait <= 0 {
 		v, _, err := r.reserveAll(ctx, adm.Req, &ss, 0)
 		return v, err
@@ -222,7 +228,7 @@ func (r *Router) reserveAll(ctx context.Context, req limiter.Request, ss *sideSe
 		}
 		if len(outs) == 0 {
 			i := order[k]
-			c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req, Limits: ss.sent[i]}
+			c := node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: ss.reqFor(i, req), Limits: ss.sent[i]}
 			if k > 0 {
 				c.Req.Wait = 0
 			}

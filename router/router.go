@@ -41,6 +41,16 @@ type Config struct {
 	Limits func(key string) limiter.Limits
 	// PoolFor maps a model name to its pool, if any. Nil means no pools.
 	PoolFor func(model string) (pool string, ok bool)
+	// Price gives a model's price (limiter.Request.Price), if it has one;
+	// Budgeted reports whether any key has a spend limit, so that an
+	// unpriced acquire is refused where a budget could not count it
+	// (UnpricedError). Nil: nothing is priced, nothing budgeted.
+	Price    func(model string) (limiter.Price, bool)
+	Budgeted func() bool
+	// Weight gives a tenant's weight in the fair shares of its pool
+	// (limiter.Request.Weight; the pool's limits say whether it is
+	// fair). Nil: every tenant weighs 1.
+	Weight func(tenant string) int64
 	// Chain gives the groups above a tenant and the models entries that
 	// apply to a model at each level (chain.go); model may be "". Nil
 	// means every tenant stands alone, without per-model limits. Limits

@@ -49,7 +49,7 @@ func (r *Router) runLen(ss *sideSet, order []int, waits bool) int {
 func (r *Router) decideRun(ctx context.Context, ss *sideSet, order []int, req limiter.Request, tokens int64) ([]outcome, error) {
 	var calls [MaxSides]node.Call
 	for k, i := range order {
-		calls[k] = node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: req, Limits: ss.sent[i]}
+		calls[k] = node.Call{Op: node.OpAcquire, Key: ss.s[i].Key, Req: ss.reqFor(i, req), Limits: ss.sent[i]}
 		calls[k].Req.Wait = 0
 	}
 	c := node.RunCall(calls[:len(order)])

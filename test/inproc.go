@@ -87,6 +87,8 @@ type inProcConfig struct {
 	fallback       fallback.Policy
 	poolFor        func(model string) (string, bool)
 	chain          func(tenant, model string) router.Chain
+	price          func(model string) (limiter.Price, bool)
+	weight         func(tenant string) int64
 	hotKeyRate     int
 	policy         limiter.Policy
 	batch          node.BatchConfig
@@ -132,6 +134,18 @@ func WithPools(poolFor func(model string) (pool string, ok bool)) InProcOption {
 // tenant and the models entries that apply at each level.
 func WithChain(chain func(tenant, model string) router.Chain) InProcOption {
 	return func(c *inProcConfig) { c.chain = chain }
+}
+
+// WithPrices sets router.Config.Price on every member: each model's price,
+// for keys whose limits have a budget (limiter.Limits.Spend).
+func WithPrices(price func(model string) (limiter.Price, bool)) InProcOption {
+	return func(c *inProcConfig) { c.price = price }
+}
+
+// WithWeights sets router.Config.Weight on every member: each tenant's
+// weight in its pool's fair shares.
+func WithWeights(weight func(tenant string) int64) InProcOption {
+	return func(c *inProcConfig) { c.weight = weight }
 }
 
 // WithHotKeyRate sets node.Config.HotKeyRate on every member: how many
@@ -341,6 +355,9 @@ func (c *InProc) newRouter(n *node.Node, reg *prometheus.Registry, log *slog.Log
 		Limits:         c.limits,
 		PoolFor:        c.cfg.poolFor,
 		Chain:          c.cfg.chain,
+		Price:          c.cfg.price,
+		Budgeted:       func() bool { return c.cfg.price != nil },
+		Weight:         c.cfg.weight,
 		Fallback:       c.cfg.fallback,
 		ForwardTimeout: c.cfg.forwardTimeout,
 		ForwardMaxWait: c.cfg.forwardMaxWait,

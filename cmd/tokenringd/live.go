@@ -78,8 +78,14 @@ func keyLimits(cfg *config.Config, key string) limiter.Limits {
 	if b := lim.Budget; b != nil {
 		l.Spend, l.Period = int64(b.Amount), spendPeriod(b)
 	}
+	if kind, _, _ := router.SplitKey(key); kind == router.KeyPool {
+		l.Fair = cfg.FairShare
+	}
 	return l
 }
+
+// weight is a tenant's weight in its pools' fair shares.
+func (l *live) weight(tenant string) int64 { return l.p.Load().cfg.Weight(tenant) }
 
 // spendPeriod is the limiter's Period of a budget.
 func spendPeriod(b *config.Budget) limiter.Period {

@@ -269,6 +269,9 @@ func setup(ctx context.Context, f flags, getenv func(string) string, stderr io.W
 	if cfg, err = hostCgroup.fit(cfg, autoMaxConns(), log); err != nil {
 		return config.Config{}, nil, err
 	}
+	if f.redis == "" && cfg.Budgeted() {
+		log.Warn("budgets without -redis: spend lives in the members' memory and their copies; a restart of the whole cluster at once (every member down together) starts every budget's period from $0")
+	}
 	return cfg, log, nil
 }
 
@@ -387,6 +390,9 @@ func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, re
 	return frontdoor.New(n, frontdoor.Config{
 		Limits:          cur.limits,
 		PoolFor:         cur.poolFor,
+		Price:           cur.price,
+		Budgeted:        cur.budgeted,
+		Weight:          cur.weight,
 		LimitsSource:    cur.source,
 		Chain:           cur.chain,
 		Counter:         counter,

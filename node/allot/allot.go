@@ -424,8 +424,8 @@ func Allot(b *limiter.Budget, now time.Time, c *peer.Call) peer.Answer {
 	if st.Concurrency.Limit > 0 {
 		share = min(share, st.Concurrency.Remaining/allotShare)
 	}
-	if share < minSlice || st.Spend.Limit > 0 {
-		share = 0 // a key with a budget is never sliced: each request's cost is its own price's
+	if share < minSlice || st.Spend.Limit > 0 || b.FairContended(now) {
+		share = 0 // a budget's key is never sliced (each request's cost is its own price's), a contended fair key neither (a slice's admissions are of no flow)
 	}
 	want = min(want, int(share))
 	ids := make([]uint64, 0, want)

@@ -34,7 +34,12 @@
 //
 // A key with a budget (limiter.Limits.Spend) gets no slice: an admission
 // made in advance cannot know the price of the request it will serve, so
-// every request of it is decided at its owner.
+// every request of it is decided at its owner. Nor does a fair key
+// (limiter.Limits.Fair, a pool shared among its tenants) while it is
+// contended: an admission made in advance is of no flow, and the shares
+// count only what each flow was admitted. Slices granted before it was
+// contended end with their bucket, so the flows' shares are exact from
+// one window later.
 //
 // What it costs: a request served from a slice reserves the slice's token
 // bound, not its own estimate, until it is settled; a node that crashes

@@ -157,6 +157,11 @@ func AppendCall(b []byte, c *Call) []byte {
 	if c.Op == OpAcquire && c.Req.Price != (limiter.Price{}) {
 		b = appendPrice(b, c.Req.Price)
 	}
+	if c.Op == OpAcquire && c.Req.Flow != "" {
+		b = append(b, flow)
+		b = wire.AppendString(b, c.Req.Flow)
+		b = binary.AppendVarint(b, c.Req.Weight)
+	}
 	if c.Op == OpSettle && (c.Usage.CachedTokens != 0 || c.Usage.CacheWriteTokens != 0) {
 		b = append(b, cacheUsage)
 		b = binary.AppendVarint(b, c.Usage.CachedTokens)
@@ -172,6 +177,7 @@ const (
 	hitsLease  = 2 // Req.Hits (varint), Req.Lease (uvarint): not both 0
 	price      = 3 // Req.Price: uvarint input, cached input, cache write, output (≤ limiter.MaxSpend), not all 0
 	cacheUsage = 4 // a settle's Usage.CachedTokens, CacheWriteTokens (varint), not both 0
+	flow       = 5 // Req.Flow (a string, not empty), Req.Weight (varint): who asks a fair key
 )
 
 // AppendAnswer encodes a onto b.
@@ -378,6 +384,11 @@ func readSections(r *wire.Reader, c *Call) {
 		switch m {
 		case price:
 			readPrice(r, c)
+		case flow:
+			c.Req.Flow, c.Req.Weight = r.Text(), r.Varint()
+			if r.Err() == nil && c.Req.Flow == "" {
+				r.Fail(fmt.Errorf("acquire: an empty flow"))
+			}
 		case cacheUsage:
 			c.Usage.CachedTokens, c.Usage.CacheWriteTokens = r.Varint(), r.Varint()
 			if r.Err() == nil && c.Usage.CachedTokens == 0 && c.Usage.CacheWriteTokens == 0 {

@@ -9,7 +9,7 @@ import (
 	"github.com/tokenring/tokenring/limiter"
 )
 
-// TestSpendOnTheWire: an acquire carries its price, a settle its cached
+// TestSpendOnTheWire: an acquire carries its price and its flow, a settle its cached
 // tokens, an answer its key's spend, each only when it has one; a member
 // that does not know the spend reads the rest of the answer unchanged.
 func TestSpendOnTheWire(t *testing.T) {
@@ -17,6 +17,13 @@ func TestSpendOnTheWire(t *testing.T) {
 		Price: limiter.Price{Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000}}}
 	if got, err := DecodeCall(AppendCall(nil, &acq)); err != nil || !reflect.DeepEqual(got, acq) {
 		t.Fatalf("acquire with a price: %+v %v", got, err)
+	}
+	fair := Call{Op: OpAcquire, Key: "p:gpt-4o", Req: limiter.Request{Reserve: 10, Flow: "acme", Weight: 3, Price: acq.Req.Price}}
+	if got, err := DecodeCall(AppendCall(nil, &fair)); err != nil || !reflect.DeepEqual(got, fair) {
+		t.Fatalf("acquire with a flow: %+v %v", got, err)
+	}
+	if c, err := DecodeCall(append(AppendCall(nil, &Call{Op: OpAcquire, Key: "k"}), flow, 0, 2)); err == nil {
+		t.Fatalf("an empty flow decoded: %+v", c)
 	}
 	free := acq
 	free.Req.Price = limiter.Price{}
