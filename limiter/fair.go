@@ -56,6 +56,17 @@ type fairness struct {
 	leases  map[uint64]*flow // each live lease's flow
 	vtime   float64          // the tag of the waiter admitted last
 	scratch []demand
+	// wantUntil is when the last refusal (or wait) noted leaves the
+	// window, unix ns: the key is contended before it.
+	wantUntil int64
+	// The water levels of the three dimensions (level), computed at the
+	// newest bucket levelHead and read levelUses times since.
+	levels    [3]float64
+	levelSet  [3]bool
+	levelHead int64
+	levelUses int
+	// forgotHead is the newest bucket at the last forgetIdleFlows.
+	forgotHead int64
 }
 
 // flow is one flow's use of a fair key: rings of what its admissions count
@@ -109,8 +120,13 @@ func (b *Budget) flowOf(t int64, r *Request) *flow {
 // idle reports whether f holds and wants nothing (its rings slid).
 func (f *flow) idle() bool { return f.slots == 0 && f.sum == [4]int64{} }
 
-// forgetIdleFlows drops the flows that hold and want nothing.
+// forgetIdleFlows drops the flows that hold and want nothing, at most
+// once a bucket (a key at MaxFlows asks for it at every new flow).
 func (b *Budget) forgetIdleFlows() {
+	if b.fr.forgotHead == b.head {
+		return
+	}
+	b.fr.forgotHead = b.head
 	for name, f := range b.fr.flows {
 		if b.slideFlow(f); f.idle() {
 			delete(b.fr.flows, name)
@@ -147,47 +163,60 @@ func (b *Budget) addFlow(f *flow, r int, k, v int64) {
 // which admitting n would take flow f past its share, and how long until
 // it would not if nothing else happened; None if it stays within.
 func (b *Budget) overShare(t int64, f *flow, n need) (Dimension, int64) {
-	for _, d := range [...]struct {
-		dim        Dimension
+	if !b.contended() {
+		return None, 0 // nobody was refused in the window: no share refuses
+	}
+	b.slideFlow(f)
+	for dim, d := range [...]struct {
 		limit, ask int64
-		used       func(*flow) int64
-		want       func(*flow) int64
+		used, want int64
 	}{
-		{Requests, b.lim.Requests, n.req, func(g *flow) int64 { return g.sum[flowReq] }, func(g *flow) int64 { return g.sum[flowWantReq] }},
-		{Tokens, b.lim.Tokens, n.tok, func(g *flow) int64 { return g.sum[flowTok] }, func(g *flow) int64 { return g.sum[flowWantTok] }},
-		{Concurrency, b.lim.Concurrency, n.slots, func(g *flow) int64 { return g.slots }, func(*flow) int64 { return 0 }},
+		{b.lim.Requests, n.req, f.sum[flowReq], f.sum[flowWantReq]},
+		{b.lim.Tokens, n.tok, f.sum[flowTok], f.sum[flowWantTok]},
+		{b.lim.Concurrency, n.slots, f.slots, 0},
 	} {
 		if d.limit <= 0 {
 			continue
 		}
-		share := b.share(f, d.limit, d.ask, d.used, d.want)
-		if d.used(f)+d.ask > share {
-			return FairShare, b.shareWait(t, f, d.dim, d.used(f)+d.ask-share)
+		share := min(2*d.used+d.want+d.ask, int64(min(b.level(dim, d.limit)*float64(f.weight), 1<<62)))
+		if d.used+d.ask > share {
+			return FairShare, b.shareWait(t, f, Dimension(int(Requests)+dim), d.used+d.ask-share)
 		}
 	}
 	return None, 0
 }
 
-// share is f's share of capacity c by water-filling, f asking ask more.
-// Flows that hold and want nothing are forgotten on the way.
-func (b *Budget) share(f *flow, c, ask int64, used, want func(*flow) int64) int64 {
+// contended reports whether a flow was refused (or waited) in the window
+// (a bound: an admitted waiter's want taken back does not shorten it).
+func (b *Budget) contended() bool { return b.last < b.fr.wantUntil }
+
+// levelEvery bounds how many admissions use one water level before it is
+// computed again (it is, too, whenever the key's newest bucket moves).
+const levelEvery = 32
+
+// level is the water level λ of dimension dim (0 requests, 1 tokens, 2
+// slots) with capacity c: the largest with Σ min(d_i, λ·w_i) = c over the
+// flows' demands d_i (twice what they use, plus what they want) and
+// weights w_i; +Inf when every demand fits. It is computed from every
+// flow (sorted by d/w) at most once a bucket or every levelEvery
+// admissions, and read between.
+func (b *Budget) level(dim int, c int64) float64 {
 	fr := b.fr
+	if fr.levelHead == b.head && fr.levelUses < levelEvery && fr.levelSet[dim] {
+		fr.levelUses++
+		return fr.levels[dim]
+	}
+	if fr.levelHead != b.head || fr.levelUses >= levelEvery {
+		fr.levelSet = [3]bool{}
+		fr.levelHead, fr.levelUses = b.head, 0
+	}
 	ds := fr.scratch[:0]
-	var mine demand
-	contended := false
-	for name, g := range fr.flows {
+	var weights int64
+	for _, g := range fr.flows {
 		b.slideFlow(g)
-		contended = contended || g.sum[flowWantReq] > 0
-		d := 2*used(g) + want(g) // what it used again: its use over the next window, as headroom
-		if g == f {
-			d += ask
-			mine = demand{d, g.weight}
-		}
-		if g != f && g.idle() {
-			delete(fr.flows, name)
-			continue
-		}
+		d := [3]int64{2*g.sum[flowReq] + g.sum[flowWantReq], 2*g.sum[flowTok] + g.sum[flowWantTok], 2 * g.slots}[dim]
 		ds = append(ds, demand{d, g.weight})
+		weights += g.weight
 	}
 	slices.SortFunc(ds, func(x, y demand) int { // by d/w
 		switch l, r := x.d*y.w, y.d*x.w; {
@@ -198,24 +227,17 @@ func (b *Budget) share(f *flow, c, ask int64, used, want func(*flow) int64) int6
 		}
 		return 0
 	})
-	left, weights := c, int64(0)
-	for _, d := range ds {
-		weights += d.w
-	}
+	left, lv := c, math.Inf(1)
 	for _, d := range ds {
 		if float64(d.d)*float64(weights) > float64(left)*float64(d.w) { // d/w above the level: every flow from here is capped
+			lv = float64(left) / float64(weights)
 			break
 		}
 		left, weights = left-d.d, weights-d.w
 	}
 	fr.scratch = ds
-	if !contended {
-		return math.MaxInt64 // nobody was refused in the window: no share refuses
-	}
-	if weights == 0 || float64(mine.d)*float64(weights) <= float64(left)*float64(mine.w) {
-		return mine.d // within its demand: all it wants
-	}
-	return int64(float64(left) * float64(mine.w) / float64(weights))
+	fr.levels[dim], fr.levelSet[dim] = lv, true
+	return lv
 }
 
 // shareWait is how long after t f's use of dim drops by excess as its
@@ -242,6 +264,7 @@ func (b *Budget) shareWait(t int64, f *flow, dim Dimension, excess int64) int64 
 func (b *Budget) refusedFlow(f *flow, n need) {
 	b.addFlow(f, flowWantReq, b.head, n.req)
 	b.addFlow(f, flowWantTok, b.head, n.tok)
+	b.fr.wantUntil = max(b.fr.wantUntil, (b.head+int64(b.nb)+1)*b.width)
 }
 
 // admittedFlow counts lease id's admission n for f.
@@ -329,13 +352,7 @@ func (b *Budget) FairContended(now time.Time) bool {
 		return false
 	}
 	b.tick(now.UnixNano())
-	for _, f := range b.fr.flows {
-		b.slideFlow(f)
-		if f.sum[flowWantReq] > 0 {
-			return true
-		}
-	}
-	return false
+	return b.contended()
 }
 
 // decideFair is decide at a fair key for flow f: admitted if the key has
