@@ -27,8 +27,25 @@ type Config struct {
 	Policy limiter.Policy
 	// LimitsFor gives the limits of a key the node has not seen yet. Required.
 	LimitsFor func(key string) limiter.Limits
-	// Now is the clock. Nil means time.Now.
+	// Now is the wall clock. Nil means time.Now, or Clock.Now when Clock
+	// is set.
 	Now func() time.Time
+	// Clock is what every timer and deadline of the decision and custody
+	// paths reads. Nil means the host's: Now for the wall clock, the
+	// runtime's monotonic clock and timers for the rest.
+	Clock Clock
+	// Transport, if set, carries the calls to peers instead of the peer
+	// protocol's TCP connections (a simulation's network): New opens no
+	// listener, PeerAddr is taken as this node's address as given, and
+	// the peers' calls arrive through Serve.
+	Transport peer.Transport
+	// Stepped makes the node start no goroutine of its own: its periodic
+	// work (sweeps, the custody machine's ticks, heartbeats, replication
+	// rounds) runs only when RunDue is called, custody messages are sent
+	// from the goroutine that made them, and a membership feed is read
+	// only through FollowFeed. For a simulation that owns every
+	// interleaving; production leaves it false.
+	Stepped bool
 	// Dial opens peer connections. Nil means a net.Dialer.
 	Dial Dialer
 	// Batch controls batching on peer connections, both directions.
@@ -159,8 +176,14 @@ const (
 
 // withDefaults fills the zero fields of c with their documented defaults.
 func (c Config) withDefaults() Config {
-	if c.Now == nil {
+	switch {
+	case c.Clock != nil:
+		c.Now = c.Clock.Now
+	case c.Now == nil:
 		c.Now = time.Now
+	}
+	if c.Clock == nil {
+		c.Clock = newHostClock(c.Now)
 	}
 	if c.Dial == nil {
 		d := &net.Dialer{}

@@ -48,7 +48,7 @@ func TestCallAwaitingFirstRingLeavesItsConnectionFree(t *testing.T) {
 		_, err := n1.Do(context.Background(), Call{Op: OpAcquire, Key: key})
 		decided <- err
 	}()
-	p := n1.peers.Get(n2.PeerAddr())
+	p := n1.peers.(*peer.Pool).Get(n2.PeerAddr())
 	eventually(t, 5*time.Second, "the forwarded acquire reaches n2", func() bool { return n1.peerStats.Calls.Load() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

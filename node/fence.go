@@ -87,7 +87,7 @@ func (n *Node) Mandated() bool {
 }
 
 // mono is the process's monotonic clock, in nanoseconds since New.
-func (n *Node) mono() int64 { return int64(time.Since(n.born)) }
+func (n *Node) mono() int64 { return n.cfg.Clock.Mono() }
 
 // Sharers is how many members may be answering from their fallback shares
 // at once, which the shares divide by: the membership the majority rule
@@ -127,18 +127,18 @@ func (n *Node) heartbeat() {
 		}
 	}
 	end, silent := n.mandateNow()
-	for _, p := range silent {
-		p.Heartbeat()
+	for _, addr := range silent {
+		n.peers.Heartbeat(addr)
 	}
 	if end <= n.mono() && n.Mandated() {
 		ctx, cancel := context.WithTimeout(context.Background(), mandateRecheck)
 		var wg sync.WaitGroup
-		for _, p := range silent {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = p.Call(ctx, &Call{Op: peer.OpPing})
-			}()
+		for _, addr := range silent {
+			if n.cfg.Stepped { // one at a time: the simulation owns the order
+				_, _ = n.peers.Call(ctx, addr, &Call{Op: peer.OpPing})
+				continue
+			}
+			wg.Go(func() { _, _ = n.peers.Call(ctx, addr, &Call{Op: peer.OpPing}) })
 		}
 		wg.Wait()
 		cancel()
@@ -187,6 +187,27 @@ func (n *Node) stalled(gap time.Duration) bool {
 	return true
 }
 
+// heardFrom is when a call last arrived from the member at peer address
+// addr: the peer server's record, or, over a Config.Transport, the
+// transport's when it keeps one (an InboundTransport).
+func (n *Node) heardFrom(addr string) time.Time {
+	if n.server != nil {
+		return n.server.HeardFrom(addr)
+	}
+	if in, ok := n.peers.(InboundTransport); ok {
+		return in.HeardFrom(addr)
+	}
+	return time.Time{}
+}
+
+// InboundTransport is a Config.Transport that also says when a call last
+// arrived from a peer (peer.Server.HeardFrom does over TCP): such calls
+// count as hearing from it for the mandate.
+type InboundTransport interface {
+	peer.Transport
+	HeardFrom(addr string) time.Time
+}
+
 // abandon gives up the incarnation boot for good: views showing it are not
 // installed. Callers hold tmu.
 func (n *Node) abandon(boot string) {
@@ -203,8 +224,8 @@ const mandateRecheck = 500 * time.Millisecond
 // mandateNow returns when the mandate that what was heard so far gives
 // ends, on the mono clock (at or before now: no majority heard within the
 // mandate's term), and the counted members not heard from lately.
-func (n *Node) mandateNow() (end int64, silent []*peer.Client) {
-	now, mono := time.Now(), n.mono()
+func (n *Node) mandateNow() (end int64, silent []string) {
+	now, mono := n.cfg.Clock.Now(), n.mono()
 	n.tmu.Lock()
 	defer n.tmu.Unlock()
 	addrs := make(map[string]string, len(n.members))
@@ -216,14 +237,13 @@ func (n *Node) mandateNow() (end int64, silent []*peer.Client) {
 		if addr == "" {
 			return time.Time{}, false
 		}
-		p := n.peers.Get(addr)
-		at := p.HeardAt()
+		at := n.peers.HeardAt(addr)
 		if now.Sub(at) > heartbeatQuiet {
-			silent = append(silent, p)
+			silent = append(silent, addr)
 		}
 		// Its own calls to us count too: under load our pings may wait
 		// behind our work, while its forwards keep coming.
-		if in := n.server.HeardFrom(addr); in.After(at) {
+		if in := n.heardFrom(addr); in.After(at) {
 			at = in
 		}
 		return at, true

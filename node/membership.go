@@ -10,6 +10,18 @@ import (
 	"github.com/tokenring/tokenring/ring"
 )
 
+// Membership is the feed of memberships a node follows: gossip's Cluster
+// in production (Join), a simulation's scripted views otherwise (JoinFeed).
+type Membership interface {
+	// Members is the membership now, this member included.
+	Members() []gossip.MemberState
+	// Events delivers each membership change; closed when the feed stops.
+	Events() <-chan gossip.Snapshot
+	// Reincarnate announces this member under a new boot id (after a
+	// fence), waiting at most timeout for the others to hear it.
+	Reincarnate(timeout time.Duration) (string, error)
+}
+
 // Join starts gossip with cfg, builds the first ring from the members it
 // found, and keeps rebuilding the ring from every membership snapshot until
 // the gossip cluster shuts down or the node closes. The node is Ready once
@@ -23,18 +35,34 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
-	n.deadAfter.Store(int64(cfg.DeadAfter()))
-	members := func() int { return len(c.Members()) }
+	if err := n.JoinFeed(ctx, c, cfg.DeadAfter()); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// JoinFeed follows feed as Join follows gossip: the majority rule applies
+// from now on, deadAfter being the least silence after which the feed may
+// declare this member dead (0: never), and the feed's current members are
+// the first view. Unless the node is Stepped, a goroutine follows the
+// feed's events until it closes, ctx ends or the node closes; a Stepped
+// node follows them only when FollowFeed is called.
+func (n *Node) JoinFeed(ctx context.Context, feed Membership, deadAfter time.Duration) error {
+	n.deadAfter.Store(int64(deadAfter))
+	members := func() int { return len(feed.Members()) }
 	n.gossipMembers.Store(&members)
 	n.mandateUntil.Store(n.mono() + int64(n.mandateTerm()))
 	n.lastBeat = n.mono()
 	n.wasMandated = true
 	n.gossiped.Store(true)
-	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: c.Members()}); err != nil {
-		c.Shutdown()
-		return nil, err
+	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: feed.Members()}); err != nil {
+		return err
 	}
 	n.ready.Store(true)
+	if n.cfg.Stepped {
+		return nil
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -45,26 +73,57 @@ func (n *Node) Join(ctx context.Context, cfg gossip.Config) (*gossip.Cluster, er
 			case <-ctx.Done():
 				return
 			case <-n.reincarnate:
-				// Fenced: come back as a new member. Peers see the new
-				// boot id once the network lets them.
-				boot, err := c.Reincarnate(time.Second)
-				n.tmu.Lock()
-				n.announced = boot
-				n.tmu.Unlock()
-				if err != nil {
-					n.log.Warn("new incarnation not announced yet; gossip carries it later", "boot_id", boot, "err", err)
-				}
-			case snap, ok := <-c.Events():
+				n.reincarnateOn(feed)
+			case snap, ok := <-feed.Events():
 				if !ok {
 					return
 				}
-				if err := n.followSnapshot(snap); err != nil {
-					n.log.Error("membership change ignored", "reason", snap.Reason, "err", err)
-				}
+				n.followEvent(snap)
 			}
 		}
 	}()
-	return c, nil
+	return nil
+}
+
+// FollowFeed takes what a Stepped node's feed has for it now, without
+// waiting: a new incarnation the last fence asked for, then every
+// snapshot queued. It reports whether the feed is still open.
+func (n *Node) FollowFeed(feed Membership) bool {
+	select {
+	case <-n.reincarnate:
+		n.reincarnateOn(feed)
+	default:
+	}
+	for {
+		select {
+		case snap, ok := <-feed.Events():
+			if !ok {
+				return false
+			}
+			n.followEvent(snap)
+		default:
+			return true
+		}
+	}
+}
+
+// reincarnateOn comes back as a new member after a fence: peers see the
+// new boot id once the network lets them.
+func (n *Node) reincarnateOn(feed Membership) {
+	boot, err := feed.Reincarnate(time.Second)
+	n.tmu.Lock()
+	n.announced = boot
+	n.tmu.Unlock()
+	if err != nil {
+		n.log.Warn("new incarnation not announced yet; gossip carries it later", "boot_id", boot, "err", err)
+	}
+}
+
+// followEvent installs one membership change, logging a refusal.
+func (n *Node) followEvent(snap gossip.Snapshot) {
+	if err := n.followSnapshot(snap); err != nil {
+		n.log.Error("membership change ignored", "reason", snap.Reason, "err", err)
+	}
 }
 
 // followSnapshot installs the membership of one gossip snapshot.

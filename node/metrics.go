@@ -147,10 +147,19 @@ func (n *Node) peerCollectors() []prometheus.Collector {
 			Name: "tokenring_peer_auth_failures_total",
 			Help: "Connections to the peer port closed because they failed the handshake (no cluster secret, a wrong one, or silence past the handshake timeout).",
 		}, func() float64 { return float64(n.peerStats.AuthFailures.Load()) }),
-		rejectedCounter("stranger_budget", func() uint64 { b, _, _ := n.server.Rejected(); return b }),
-		rejectedCounter("source_limit", func() uint64 { _, s, _ := n.server.Rejected(); return s }),
-		rejectedCounter("member_cap", func() uint64 { _, _, c := n.server.Rejected(); return c }),
+		rejectedCounter("stranger_budget", func() uint64 { b, _, _ := n.rejected(); return b }),
+		rejectedCounter("source_limit", func() uint64 { _, s, _ := n.rejected(); return s }),
+		rejectedCounter("member_cap", func() uint64 { _, _, c := n.rejected(); return c }),
 	}
+}
+
+// rejected is the peer server's peer.Server.Rejected; none over a
+// Config.Transport.
+func (n *Node) rejected() (stranger, source, capped uint64) {
+	if n.server == nil {
+		return 0, 0, 0
+	}
+	return n.server.Rejected()
 }
 
 // rejectedCounter is tokenring_peer_conns_rejected_total{reason}.

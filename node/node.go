@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,15 +47,16 @@ type Node struct {
 	replicas  *replica.Store                  // copies held for other owners
 	acked     *replica.Acked                  // each key's state its backup last acknowledged (fence.go)
 	repl      *replica.Replicator             // copies keys to their backups and the checkpoint, fetches a crashed owner's (replication.go)
-	server    *peer.Server                    // the peer protocol's listener: calls forwarded here (serve.go)
-	peers     *peer.Pool                      // the connections to peers this node forwards to
+	server    *peer.Server                    // the peer protocol's listener: calls forwarded here (serve.go); nil with Config.Transport
+	peers     peer.Transport                  // the connections to peers this node forwards to
+	addr      string                          // this node's peer address
+	tasks     []*task                         // the periodic work (every); read-only after New
 	peerStats peer.Stats                      // both's traffic
 	counts    counters                        // what the node's own machinery did, for metrics (metrics.go)
 
 	// Splits (fence.go, custody.Quorum): only for members joined through gossip.
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
 	quorum        *custody.Quorum             // guarded by tmu
-	born          time.Time                   // the node's start: mono counts from it
 	mandateUntil  atomic.Int64                // mono when the majority's mandate ends (fence.go)
 	lastBeat      int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
 	wasMandated   bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
@@ -98,9 +100,11 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
-	ln, err := cfg.Listen("tcp", cfg.PeerAddr)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
+	var ln net.Listener
+	if cfg.Transport == nil {
+		if ln, err = cfg.Listen("tcp", cfg.PeerAddr); err != nil {
+			return nil, fmt.Errorf("node %s: listen peer %s: %w", cfg.Name, cfg.PeerAddr, err)
+		}
 	}
 	table := limiter.NewTable(cfg.Policy, cfg.LimitsFor)
 	table.SetMaxKeys(cfg.MaxKeys)
@@ -115,21 +119,26 @@ func New(cfg Config) (*Node, error) {
 		quorum:      custody.NewQuorum(custody.ForgetAfter),
 		reincarnate: make(chan struct{}, 1),
 	}
-	n.born = time.Now()
-	n.mandateUntil.Store(int64(n.mandateTerm())) // a node starts mandated
+	n.mandateUntil.Store(n.mono() + int64(n.mandateTerm())) // a node starts mandated
 	n.seed = maphash.MakeSeed()
 	n.local.sweepEvery = cfg.SweepInterval
 	n.local.changed = n.changed
 	n.local.guard = n.guard
 	n.dirty, n.acked = replica.NewDirty(), &replica.Acked{}
 	n.replicas = &replica.Store{Check: n.checkReplica, Log: n.log}
-	self := ln.Addr().String()
-	n.peers = n.newPool(self, auth)
-	n.repl = n.newReplicator(self)
+	if ln != nil {
+		n.addr = ln.Addr().String()
+		n.peers = n.newPool(n.addr, auth)
+	} else {
+		n.addr, n.peers = cfg.PeerAddr, cfg.Transport
+	}
+	n.repl = n.newReplicator(n.addr)
 	if cfg.HotKeyRate > 0 {
 		n.holder = allot.NewHolder(cfg.HotKeyRate)
 	}
-	n.server = n.newServer(ln, auth) // last: it serves at once
+	if ln != nil {
+		n.server = n.newServer(ln, auth) // last: it serves at once
+	}
 	n.every(cfg.SweepInterval, n.sweep)
 	n.every(transferTick, func() {
 		if t := n.tr.Load(); t != nil {
@@ -139,7 +148,9 @@ func New(cfg Config) (*Node, error) {
 	n.every(heartbeatInterval, n.heartbeat)
 	if n.holder != nil {
 		n.every(allotSweepInterval, n.sweepAllotments)
-		n.wg.Go(n.refilling)
+		if !cfg.Stepped {
+			n.wg.Go(n.refilling)
+		}
 	}
 	if cfg.ReplicationInterval > 0 {
 		n.every(cfg.ReplicationInterval, func() {
@@ -154,7 +165,7 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) Name() string { return n.cfg.Name }
 
 // PeerAddr is the address the peer protocol listens on.
-func (n *Node) PeerAddr() string { return n.server.Addr().String() }
+func (n *Node) PeerAddr() string { return n.addr }
 
 // Ring is the current ring, nil before the first membership snapshot.
 func (n *Node) Ring() *ring.Ring { return n.ring.Load() }
@@ -307,9 +318,9 @@ func (n *Node) Do(ctx context.Context, call Call) (Answer, error) {
 				if c.Hops > 0 {
 					wait = min(wait, n.cfg.HopTimeout) // before the forwarder's own cap (HopTimeout)
 				}
-				timer := time.NewTimer(wait)
+				timer := n.cfg.Clock.NewTimer(wait)
 				defer timer.Stop()
-				deadline = timer.C
+				deadline = timer.C()
 			}
 			changed := *g.changed.Load()
 			if g.hop.Load() != h {
@@ -373,12 +384,12 @@ func (n *Node) Immediate(key string) bool {
 // awaitFirstRing waits, at most TransferWait, for this node's first
 // membership (Join or SetRing) and returns its custody shell.
 func (n *Node) awaitFirstRing(ctx context.Context) (*transfer, error) {
-	timer := time.NewTimer(n.cfg.TransferWait)
+	timer := n.cfg.Clock.NewTimer(n.cfg.TransferWait)
 	defer timer.Stop()
 	select {
 	case <-n.firstRing:
 		return n.tr.Load(), nil
-	case <-timer.C:
+	case <-timer.C():
 		return nil, fmt.Errorf("no membership yet: %w", ErrTransferPending)
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -438,9 +449,22 @@ func (n *Node) guard(key string) (func(), bool) {
 	return g.mu.RUnlock, true
 }
 
-// every runs fn every interval on a goroutine of its own until the node
-// closes.
+// task is one piece of a node's periodic work.
+type task struct {
+	interval time.Duration
+	fn       func()
+	mu       sync.Mutex // guards next
+	next     int64      // Clock.Mono when it is due next (Stepped)
+}
+
+// every runs fn every interval until the node closes: on a goroutine of
+// its own, or, Stepped, when RunDue finds it due.
 func (n *Node) every(interval time.Duration, fn func()) {
+	tk := &task{interval: interval, fn: fn, next: n.mono() + int64(interval)}
+	n.tasks = append(n.tasks, tk)
+	if n.cfg.Stepped {
+		return
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -462,6 +486,34 @@ func (n *Node) every(interval time.Duration, fn func()) {
 	}()
 }
 
+// RunDue runs, in the order they were set up, the periodic work (see
+// Config.Stepped) that Clock.Mono says is due, each once however many of
+// its intervals passed (as a ticker drops ticks), and the refill of hot
+// keys' slices that is due. Only for a Stepped node; it does nothing after
+// Close.
+func (n *Node) RunDue() {
+	select {
+	case <-n.stop:
+		return
+	default:
+	}
+	for _, tk := range n.tasks {
+		now := n.mono()
+		tk.mu.Lock()
+		due := now >= tk.next
+		if due {
+			tk.next = now + int64(tk.interval)
+		}
+		tk.mu.Unlock()
+		if due {
+			tk.fn()
+		}
+	}
+	if n.holder != nil {
+		n.refillSlices()
+	}
+}
+
 // sweep frees expired slots and drops idle keys.
 func (n *Node) sweep() {
 	if dropped := n.table.Sweep(n.cfg.Now()); dropped > 0 {
@@ -480,7 +532,9 @@ func (n *Node) Close() error {
 	}
 	n.bgMu.Lock() // no background goroutine starts after this (background)
 	n.bgMu.Unlock()
-	n.server.Close()
+	if n.server != nil {
+		n.server.Close()
+	}
 	n.peers.Close()
 	n.local.close()
 	n.wg.Wait()

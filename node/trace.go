@@ -24,7 +24,7 @@ import (
 // answer (peer.Client.Call).
 func (n *Node) forward(ctx context.Context, addr string, c *Call) (Answer, error) {
 	if n.cfg.Tracer == nil {
-		return n.peers.Get(addr).Call(ctx, c)
+		return n.peers.Call(ctx, addr, c)
 	}
 	return n.forwardTraced(ctx, addr, c)
 }
@@ -32,10 +32,11 @@ func (n *Node) forward(ctx context.Context, addr string, c *Call) (Answer, error
 // forwardTraced is forward with tracing on: a client span for c when
 // ctx's span is sampled, its context sent along.
 func (n *Node) forwardTraced(ctx context.Context, addr string, c *Call) (Answer, error) {
-	cl := n.peers.Get(addr)
-	if !tracing.InSampled(ctx) {
-		return cl.Call(ctx, c)
+	pool, ok := n.peers.(*peer.Pool)
+	if !ok || !tracing.InSampled(ctx) { // another transport carries no trace context
+		return n.peers.Call(ctx, addr, c)
 	}
+	cl := pool.Get(addr)
 	ctx, span := n.cfg.Tracer.Start(ctx, "peer.call "+c.Op.String(), trace.SpanKindClient, callAttrs(c, tracing.AttrPeer.String(addr))...)
 	var tc peer.TraceContext
 	tc.TraceID, tc.SpanID, tc.Flags, _ = tracing.Sampled(ctx)

@@ -361,15 +361,28 @@ func (t *transfer) send(msgs []custody.Msg) {
 	}
 	for _, batch := range batches {
 		addr, body := batch.addr, custody.AppendMsgs(nil, batch.msgs)
-		t.sends.Add(1)
-		go func() {
-			defer t.sends.Done()
+		deliver := func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err := t.n.peers.Get(addr).Call(ctx, &Call{Op: peer.OpTransfer, From: t.n.PeerAddr(), State: body})
+			_, err := t.n.peers.Call(ctx, addr, &Call{Op: peer.OpTransfer, From: t.n.PeerAddr(), State: body})
 			if err != nil {
 				t.n.log.Debug("handoff: message not delivered; the machine resends", "peer", addr, "err", err)
 			}
+			return err == nil
+		}
+		if t.n.cfg.Stepped {
+			// The simulation's transport queues the message and returns:
+			// sent from here, in order, under t.mu.
+			deliver()
+			if m := batch.msgs[0]; m.Kind == custody.MsgOffer {
+				delete(t.offering, offerKey{m.Part, m.Epoch, m.To})
+			}
+			continue
+		}
+		t.sends.Add(1)
+		go func() {
+			defer t.sends.Done()
+			deliver()
 			if m := batch.msgs[0]; m.Kind == custody.MsgOffer {
 				t.mu.Lock()
 				delete(t.offering, offerKey{m.Part, m.Epoch, m.To})

@@ -26,7 +26,7 @@ type Replicator struct {
 	Checkpoint  Checkpoint    // nil: none
 	PullTimeout time.Duration // bounds one fetch of a copy
 	Table       *limiter.Table
-	Peers       *peer.Pool
+	Peers       peer.Transport
 	Log         *slog.Logger
 	Now         func() time.Time
 	Dirty       *Dirty // the keys to copy next round: a copy that fails marks its key again
@@ -141,7 +141,7 @@ func (r *Replicator) copyMany(ctx context.Context, backup ring.Member, keys []st
 	for i, key := range keys {
 		body = peer.AppendEntry(body, key, states[i])
 	}
-	_, err := r.Peers.Get(backup.Peer).Call(ctx, &peer.Call{Op: peer.OpReplicateMany, From: r.Self, State: body})
+	_, err := r.Peers.Call(ctx, backup.Peer, &peer.Call{Op: peer.OpReplicateMany, From: r.Self, State: body})
 	if err != nil && !errors.Is(err, peer.ErrPeerDown) && ctx.Err() == nil {
 		r.copyEach(ctx, backup, keys, states)
 		return
@@ -168,7 +168,7 @@ func (r *Replicator) copyEach(ctx context.Context, backup ring.Member, keys []st
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			_, err := r.Peers.Get(backup.Peer).Call(ctx, &peer.Call{Op: peer.OpReplicate, Key: key, From: r.Self, State: states[i]})
+			_, err := r.Peers.Call(ctx, backup.Peer, &peer.Call{Op: peer.OpReplicate, Key: key, From: r.Self, State: states[i]})
 			if err != nil {
 				r.Dirty.Mark(key) // try again next round
 				return
@@ -204,7 +204,7 @@ func (r *Replicator) Sync(ctx context.Context, rg *ring.Ring, key string) {
 	var wg sync.WaitGroup
 	for _, backup := range backups {
 		wg.Go(func() {
-			if _, err := r.Peers.Get(backup.Peer).Call(ctx, &peer.Call{Op: peer.OpReplicate, Key: key, From: r.Self, State: state}); err != nil {
+			if _, err := r.Peers.Call(ctx, backup.Peer, &peer.Call{Op: peer.OpReplicate, Key: key, From: r.Self, State: state}); err != nil {
 				r.Stats.SyncMissed.Add(1)
 				r.Dirty.Mark(key)
 				return
@@ -268,7 +268,7 @@ func (r *Replicator) fetchReplica(ctx context.Context, key, addr string) (Copy, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.PullTimeout)
 	defer cancel()
-	a, err := r.Peers.Get(addr).Call(ctx, &peer.Call{Op: peer.OpReplica, Key: key, From: r.Self})
+	a, err := r.Peers.Call(ctx, addr, &peer.Call{Op: peer.OpReplica, Key: key, From: r.Self})
 	if err != nil {
 		return Copy{}, fmt.Errorf("replica of %q from %s: %w", key, addr, err)
 	}
