@@ -131,9 +131,21 @@ type dimJSON struct {
 // limitsJSON is a key's "limits" object, as the decision API writes it:
 // one dimJSON per dimension.
 type limitsJSON struct {
-	Requests    dimJSON `json:"requests"`
-	Tokens      dimJSON `json:"tokens"`
-	Concurrency dimJSON `json:"concurrency"`
+	Requests    dimJSON     `json:"requests"`
+	Tokens      dimJSON     `json:"tokens"`
+	Concurrency dimJSON     `json:"concurrency"`
+	Budget      *budgetJSON `json:"budget,omitempty"`
+}
+
+// budgetJSON is a key's spend in its period, as the decision API writes
+// it: exact USD (limiter.USD).
+type budgetJSON struct {
+	LimitUSD     string `json:"limit_usd"`
+	SpentUSD     string `json:"spent_usd"`
+	HeldUSD      string `json:"held_usd"`
+	RemainingUSD string `json:"remaining_usd"`
+	OverdraftUSD string `json:"overdraft_usd,omitempty"`
+	ResetMS      int64  `json:"reset_ms"`
 }
 
 func limitsOf(s limiter.Status) limitsJSON {
@@ -144,7 +156,15 @@ func limitsOf(s limiter.Status) limitsJSON {
 		}
 		return dimJSON{Limit: d.Limit, Remaining: d.Remaining, Overdraft: d.Overdraft, ResetMS: reset}
 	}
-	return limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
+	l := limitsJSON{Requests: dim(s.Requests), Tokens: dim(s.Tokens), Concurrency: dim(s.Concurrency)}
+	if sp := s.Spend; sp.Limit > 0 {
+		l.Budget = &budgetJSON{LimitUSD: limiter.USD(sp.Limit), SpentUSD: limiter.USD(sp.Spent), HeldUSD: limiter.USD(sp.Held),
+			RemainingUSD: limiter.USD(sp.Remaining), ResetMS: dim(sp.DimStatus).ResetMS}
+		if sp.Overdraft > 0 {
+			l.Budget.OverdraftUSD = limiter.USD(sp.Overdraft)
+		}
+	}
+	return l
 }
 
 // tenantJSON is a tenant near its limits.

@@ -285,6 +285,9 @@ function drawUpstream(c) {
   $('latency-caption').textContent = 'answers by time to headers, buckets up to ' + b.map((x) => num(x)).join(' · ') + ' ms, then slower';
 }
 
+// budgetText is a level's budget as "$spent (+$held in flight) of $limit", or "–".
+const budgetText = (b) => (b ? '$' + b.spent_usd + (b.held_usd !== '0.00' ? ' (+$' + b.held_usd + ')' : '') + ' of $' + b.limit_usd : '–');
+
 function drawDetail(t) {
   const d = $('detail');
   d.hidden = false;
@@ -295,10 +298,11 @@ function drawDetail(t) {
     const tr = el('tr', { 'data-level': l.level, 'data-owner': l.owner, 'data-used': l.used,
       'data-requests-used': usedOf(s.requests), 'data-requests-limit': s.requests.limit, 'data-tokens-used': usedOf(s.tokens),
       'data-tokens-limit': s.tokens.limit, 'data-inflight': s.concurrency.limit > 0 ? s.concurrency.limit - s.concurrency.remaining : 0,
-      'data-overdraft': s.tokens.overdraft || 0 });
+      'data-overdraft': s.tokens.overdraft || 0, 'data-budget': s.budget ? s.budget.spent_usd + '+' + s.budget.held_usd + '/' + s.budget.limit_usd : '' });
     tr.append(el('td', { text: l.level }), ownerCell(l.owner), usedBar(l.used), el('td', { class: 'num', text: usedText(s.requests) }),
       el('td', { class: 'num', text: usedText(s.tokens) }), el('td', { class: 'num', text: slots(s.concurrency) }),
-      el('td', { class: 'num' + (s.tokens.overdraft > 0 ? ' hot' : ''), text: num(s.tokens.overdraft || 0) }));
+      el('td', { class: 'num' + (s.tokens.overdraft > 0 ? ' hot' : ''), text: num(s.tokens.overdraft || 0) }),
+      el('td', { class: 'num' + (s.budget && s.budget.remaining_usd === '0.00' ? ' hot' : ''), text: budgetText(s.budget) }));
     return tr;
   }));
   $('refused-total').textContent = num(t.refused.refused);

@@ -37,6 +37,19 @@ type limitsJSON struct {
 	Requests    dimJSON `json:"requests"`
 	Tokens      dimJSON `json:"tokens"`
 	Concurrency dimJSON `json:"concurrency"`
+	Budget      *struct {
+		LimitUSD string `json:"limit_usd"`
+		SpentUSD string `json:"spent_usd"`
+		HeldUSD  string `json:"held_usd"`
+	} `json:"budget"`
+}
+
+// budget is what the page's data-budget says of l's budget.
+func (l limitsJSON) budget() string {
+	if l.Budget == nil {
+		return ""
+	}
+	return l.Budget.SpentUSD + "+" + l.Budget.HeldUSD + "/" + l.Budget.LimitUSD
 }
 
 type refusedJSON struct {
@@ -105,7 +118,7 @@ func (a consoleAPI) tenant(q string) panelView {
 		}
 		p.Levels = append(p.Levels, levelView{Level: l.Level, Owner: l.Owner, Used: l.Used, RequestsUsed: s.Requests.used(),
 			RequestsLimit: s.Requests.Limit, TokensUsed: s.Tokens.used(), TokensLimit: s.Tokens.Limit, InFlight: inFlight,
-			Overdraft: s.Tokens.Overdraft, Text: []string{s.Requests.usedText(), s.Tokens.usedText()}})
+			Overdraft: s.Tokens.Overdraft, Text: []string{s.Requests.usedText(), s.Tokens.usedText()}, Budget: s.budget()})
 	}
 	for _, r := range c.Refusals {
 		p.Refusals = append(p.Refusals, r.refusalView)

@@ -74,7 +74,8 @@ type levelView struct {
 	TokensLimit   int64    `json:"tokens_limit"`
 	InFlight      int64    `json:"in_flight"`
 	Overdraft     int64    `json:"overdraft"`
-	Text          []string `json:"text"` // the requests and tokens cells: "used / limit"
+	Text          []string `json:"text"`   // the requests and tokens cells: "used / limit"
+	Budget        string   `json:"budget"` // "spent+held/limit" in USD, "" without a budget
 }
 
 type refusalView struct {
@@ -101,7 +102,7 @@ func (b *console) tenantPanel() panelView {
   const levels = [...document.querySelectorAll('#levels tbody tr')].map((tr) => ({ level: tr.dataset.level, owner: tr.dataset.owner,
     used: Number(tr.dataset.used), requests_used: Number(tr.dataset.requestsUsed), requests_limit: Number(tr.dataset.requestsLimit),
     tokens_used: Number(tr.dataset.tokensUsed), tokens_limit: Number(tr.dataset.tokensLimit), in_flight: Number(tr.dataset.inflight),
-    overdraft: Number(tr.dataset.overdraft), text: [tr.cells[3].textContent, tr.cells[4].textContent] }));
+    overdraft: Number(tr.dataset.overdraft), text: [tr.cells[3].textContent, tr.cells[4].textContent], budget: tr.dataset.budget || '' }));
   const reasons = {};
   document.querySelectorAll('#reasons [data-reason]').forEach((c) => { reasons[c.dataset.reason] = Number(c.dataset.count); });
   const refusals = [...document.querySelectorAll('#refusals tbody tr')].map((tr) => ({ at_ms: Number(tr.dataset.at),

@@ -30,7 +30,8 @@ const (
 )
 
 // uiConfig: 200 load tenants at the default limits; acme under the group
-// research, whose tokens run out before acme's; the pool of gpt-4o-mini,
+// research, whose tokens run out before acme's; payer with a budget of
+// $0.001 for gpt-4.1 at its price; the pool of gpt-4o-mini,
 // which pool-a and pool-b reach through the proxy. The window is long
 // enough that nothing leaves it during the test.
 func uiConfig(upstream string) string {
@@ -39,11 +40,14 @@ limits:
   default: {rpm: %d, tpm: 10000000, concurrency: 1000}
   tenants:
     acme: {rpm: 3, tpm: 1000000, concurrency: 100, parent: research}
+    payer: {rpm: 100, tpm: 1000000, concurrency: 100, budget: {usd: "0.001", period: month}}
   groups:
     research: {rpm: 1000, tpm: 5000, concurrency: 100}
   window: 300s
 pools:
   gpt-4o-mini: {rpm: 1000, tpm: 10000000, concurrency: 50}
+prices:
+  gpt-4.1: {input: 2, output: 8}
 keys:
   sk-pool-a: pool-a
   sk-pool-b: pool-b
@@ -105,6 +109,7 @@ func TestAdminUI(t *testing.T) {
 	}})
 	checkUIGuard(t, c.Procs[0])
 	acmeRefusals(t, client, c.Procs)
+	payerSpends(t, client, c.Procs)
 	poolCalls(t, up, c.Procs)
 	load := startUILoad(c.Procs)
 	defer load.stop()
@@ -131,6 +136,12 @@ func TestAdminUI(t *testing.T) {
 	b.compare("the history's totals and the decision counters", func() (any, any) { return b.history(), api.decisions() })
 	checkPools(t, api.pools(), api.upstream())
 	b.screenshot("admin-ui-tenant.png")
+
+	b.search("tenant", "payer")
+	b.compare("the budgeted tenant's panel", func() (any, any) { return b.tenantPanel(), api.tenant("tenant=payer") })
+	if l := b.tenantPanel().Levels; len(l) != 1 || l[0].Budget != "0.00036+0.00044/0.001" {
+		t.Fatalf("payer's levels on the page: %+v, want $0.00036 spent and $0.00044 held of $0.001", l)
+	}
 
 	b.click("#sort-refused")
 	b.compare("the most refused, page 1", func() (any, any) { return b.tenantsTable(), api.tenants("refused", 0) })
@@ -195,6 +206,34 @@ func acmeRefusals(t *testing.T, client *http.Client, procs []*Proc) {
 	}
 	send(procs[1], 100, http.StatusTooManyRequests)
 	send(procs[2], 100, http.StatusTooManyRequests)
+}
+
+// payerSpends: payer's first request is settled ($0.00036: 100 prompt
+// tokens at $2 and 20 completion tokens at $8 a million), its second is
+// admitted and left in flight (holding its estimate: 100 prompt tokens and
+// 1.5 × its average completion of 20, $0.00044), its third refused by the
+// budget ($0.00036 + $0.00044 + $0.00044 is past $0.001).
+func payerSpends(t *testing.T, client *http.Client, procs []*Proc) {
+	t.Helper()
+	acquire := func(p *Proc, want int) map[string]any {
+		t.Helper()
+		code, out, err := Post(context.Background(), client, p.URL()+"/v1/acquire",
+			`{"tenant":"payer","model":"gpt-4.1","prompt_tokens":100,"max_tokens":50}`)
+		if err != nil || code != want {
+			t.Fatalf("acquire payer through %s: %d %v %v, want %d", p.Name, code, out, err, want)
+		}
+		return out
+	}
+	a := acquire(procs[0], http.StatusOK)
+	code, out, err := Post(context.Background(), client, procs[1].URL()+"/v1/complete",
+		fmt.Sprintf(`{"tenant":"payer","lease":%q,"usage":{"prompt_tokens":100,"completion_tokens":20}}`, a["lease"]))
+	if err != nil || code != http.StatusOK || out["settled"] != true {
+		t.Fatalf("complete payer: %d %v %v", code, out, err)
+	}
+	acquire(procs[1], http.StatusOK)
+	if r := acquire(procs[2], http.StatusTooManyRequests); r["reason"] != "budget" || r["refused_by"] != "tenant:payer" {
+		t.Fatalf("payer's third acquire: %v, want refused by its budget", r)
+	}
 }
 
 // poolCalls sends chat completions for gpt-4o-mini through the proxy:
