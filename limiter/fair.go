@@ -3,6 +3,7 @@ package limiter
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -453,4 +454,47 @@ func (b *Budget) fairHead(t int64) (int, int) {
 		return int(Batch), ba
 	}
 	return int(Interactive), in
+}
+
+// FlowShare is one flow's use of a fair key and its share, per dimension:
+// [0] requests and [1] tokens in the window, [2] slots held.
+type FlowShare struct {
+	Flow   string
+	Weight int64
+	Used   [3]int64
+	// Share is what the flow may use now: its weighted max-min share
+	// while the key is contended, the whole limit while it is not; 0 for
+	// an unlimited dimension.
+	Share [3]int64
+}
+
+// Shares returns, at now, the use and share of every flow of a fair key
+// that holds or wants something in the window; nil for a key that is not
+// fair or has no flow.
+func (b *Budget) Shares(now time.Time) []FlowShare {
+	b.tick(now.UnixNano())
+	if b.fr == nil {
+		return nil
+	}
+	limits := [3]int64{b.lim.Requests, b.lim.Tokens, b.lim.Concurrency}
+	contended := b.contended()
+	var out []FlowShare
+	for _, f := range b.fr.flows {
+		if b.slideFlow(f); f.idle() {
+			continue
+		}
+		s := FlowShare{Flow: f.name, Weight: f.weight, Used: [3]int64{f.sum[flowReq], f.sum[flowTok], f.slots}}
+		for dim, c := range limits {
+			switch {
+			case c <= 0:
+			case !contended:
+				s.Share[dim] = c
+			default:
+				s.Share[dim] = min(c, int64(min(b.level(dim, c)*float64(f.weight), 1<<62)))
+			}
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(x, y FlowShare) int { return strings.Compare(x.Flow, y.Flow) })
+	return out
 }

@@ -161,3 +161,23 @@ func TestFairFlowsBounded(t *testing.T) {
 		t.Fatalf("%d flows after the others left the window, want the late one alone", n)
 	}
 }
+
+// TestFairSharesReported: Shares gives every active flow's use and, once
+// contended, its share by weight; the whole limit before.
+func TestFairSharesReported(t *testing.T) {
+	b := NewBudget(Limits{Requests: 60, Window: time.Minute, Fair: true}, nil, t0)
+	for i := range 30 {
+		b.Acquire(t0, Request{Reserve: 1, Flow: []string{"a", "b"}[i%2], Weight: int64(1 + i%2)})
+	}
+	s := b.Shares(t0)
+	if len(s) != 2 || s[0].Flow != "a" || s[0].Used[0] != 15 || s[0].Share[0] != 60 || s[1].Weight != 2 || s[1].Share[1] != 0 {
+		t.Fatalf("uncontended: %+v", s)
+	}
+	for range 40 { // b asks past the limit: refused, contended
+		b.Acquire(t0, Request{Reserve: 1, Flow: "b", Weight: 2})
+	}
+	s = b.Shares(t0)
+	if s[0].Share[0] != 20 || s[1].Share[0] != 40 || s[0].Used[0]+s[1].Used[0] != 60 {
+		t.Fatalf("contended: %+v, want shares of 20 and 40", s)
+	}
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -83,6 +85,9 @@ func keyLimits(cfg *config.Config, key string) limiter.Limits {
 	}
 	return l
 }
+
+// pools names the config's pools.
+func (l *live) pools() []string { return slices.Sorted(maps.Keys(l.p.Load().cfg.Pools)) }
 
 // weight is a tenant's weight in its pools' fair shares.
 func (l *live) weight(tenant string) int64 { return l.p.Load().cfg.Weight(tenant) }

@@ -381,7 +381,7 @@ func newRegistry(extra ...prometheus.Collector) *prometheus.Registry {
 // is what /readyz answers.
 func newRouter(n *node.Node, cfg config.Config, cur *live, ready func() bool, reg *prometheus.Registry, log *slog.Logger) (*frontdoor.Door, error) {
 	reg.MustRegister(n.Collectors()...)
-	reg.MustRegister(admin.LimitsMismatchCollector(n))
+	reg.MustRegister(admin.LimitsMismatchCollector(n), admin.PoolSharesCollector(n, cur.pools, time.Now))
 	counter, err := newCounter(cfg)
 	if err != nil {
 		return nil, err
