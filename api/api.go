@@ -302,18 +302,18 @@ type limitsJSON struct {
 	Budget      *budgetJSON `json:"budget,omitempty"` // a key with a budget only
 }
 
-// budgetJSON is a key's spend in its current period, in USD written
-// exactly (limiter.USD): the limit, what was spent (settled, released or
-// expired), what requests in flight hold, what remains of the limit after
-// both, and how far past it they are.
+// budgetJSON is a key's spend in its current period, written as USD
+// strings exactly (limiter.AppendUSD), by its appendJSON (MarshalJSON
+// too): "limit_usd", "spent_usd" (settled, released or expired),
+// "held_usd" (by requests in flight), "remaining_usd" (the limit after
+// both), "overdraft_usd" (how far past it they are; only when past),
+// "period_start" (RFC 3339, UTC; only once the key has spent) and
+// "reset_ms" (until the period ends; 0: it never does). Amounts in
+// picodollars.
 type budgetJSON struct {
-	LimitUSD     string `json:"limit_usd"`
-	SpentUSD     string `json:"spent_usd"`
-	HeldUSD      string `json:"held_usd"`
-	RemainingUSD string `json:"remaining_usd"`
-	OverdraftUSD string `json:"overdraft_usd,omitempty"`
-	PeriodStart  string `json:"period_start,omitempty"` // RFC 3339, UTC
-	ResetMS      int64  `json:"reset_ms"`               // until the period ends; 0: it never does
+	Limit, Spent, Held, Remaining, Overdraft int64
+	Start                                    time.Time
+	ResetMS                                  int64
 }
 
 // budgetOf is s's budget, nil without one.
@@ -321,16 +321,12 @@ func budgetOf(s limiter.SpendStatus) *budgetJSON {
 	if s.Limit <= 0 {
 		return nil
 	}
-	b := &budgetJSON{LimitUSD: limiter.USD(s.Limit), SpentUSD: limiter.USD(s.Spent), HeldUSD: limiter.USD(s.Held),
-		RemainingUSD: limiter.USD(s.Remaining), ResetMS: ceilMS(s.Reset)}
-	if s.Overdraft > 0 {
-		b.OverdraftUSD = limiter.USD(s.Overdraft)
-	}
-	if !s.Start.IsZero() {
-		b.PeriodStart = s.Start.UTC().Format(time.RFC3339)
-	}
-	return b
+	return &budgetJSON{Limit: s.Limit, Spent: s.Spent, Held: s.Held, Remaining: s.Remaining, Overdraft: s.Overdraft,
+		Start: s.Start, ResetMS: ceilMS(s.Reset)}
 }
+
+// MarshalJSON writes b as appendJSON does.
+func (b *budgetJSON) MarshalJSON() ([]byte, error) { return b.appendJSON(nil), nil }
 
 func ceilMS(d time.Duration) int64 {
 	if d <= 0 {

@@ -18,8 +18,10 @@ import (
 	"encoding/json"
 	"reflect"
 	"strconv"
+	"time"
 
 	"github.com/tokenring/tokenring/internal/jsonwire"
+	"github.com/tokenring/tokenring/limiter"
 )
 
 // The decoders of the bodies, by table (internal/jsonwire). Each refuses
@@ -196,15 +198,18 @@ func (l limitsJSON) appendJSON(dst []byte) []byte {
 }
 
 func (b *budgetJSON) appendJSON(dst []byte) []byte {
-	dst = appendString(append(dst, `{"limit_usd":`...), b.LimitUSD)
-	dst = appendString(append(dst, `,"spent_usd":`...), b.SpentUSD)
-	dst = appendString(append(dst, `,"held_usd":`...), b.HeldUSD)
-	dst = appendString(append(dst, `,"remaining_usd":`...), b.RemainingUSD)
-	if b.OverdraftUSD != "" {
-		dst = appendString(append(dst, `,"overdraft_usd":`...), b.OverdraftUSD)
+	usd := func(dst []byte, name string, v int64) []byte {
+		return append(limiter.AppendUSD(append(append(dst, name...), '"'), v), '"')
 	}
-	if b.PeriodStart != "" {
-		dst = appendString(append(dst, `,"period_start":`...), b.PeriodStart)
+	dst = usd(dst, `{"limit_usd":`, b.Limit)
+	dst = usd(dst, `,"spent_usd":`, b.Spent)
+	dst = usd(dst, `,"held_usd":`, b.Held)
+	dst = usd(dst, `,"remaining_usd":`, b.Remaining)
+	if b.Overdraft > 0 {
+		dst = usd(dst, `,"overdraft_usd":`, b.Overdraft)
+	}
+	if !b.Start.IsZero() {
+		dst = append(b.Start.UTC().AppendFormat(append(dst, `,"period_start":"`...), time.RFC3339), '"')
 	}
 	dst = append(dst, `,"reset_ms":`...)
 	dst = strconv.AppendInt(dst, b.ResetMS, 10)

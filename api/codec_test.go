@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -216,8 +217,11 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	limits := rapid.Custom(func(t *rapid.T) limitsJSON {
 		l := limitsJSON{Requests: dim.Draw(t, "r"), Tokens: dim.Draw(t, "t"), Concurrency: dim.Draw(t, "c")}
 		if rapid.Bool().Draw(t, "budgeted") {
-			l.Budget = &budgetJSON{LimitUSD: str.Draw(t, "limit_usd"), SpentUSD: str.Draw(t, "spent"), HeldUSD: str.Draw(t, "held"),
-				RemainingUSD: str.Draw(t, "remaining_usd"), OverdraftUSD: str.Draw(t, "over_usd"), PeriodStart: str.Draw(t, "start"), ResetMS: num.Draw(t, "reset_usd")}
+			l.Budget = &budgetJSON{Limit: num.Draw(t, "limit_usd"), Spent: num.Draw(t, "spent"), Held: num.Draw(t, "held"),
+				Remaining: num.Draw(t, "remaining_usd"), Overdraft: num.Draw(t, "over_usd"), ResetMS: num.Draw(t, "reset_usd")}
+			if rapid.Bool().Draw(t, "started") {
+				l.Budget.Start = time.Unix(num.Draw(t, "start")%(1<<33), 0)
+			}
 		}
 		return l
 	})

@@ -204,17 +204,20 @@ func (b *Budget) spendStatus(t int64) SpendStatus {
 
 // USD writes an amount of picodollars as US dollars, exactly, with at
 // least two decimal places: "25.00", "0.000123456789", "-1.50".
-func USD(picodollars int64) string {
-	var b []byte
+func USD(picodollars int64) string { return string(AppendUSD(nil, picodollars)) }
+
+// AppendUSD appends USD(picodollars) to dst.
+func AppendUSD(dst []byte, picodollars int64) []byte {
 	u := uint64(picodollars)
 	if picodollars < 0 {
-		b, u = append(b, '-'), uint64(-picodollars)
+		dst, u = append(dst, '-'), uint64(-picodollars)
 	}
-	b = strconv.AppendUint(b, u/1e12, 10)
-	frac := strconv.AppendUint(nil, u%1e12+1e12, 10)[1:] // 12 digits
-	n := len(frac)
-	for n > 2 && frac[n-1] == '0' {
+	dst = strconv.AppendUint(dst, u/1e12, 10)
+	var frac [13]byte
+	f := strconv.AppendUint(frac[:0], u%1e12+1e12, 10)[1:] // 12 digits
+	n := len(f)
+	for n > 2 && f[n-1] == '0' {
 		n--
 	}
-	return string(append(append(b, '.'), frac[:n]...))
+	return append(append(dst, '.'), f[:n]...)
 }
