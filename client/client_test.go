@@ -51,6 +51,7 @@ func newRouter(t testing.TB, lim func(string) limiter.Limits) *frontdoor.Door {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
 	return r
 }
 

@@ -20,6 +20,7 @@ func ExampleClient() {
 	n, _ := node.New(node.Config{Name: "n1", LimitsFor: limits})
 	defer n.Close()
 	r, _ := frontdoor.New(n, frontdoor.Config{Limits: limits})
+	defer r.Close()
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 
