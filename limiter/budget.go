@@ -362,7 +362,8 @@ func (b *Budget) refuse(t int64, reason Dimension, wait int64) Decision {
 // credit gives capacity back, a debit charges the excess. If that bucket has
 // left the window, a credit is dropped (nothing is counted there any more)
 // and a debit is charged to the current bucket. The completion tokens update
-// the key's average completion. The slot is freed. Under a spend limit
+// the key's average completion, unless the request reserved no completion
+// and had none (an embedding: Request.Reserve of its prompt alone). The slot is freed. Under a spend limit
 // the lease's reserved cost is freed and the usage's cost at the lease's
 // Price is spent in its place, in the current period, whether or not the
 // limit has room for it (the request was made): what is spent then shows
@@ -405,9 +406,13 @@ func (b *Budget) SettleOverdrawn(now time.Time, id uint64, u Usage) (ok bool, ov
 	overdrawn = max(b.tokensOver()-over, 0)
 	b.endSpend(id, func(sl spendLease) int64 { return sl.price.Cost(u) })
 	b.endFlow(id, l.bucket, 0, delta)
-	if b.ewma < 0 {
+	switch {
+	case completion == 0 && l.reserved <= clampUnits(u.PromptTokens):
+		// It reserved no completion and had none (an embedding): it
+		// says nothing of how long the key's completions run.
+	case b.ewma < 0:
 		b.ewma = float64(completion)
-	} else {
+	default:
 		b.ewma += ewmaAlpha * (float64(completion) - b.ewma)
 	}
 	b.dropLease(id, l)

@@ -462,9 +462,11 @@ func (h *harness) settle() {
 		a.charge = actual // credit dropped, but the request used only this
 	}
 	a.open = false
-	if h.ewma < 0 {
+	switch {
+	case completion == 0 && a.reserved <= actual: // no completion reserved nor made: the average stays
+	case h.ewma < 0:
 		h.ewma = float64(completion)
-	} else {
+	default:
 		h.ewma += ewmaAlpha * (float64(completion) - h.ewma)
 	}
 }

@@ -248,3 +248,19 @@ func TestTableReloadCarriesReserveMode(t *testing.T) {
 		t.Fatalf("back to estimate: reserved %d", got)
 	}
 }
+
+// TestEmbeddingsLeaveTheAverage: a request that reserved its prompt alone
+// and completed nothing (an embedding) does not pull the key's average
+// completion down: the next chat request reserves as before.
+func TestEmbeddingsLeaveTheAverage(t *testing.T) {
+	b := NewBudget(Limits{Tokens: 1 << 30}, pol10, t0)
+	d := b.Acquire(t0, Request{PromptTokens: 100, MaxTokens: 1000})
+	b.Settle(t0, d.Lease, Usage{PromptTokens: 100, CompletionTokens: 200}) // average 200
+	for range 20 {
+		e := b.Acquire(t0, Request{PromptTokens: 50, Reserve: 50})
+		b.Settle(t0, e.Lease, Usage{PromptTokens: 50})
+	}
+	if c := b.Acquire(t0, Request{PromptTokens: 100, MaxTokens: 1000}); c.Reserved != 100+300 {
+		t.Fatalf("reserved %d after 20 embeddings, want 400 (1.5 × the chat average of 200)", c.Reserved)
+	}
+}
