@@ -379,44 +379,8 @@ func (b *Budget) decideFair(t int64, r Request, n need, f *flow) Decision {
 	return b.refuse(t, d, wait)
 }
 
-// wakeFair is Wake at a fair key: the waiters are taken in queue order
-// (each class in tag order, the classes as head chooses), skipping those
-// whose flow is past its share, which wait on; the first that does not
-// fit the key stops the admissions. Then every waiter whose deadline has
-// come is refused.
-func (b *Budget) wakeFair(t int64, dst []Grant) []Grant {
-	for b.q.len() > 0 {
-		c, i := b.fairHead(t)
-		if i < 0 {
-			break
-		}
-		w := &b.q.cls[c].w[i]
-		g := Grant{Ticket: w.ticket}
-		n := w.need()
-		_, again := b.repeats(w)
-		never := b.neverFits(n) != None
-		switch {
-		case !again && !never && b.blocking(n) == None:
-			b.unqueuedFlow(w, true)
-			g.Decision = b.admit(t, n, w.lease, w.price, b.flowOf(t, &Request{Flow: w.flow, Weight: w.weight}))
-		case again || never || t >= w.deadline:
-			g.Decision = b.answer(t, w, true)
-			b.unqueuedFlow(w, false)
-		default:
-			return b.expireWaiters(t, dst)
-		}
-		b.q.removed(w.deadline)
-		b.q.cls[c].remove(i)
-		dst = append(dst, g)
-	}
-	if b.q.len() == 0 {
-		b.q = nil
-		return dst
-	}
-	return b.expireWaiters(t, dst)
-}
-
-// fairHead is the class and index of the waiter wakeFair takes next: in
+// fairHead is the class and index of the waiter Wake takes next at a fair
+// key, skipping those whose flow is past its share (they wait on): in
 // each class the first whose flow is within its share (or that names no
 // flow), the two compared as head compares fronts; -1 if none.
 func (b *Budget) fairHead(t int64) (int, int) {

@@ -78,6 +78,15 @@ func (f *fifo) pop() {
 	}
 }
 
+// take removes the live waiter at index i of f.w: pop for the front.
+func (f *fifo) take(i int) {
+	if i == f.h {
+		f.pop()
+		return
+	}
+	f.remove(i)
+}
+
 // remove deletes the live waiter at index i of f.w, keeping the order.
 func (f *fifo) remove(i int) {
 	copy(f.w[i:], f.w[i+1:])
@@ -240,7 +249,9 @@ func (b *Budget) answer(t int64, w *waiter, isHead bool) Decision {
 // (Request.Lease) a live lease holds when it leaves the queue (an earlier
 // waiter with the same id was admitted) is answered as its Acquire would
 // have been then: Allowed with that lease, charging nothing; as the head,
-// it leaves at once.
+// it leaves at once. At a fair key (Limits.Fair) the head is the first
+// waiter in queue order whose flow is within its share; the others wait on
+// (fair.go).
 //
 // Call Wake at the time NextWake names and after anything that frees
 // capacity. It is cheap when nothing is queued.
@@ -250,12 +261,12 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 	if b.q.len() == 0 {
 		return dst
 	}
-	if b.fr != nil {
-		return b.wakeFair(t, dst)
-	}
-	aging := b.pol.aging()
 	for b.q.len() > 0 {
-		c, w := b.q.head(aging)
+		c, i := b.nextWaiter(t)
+		if i < 0 {
+			break // a fair key's waiters all past their flows' shares
+		}
+		w := &b.q.cls[c].w[i]
 		g := Grant{Ticket: w.ticket}
 		n := w.need()
 		never := b.neverFits(n) != None
@@ -271,11 +282,24 @@ func (b *Budget) Wake(now time.Time, dst []Grant) []Grant {
 			return b.expireWaiters(t, dst)
 		}
 		b.q.removed(w.deadline)
-		b.q.cls[c].pop()
+		b.q.cls[c].take(i)
 		dst = append(dst, g)
 	}
-	b.q = nil // empty: give its memory back
-	return dst
+	if b.q.len() == 0 {
+		b.q = nil // empty: give its memory back
+		return dst
+	}
+	return b.expireWaiters(t, dst)
+}
+
+// nextWaiter is the class and index of the waiter Wake takes next: the
+// queue's head, or at a fair key fairHead's; -1 if none may go.
+func (b *Budget) nextWaiter(t int64) (int, int) {
+	if b.fr != nil {
+		return b.fairHead(t)
+	}
+	c, _ := b.q.head(b.pol.aging())
+	return c, b.q.cls[c].h
 }
 
 // expireWaiters refuses every waiter whose deadline is at or before t. The
