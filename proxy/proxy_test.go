@@ -75,6 +75,7 @@ type proxyOpts struct {
 	netHTTP1 bool                      // serve with net/http alone, not tokenringd's server (the fast path, then net/http)
 	groups   map[string]limiter.Limits // by group: acme's chain, nearest first, is groupOrder
 	chain    []string                  // acme's groups, nearest first
+	price    func(model string) (limiter.Price, bool)
 }
 
 func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
@@ -120,8 +121,10 @@ func startProxy(t *testing.T, o proxyOpts) *proxyEnv {
 			_, ok := o.pools[m]
 			return m, ok
 		},
-		Counter: counter,
-		Chain:   chain,
+		Counter:  counter,
+		Chain:    chain,
+		Price:    o.price,
+		Budgeted: func() bool { return o.price != nil },
 		Proxy: proxy.Config{
 			Tenant: func(key string) (string, bool) {
 				if key == clientKey {

@@ -66,9 +66,13 @@ type UpstreamReply struct {
 	Text []string
 	// PromptTokens and CompletionTokens are the usage reported.
 	PromptTokens, CompletionTokens int64
-	// CachedTokens is the part of PromptTokens a Responses answer reports
-	// as cached (usage.input_tokens_details.cached_tokens).
-	CachedTokens int64
+	// CachedTokens is the part of PromptTokens read from the prompt cache
+	// (chat completions' usage.prompt_tokens_details.cached_tokens, a
+	// Responses answer's usage.input_tokens_details.cached_tokens,
+	// Anthropic's cache_read_input_tokens), and CacheWriteTokens the part
+	// written to it (Anthropic's cache_creation_input_tokens). Anthropic's
+	// input_tokens is the rest of PromptTokens, as its API reports.
+	CachedTokens, CacheWriteTokens int64
 	// NoUsage: report no usage at all (an OpenAI-compatible server that
 	// ignores include_usage).
 	NoUsage bool
@@ -354,7 +358,7 @@ func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, a api, mode
 			"id": "msg_fake" + id, "type": "message", "role": "assistant", "model": model,
 			"content":     []any{map[string]any{"type": "text", "text": text}},
 			"stop_reason": "end_turn", "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": reply.PromptTokens, "output_tokens": reply.CompletionTokens},
+			"usage": anthropicUsage(reply, reply.CompletionTokens),
 		}
 	default:
 		out = map[string]any{
@@ -365,8 +369,7 @@ func (u *Upstream) whole(w http.ResponseWriter, reply UpstreamReply, a api, mode
 				"logprobs":      nil,
 				"finish_reason": "stop",
 			}},
-			"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": reply.CompletionTokens,
-				"total_tokens": reply.PromptTokens + reply.CompletionTokens},
+			"usage": chatUsage(reply),
 		}
 	}
 	if reply.NoUsage {
@@ -478,8 +481,7 @@ func (u *Upstream) streamOpenAI(s *eventStream, reply UpstreamReply, model, id s
 		s.event("", map[string]any{
 			"id": "chatcmpl-fake" + id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
 			"choices": []any{},
-			"usage": map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": reply.CompletionTokens,
-				"total_tokens": reply.PromptTokens + reply.CompletionTokens},
+			"usage":   chatUsage(reply),
 		})
 	}
 	fmt.Fprint(s.w, "data: [DONE]\n\n")
@@ -531,7 +533,7 @@ func (u *Upstream) streamResponses(s *eventStream, reply UpstreamReply, model, i
 // streamAnthropic writes the event sequence of an Anthropic message stream
 // of reply on s, from message_start to message_stop.
 func (u *Upstream) streamAnthropic(s *eventStream, reply UpstreamReply, model, id string) {
-	startUsage := map[string]any{"input_tokens": reply.PromptTokens, "output_tokens": 1}
+	startUsage := anthropicUsage(reply, 1)
 	if reply.NoUsage {
 		startUsage = map[string]any{}
 	}
@@ -559,4 +561,19 @@ func (u *Upstream) streamAnthropic(s *eventStream, reply UpstreamReply, model, i
 	}
 	s.event("message_delta", delta)
 	s.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// chatUsage is a chat completion's usage object for reply.
+func chatUsage(reply UpstreamReply) map[string]any {
+	return map[string]any{"prompt_tokens": reply.PromptTokens, "completion_tokens": reply.CompletionTokens,
+		"total_tokens":          reply.PromptTokens + reply.CompletionTokens,
+		"prompt_tokens_details": map[string]any{"cached_tokens": reply.CachedTokens}}
+}
+
+// anthropicUsage is an Anthropic message's usage object for reply with
+// output output tokens: input_tokens the prompt neither read from nor
+// written to the cache.
+func anthropicUsage(reply UpstreamReply, output int64) map[string]any {
+	return map[string]any{"input_tokens": reply.PromptTokens - reply.CachedTokens - reply.CacheWriteTokens, "output_tokens": output,
+		"cache_read_input_tokens": reply.CachedTokens, "cache_creation_input_tokens": reply.CacheWriteTokens}
 }
