@@ -41,11 +41,16 @@ test: check build
 	$(GO) build -o $(BIN)/testreport ./scripts/testreport
 	$(BIN)/testreport -go $(GO) -- -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/custody/   # 10,000 seeds (a tenth of them under -race above)
+	$(GO) test -count=1 -run 'TestSim$$' ./node/   # the production-code simulation: 2,000 seeds (100 under -race above), ~40 s
 	$(GO) test -count=1 -run 'Allocs$$' ./api/   # allocation counts, which -race above skips
 
-## sim: the handoff simulation with 200,000 seeds; a failing seed prints how to replay it.
+## sim: the handoff simulation with 200,000 seeds, then the production-code
+## simulation (node/sim_test.go) with 100,000; a failing seed prints how to
+## replay it. SIM_SEEDS sets the second's count.
+SIM_SEEDS ?= 100000
 sim:
 	$(GO) test -count=1 -timeout 60m -run 'TestCustodySim$$' ./node/custody/ -sim.seeds=200000 -v
+	$(GO) test -count=1 -timeout 120m -run 'TestSim$$' ./node/ -sim.seeds=$(SIM_SEEDS) -v
 
 ## soak: one node for a minute under 10,000 idle connections, slowloris, a
 ## million distinct tenants and gossip and peer floods (2,000 and 300 idle

@@ -120,9 +120,17 @@ func (n *Node) heartbeat() {
 	}
 	start := n.mono()
 	defer func() { n.lastBeat = n.mono() }()
-	if dead := n.deadAfter.Load(); dead > 0 && start-n.lastBeat > dead {
-		gap := time.Duration(start - n.lastBeat)
-		if n.stalled(gap) {
+	if dead := n.deadAfter.Load(); dead > 0 {
+		// A stall since the last heartbeat, or a silence of the majority
+		// that began before it (a cut, then a stall shorter than dead):
+		// either may have let the others declare this member dead. The
+		// silence is measured up to the last heartbeat before now, so
+		// answers that waited out a stall in the socket do not hide it.
+		gap := start - n.lastBeat
+		if !n.fenced.Load() {
+			gap = max(gap, start-n.majorityAt.Load())
+		}
+		if gap > dead && n.stalled(time.Duration(gap)) {
 			return
 		}
 	}
@@ -145,6 +153,9 @@ func (n *Node) heartbeat() {
 		end, _ = n.mandateNow()
 	}
 	n.mandateUntil.Store(end)
+	if from := end - int64(n.mandateTerm()); end > 0 && from > n.majorityAt.Load() {
+		n.majorityAt.Store(from)
+	}
 	if ok := end > n.mono(); ok != n.wasMandated {
 		n.wasMandated = ok
 		if ok {

@@ -53,6 +53,7 @@ func (n *Node) JoinFeed(ctx context.Context, feed Membership, deadAfter time.Dur
 	members := func() int { return len(feed.Members()) }
 	n.gossipMembers.Store(&members)
 	n.mandateUntil.Store(n.mono() + int64(n.mandateTerm()))
+	n.majorityAt.Store(n.mono())
 	n.lastBeat = n.mono()
 	n.wasMandated = true
 	n.gossiped.Store(true)

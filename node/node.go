@@ -58,6 +58,7 @@ type Node struct {
 	gossiped      atomic.Bool                 // Join ran: the quorum rules apply
 	quorum        *custody.Quorum             // guarded by tmu
 	mandateUntil  atomic.Int64                // mono when the majority's mandate ends (fence.go)
+	majorityAt    atomic.Int64                // mono this member last heard from a majority, as of its last heartbeat (fence.go)
 	lastBeat      int64                       // mono at the end of the last heartbeat; heartbeat's goroutine only
 	wasMandated   bool                        // the last heartbeat's verdict, for its logs; heartbeat's goroutine only
 	deadAfter     atomic.Int64                // the least silence (ns) after which gossip may declare this member dead; 0: never
@@ -120,6 +121,7 @@ func New(cfg Config) (*Node, error) {
 		reincarnate: make(chan struct{}, 1),
 	}
 	n.mandateUntil.Store(n.mono() + int64(n.mandateTerm())) // a node starts mandated
+	n.majorityAt.Store(n.mono())
 	n.seed = maphash.MakeSeed()
 	n.local.sweepEvery = cfg.SweepInterval
 	n.local.changed = n.changed
@@ -215,6 +217,7 @@ func (n *Node) setMembers(r *ring.Ring, members []custody.Member, boot string) {
 		t = newTransfer(n, custody.MemberID(n.cfg.Name, boot), r.PartitionCount())
 		n.tr.Store(t)
 		if n.fenced.Swap(false) {
+			n.majorityAt.Store(n.mono()) // a majority's view shows the new incarnation
 			n.log.Info("rejoined as a new member after a fence", "boot_id", boot)
 		} else {
 			defer close(n.firstRing) // once the first view is installed

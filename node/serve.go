@@ -117,3 +117,8 @@ func (n *Node) inline(c *Call) bool {
 	// looked up over the network (fetchKey); a key here already is not.
 	return g.fetch.Load() == nil || n.table.Peek(c.Key, func(*limiter.Budget) {})
 }
+
+// Serve executes a call a peer sent this node, as the peer server does
+// with each call that arrives (under a span when tracing is on): the
+// entry point of a Config.Transport's calls.
+func (n *Node) Serve(ctx context.Context, c *Call) (Answer, error) { return n.handler()(ctx, c) }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tokenring/tokenring/node/internal/wire"
 	"github.com/tokenring/tokenring/limiter"
+	"github.com/tokenring/tokenring/node/internal/wire"
 )
 
 // The wire of a key's spend (limiter.Limits.Spend): an acquire's price
