@@ -239,6 +239,10 @@ func (w *simWorld) tick() {
 		if m.stallUntil != 0 && w.mono >= m.stallUntil {
 			m.stallUntil = 0
 			w.logf("%s wakes", m.name)
+			if w.rng.IntN(2) == 0 {
+				// A request its HTTP server read before its heartbeat runs.
+				w.acquireAt(m, w.ghost)
+			}
 		}
 	}
 	w.healAndRestart()
@@ -307,10 +311,13 @@ func (w *simWorld) start1(m *simMember) {
 
 // acquire asks a running member to admit one request for a key.
 func (w *simWorld) acquire(g *simGhost) {
-	m := w.pickRunning()
-	if m == nil {
-		return
+	if m := w.pickRunning(); m != nil {
+		w.acquireAt(m, g)
 	}
+}
+
+// acquireAt asks m to admit one request for a key the seed picks.
+func (w *simWorld) acquireAt(m *simMember, g *simGhost) {
 	keyIdx := w.rng.IntN(len(simKeys))
 	key := simKeys[keyIdx]
 	a, err := m.node.Do(context.Background(), Call{Op: OpAcquire, Key: key})
