@@ -357,7 +357,8 @@ upstream:
 		t.Errorf("count tokens: %+v", ct)
 	}
 	msg := ant.Message
-	if msg.Status != 200 || msg.Text != "Hello there!" || msg.Usage["input_tokens"] != float64(prompt17) || msg.Usage["output_tokens"] != float64(done6) {
+	if msg.Status != 200 || msg.Text != "Hello there!" || msg.Usage["input_tokens"] != float64(prompt17-cached12) ||
+		msg.Usage["cache_read_input_tokens"] != float64(cached12) || msg.Usage["output_tokens"] != float64(done6) { // Anthropic's input_tokens leave the cache out
 		t.Errorf("message: %+v", msg)
 	}
 	checkHeaders(t, "message", msg.Headers, map[string]string{
