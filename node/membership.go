@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tokenring/tokenring/gossip"
 	"github.com/tokenring/tokenring/node/custody"
+	"github.com/tokenring/tokenring/node/peer"
 	"github.com/tokenring/tokenring/ring"
 )
 
@@ -57,7 +59,9 @@ func (n *Node) JoinFeed(ctx context.Context, feed Membership, deadAfter time.Dur
 	n.lastBeat = n.mono()
 	n.wasMandated = true
 	n.gossiped.Store(true)
-	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: feed.Members()}); err != nil {
+	first := feed.Members()
+	n.learnCounted(first)
+	if err := n.followSnapshot(gossip.Snapshot{Reason: "start", Members: first}); err != nil {
 		return err
 	}
 	n.ready.Store(true)
@@ -84,6 +88,37 @@ func (n *Node) JoinFeed(ctx context.Context, feed Membership, deadAfter time.Dur
 		}
 	}()
 	return nil
+}
+
+// learnCounted asks every other member of the first view for the
+// membership its majority rule counts (peer.OpCounted), and counts it too
+// before the first view is judged (custody.Quorum.Learn): a process that
+// starts during a split, or while a member is down, then sees its first
+// view as the minority it is, instead of as a majority of itself and the
+// members it happens to reach. A member that does not answer in
+// PullTimeout (or runs an older build) teaches nothing.
+func (n *Node) learnCounted(first []gossip.MemberState) {
+	var names []string
+	for _, m := range first {
+		if m.Name == n.cfg.Name || m.Meta.Peer == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.PullTimeout)
+		a, err := n.peers.Call(ctx, m.Meta.Peer, &Call{Op: peer.OpCounted, From: n.addr})
+		cancel()
+		if err != nil || !a.OK {
+			continue
+		}
+		for name := range strings.SplitSeq(string(a.State), "\n") {
+			names = append(names, name)
+		}
+	}
+	n.tmu.Lock()
+	n.quorum.Learn(names, n.cfg.Now())
+	n.tmu.Unlock()
+	if len(names) > 0 {
+		n.log.Info("learned the membership the others count", "counted", n.Sharers())
+	}
 }
 
 // FollowFeed takes what a Stepped node's feed has for it now, without
@@ -141,7 +176,11 @@ func (n *Node) followSnapshot(snap gossip.Snapshot) error {
 	if err := n.follow(members); err != nil {
 		return err
 	}
-	n.log.Info("membership changed", "reason", snap.Reason, "members", len(members), "version", n.ring.Load().Version())
+	version := "" // no view installed yet: the first had no majority
+	if r := n.ring.Load(); r != nil {
+		version = r.Version()
+	}
+	n.log.Info("membership changed", "reason", snap.Reason, "members", len(members), "version", version)
 	return nil
 }
 

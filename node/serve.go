@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/tokenring/tokenring/internal/lazyctx"
 	"github.com/tokenring/tokenring/limiter"
@@ -78,6 +79,11 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 			return Answer{Owner: n.cfg.Name}, nil
 		}
 		return Answer{Owner: n.cfg.Name, OK: true, State: replica.AppendCopy(nil, rep)}, nil
+	case peer.OpCounted:
+		n.tmu.Lock()
+		names := n.quorum.Names()
+		n.tmu.Unlock()
+		return Answer{Owner: n.cfg.Name, OK: true, State: []byte(strings.Join(names, "\n"))}, nil
 	case peer.OpTake, peer.OpPut, peer.OpPing:
 		return Answer{}, fmt.Errorf("op %s is not served by this version", c.Op)
 	}
@@ -93,7 +99,7 @@ func (n *Node) serve(ctx context.Context, c *Call) (Answer, error) {
 // waits for) would wait with it.
 func (n *Node) inline(c *Call) bool {
 	switch {
-	case c.Op == peer.OpReplicate || c.Op == peer.OpReplicateMany || c.Op == peer.OpReplica:
+	case c.Op == peer.OpReplicate || c.Op == peer.OpReplicateMany || c.Op == peer.OpReplica || c.Op == peer.OpCounted:
 		return true
 	case c.Op == peer.OpTransfer, c.Op == OpAcquire && c.Req.Wait > 0:
 		return false

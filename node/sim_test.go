@@ -132,7 +132,7 @@ var (
 	simSeedFlag  = flag.Int("sim.seed", -1, "the one seed TestSim runs, printing its trace")
 	simStepsFlag = flag.Int("sim.steps", 2000, "events one seed of TestSim runs")
 	simTraceFlag = flag.Int("sim.trace", 200, "lines of trace a failing seed prints")
-	simStrict    = flag.String("sim.strict", "", "known gaps to run into instead of avoiding: restarts (a process started during a split or while a member is down), views (failure detection without indirect probes: views that are not transitive), cascade (a cut while another is healing)")
+	simStrict    = flag.String("sim.strict", "", "known gaps to run into instead of avoiding: restarts (a process started alone while others run, cut off), views (failure detection without indirect probes: views that are not transitive), cascade (a cut while another is healing)")
 )
 
 // simResult is what one seed did.
@@ -287,9 +287,18 @@ func (w *simWorld) start1(m *simMember) {
 	}
 	m.node = n
 	m.feed = &simFeed{m: m, events: make(chan gossip.Snapshot, 1)}
+	// Its first view is what the members it reaches show (memberlist's
+	// push and pull at join): one they show but it cannot reach is shown
+	// until its own failure detection drops it.
+	m.seen[m.name] = &simSeen{shown: true, boot: m.boot, pending: -1}
 	for _, o := range w.members {
-		if w.reachable(m, o) {
-			m.seen[o.name] = &simSeen{shown: true, boot: o.boot, pending: -1}
+		if o == m || !w.reachable(m, o) {
+			continue
+		}
+		for name, s := range o.seen {
+			if name != m.name && s.shown && m.seen[name] == nil {
+				m.seen[name] = &simSeen{shown: true, boot: s.boot, pending: -1}
+			}
 		}
 	}
 	m.feed.cur = w.viewOf(m)

@@ -49,21 +49,27 @@ func (w *simWorld) fault(g *simGhost) {
 	}
 }
 
-// whole reports whether every other member runs and no link is cut: the one time
-// a process may start without the "restarts" gap (ARCHITECTURE.md, Known
-// gaps) unless -sim.strict names it.
-func (w *simWorld) whole(starting *simMember) bool {
+// mayStart reports whether starting is without the remaining "restarts"
+// gap (ARCHITECTURE.md, Known gaps), unless -sim.strict names it: the
+// process reaches a running member to learn the counted membership from,
+// or no other member runs (nobody to be cut off from).
+func (w *simWorld) mayStart(starting *simMember) bool {
+	if w.strict("restarts") {
+		return true
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.cut) > 0 {
-		return false
-	}
+	others := false
 	for _, m := range w.members {
-		if m != starting && !m.running() {
-			return false
+		if m == starting || m.node == nil {
+			continue
+		}
+		others = true
+		if w.reachable(starting, m) {
+			return true
 		}
 	}
-	return true
+	return !others
 }
 
 // calm reports whether a new cut or stall may start: with
@@ -92,7 +98,7 @@ func (w *simWorld) healAndRestart() {
 	}
 	w.mu.Unlock()
 	for _, m := range w.members {
-		if m.node == nil && w.mono >= m.restartAt && (w.strict("restarts") || w.whole(m)) {
+		if m.node == nil && w.mono >= m.restartAt && w.mayStart(m) {
 			w.start1(m)
 		}
 	}

@@ -113,6 +113,29 @@ func (q *Quorum) Observe(members []Member, now time.Time) bool {
 	return true
 }
 
+// Learn counts names too, as present at now: the membership a peer's
+// quorum counts, which a starting member learns before its first view (so
+// that a process started during a split, or while a member is down, does
+// not count only the members its first view shows). A name counted
+// already keeps its record.
+func (q *Quorum) Learn(names []string, now time.Time) {
+	for _, name := range names {
+		if _, ok := q.base[name]; !ok && name != "" {
+			q.base[name] = now
+		}
+	}
+}
+
+// Names returns the names the membership counted holds, sorted.
+func (q *Quorum) Names() []string {
+	names := make([]string, 0, len(q.base))
+	for name := range q.base {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Counted is how many members the membership counted holds: the seats a
 // majority is counted among.
 func (q *Quorum) Counted() int { return len(q.base) }

@@ -205,3 +205,30 @@ func (q *Quorum) counted() []string {
 	slices.Sort(names)
 	return names
 }
+
+// TestQuorumLearnedMembershipJudgesTheFirstView: a process starting during
+// a split learns the membership its peers count before its first view, so
+// a first view of two of five is a minority, not a majority of itself.
+func TestQuorumLearnedMembershipJudgesTheFirstView(t *testing.T) {
+	now := time.Unix(1000, 0)
+	q := NewQuorum(ForgetAfter)
+	q.Learn([]string{"a", "b", "c", "d", "e"}, now)
+	if q.Observe(quorumView("a", "b"), now) {
+		t.Fatal("a first view of 2 of the 5 members learned holds a majority")
+	}
+	fresh := NewQuorum(ForgetAfter)
+	if !fresh.Observe(quorumView("a", "b"), now) {
+		t.Fatal("the first view of a quorum that learned nothing holds no majority")
+	}
+	if got := q.Names(); len(got) != 5 || got[0] != "a" || got[4] != "e" {
+		t.Fatalf("Names = %v, want a..e", got)
+	}
+}
+
+func quorumView(names ...string) []Member {
+	var ms []Member
+	for _, n := range names {
+		ms = append(ms, Member{Member: ring.Member{Name: n}})
+	}
+	return ms
+}

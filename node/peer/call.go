@@ -34,10 +34,11 @@ const (
 	OpReturn                      // cancel allotted admissions not handed out (State: their lease ids, allot.AppendGrant)
 	OpReplicateMany               // replication of many keys: State holds their snapshots (AppendEntry, after a count); Key is empty
 	OpRun                         // several calls in one (run.go): State holds them (AppendRun); Key is the first one's
+	OpCounted                     // the membership the answerer's majority rule counts: its names in the answer's State, one a line (a starting member learns it)
 	opMax
 )
 
-var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many", "run"}
+var opNames = [...]string{"", "acquire", "settle", "release", "cancel", "renew", "status", "take", "put", "replicate", "replica", "ping", "transfer", "charge", "allot", "return", "replicate-many", "run", "counted"}
 
 // String is the op's name, as logs and errors show it.
 func (o Op) String() string {
