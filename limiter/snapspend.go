@@ -1,6 +1,9 @@
 package limiter
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // A snapshot's spend section (format 4; see AppendBinary).
 
@@ -78,4 +81,22 @@ func (r *snapReader) amount(what string, limit int64) int64 {
 		return 0
 	}
 	return int64(v)
+}
+
+// SnapshotKeepUntil returns until when a copy of a key whose snapshot is
+// data must be kept even though its windows and leases have run out: the
+// end of its spend period while it has spent or holds something (a
+// budget's spend lasts its period, not a window); a Total period's spend
+// lasts ~146 years (unix ns 2^62). The zero time for any other snapshot,
+// or one that does not restore. Only snapshots of format 4 are read past
+// their version byte.
+func SnapshotKeepUntil(data []byte) time.Time {
+	if len(data) == 0 || data[0] != snapshotV4 {
+		return time.Time{}
+	}
+	b, err := RestoreBudget(data, Limits{}, nil)
+	if err != nil || b.sp == nil || b.sp.spent+b.sp.held == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, b.sp.end)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenring/tokenring/limiter"
 )
 
 // Checkpoint is an optional durable store of key snapshots, written by each
@@ -34,12 +36,18 @@ type Checkpoint interface {
 // RedisCheckpoint stores snapshots in Redis as plain strings under
 // Prefix+key: 8 bytes of big-endian Unix nanoseconds (when the snapshot was
 // taken), then the limiter snapshot. Each expires after TTL, by which time
-// its windows and leases have expired too.
+// its windows and leases have expired too, or, for a key holding a
+// budget's spend, when its period ends (limiter.SnapshotKeepUntil) if that
+// is later.
 type RedisCheckpoint struct {
 	Client *redis.Client
 	Prefix string        // e.g. "tokenring:"
 	TTL    time.Duration // zero means 3 minutes
 }
+
+// maxBudgetTTL caps a budget's checkpoint's TTL (a total budget's never
+// ends): a little over a year.
+const maxBudgetTTL = 400 * 24 * time.Hour
 
 func (r *RedisCheckpoint) ttl() time.Duration {
 	if r.TTL <= 0 {
@@ -56,7 +64,11 @@ func (r *RedisCheckpoint) Save(ctx context.Context, at time.Time, states map[str
 	pipe := r.Client.Pipeline()
 	for key, state := range states {
 		v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(state)), uint64(at.UnixNano()))
-		pipe.Set(ctx, r.Prefix+key, append(v, state...), r.ttl())
+		ttl := r.ttl()
+		if until := limiter.SnapshotKeepUntil(state); until.Sub(at) > ttl {
+			ttl = min(until.Sub(at), maxBudgetTTL)
+		}
+		pipe.Set(ctx, r.Prefix+key, append(v, state...), ttl)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("checkpoint %d keys to redis: %w", len(states), err)

@@ -76,6 +76,10 @@ func (d *Dirty) Drain() []string {
 type Copy struct {
 	State []byte
 	At    time.Time
+	// Until is when a budget's spend in the copy ends with its period
+	// (limiter.SnapshotKeepUntil): the copy outlives the horizon until
+	// then. Zero for a key without spend.
+	Until time.Time
 }
 
 // AppendCopy encodes a backup's copy of a key for OpReplica's answer: when
@@ -132,7 +136,7 @@ func (r *Store) Put(key string, state []byte, now time.Time) error {
 	if held, ok := r.m[key]; ok && later(held.State, state) {
 		return nil
 	}
-	r.m[key] = Copy{State: state, At: now}
+	r.m[key] = Copy{State: state, At: now, Until: limiter.SnapshotKeepUntil(state)}
 	r.size.Grew(len(r.m))
 	return nil
 }
@@ -150,12 +154,13 @@ func (r *Store) Take(key string) (Copy, bool) {
 }
 
 // Expire drops replicas older than horizon: their windows and leases have
-// run out anyway.
+// run out anyway. A copy holding a budget's spend is kept until its period
+// ends (Copy.Until).
 func (r *Store) Expire(now time.Time, horizon time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, c := range r.m {
-		if now.Sub(c.At) > horizon {
+		if now.Sub(c.At) > horizon && !now.Before(c.Until) {
 			delete(r.m, k)
 		}
 	}

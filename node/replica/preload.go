@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/tokenring/tokenring/limiter"
 )
 
 // Preload is a node's startup copy of the checkpoint, grouped by
@@ -29,9 +31,11 @@ func ScanCheckpoint(ctx context.Context, cp Checkpoint, partition func(key strin
 	parts := map[int]map[string]Copy{}
 	keys := 0
 	var newest time.Time
+	var keepUntil time.Time // the latest end of a budget's period among the kept
 	err := cp.Scan(ctx, func(key string, state []byte, at time.Time) error {
-		if now.Sub(at) > horizon {
-			return nil // its windows and leases have expired
+		until := limiter.SnapshotKeepUntil(state)
+		if now.Sub(at) > horizon && !now.Before(until) {
+			return nil // its windows and leases have expired, and it holds no budget's spend
 		}
 		p := partition(key)
 		m := parts[p]
@@ -46,16 +50,23 @@ func ScanCheckpoint(ctx context.Context, cp Checkpoint, partition func(key strin
 		} else {
 			keys++
 		}
-		m[key] = Copy{State: state, At: at}
+		m[key] = Copy{State: state, At: at, Until: until}
 		if at.After(newest) {
 			newest = at
+		}
+		if until.After(keepUntil) {
+			keepUntil = until
 		}
 		return nil
 	})
 	if keys == 0 {
 		return nil, 0, err
 	}
-	return &Preload{parts: parts, keys: keys, until: newest.Add(horizon), whole: err == nil}, keys, err
+	end := newest.Add(horizon)
+	if keepUntil.After(end) {
+		end = keepUntil
+	}
+	return &Preload{parts: parts, keys: keys, until: end, whole: err == nil}, keys, err
 }
 
 // Whole reports whether the scan finished: a key of a partition taken
