@@ -237,4 +237,9 @@ type Decision struct {
 type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CachedTokens and CacheWriteTokens are the parts of PromptTokens read
+	// from and written to the provider's prompt cache: a budget charges
+	// them at their prices. Zero: none.
+	CachedTokens     int64 `json:"cached_tokens,omitempty"`
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }

@@ -196,6 +196,12 @@ func (w leaseWire) appendJSON(dst []byte) []byte {
 	if u := w.Usage; u != nil {
 		dst = strconv.AppendInt(append(dst, `,"usage":{"prompt_tokens":`...), u.PromptTokens, 10)
 		dst = strconv.AppendInt(append(dst, `,"completion_tokens":`...), u.CompletionTokens, 10)
+		if u.CachedTokens != 0 {
+			dst = strconv.AppendInt(append(dst, `,"cached_tokens":`...), u.CachedTokens, 10)
+		}
+		if u.CacheWriteTokens != 0 {
+			dst = strconv.AppendInt(append(dst, `,"cache_write_tokens":`...), u.CacheWriteTokens, 10)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, '}')

@@ -157,7 +157,8 @@ func TestRequestJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		l := leaseWire{Op: str.Draw(t, "lease op"), Tenant: str.Draw(t, "lease tenant"), Lease: str.Draw(t, "lease")}
 		if rapid.Bool().Draw(t, "usage") {
-			l.Usage = &Usage{PromptTokens: num.Draw(t, "pt"), CompletionTokens: num.Draw(t, "ct")}
+			l.Usage = &Usage{PromptTokens: num.Draw(t, "pt"), CompletionTokens: num.Draw(t, "ct"),
+				CachedTokens: num.Draw(t, "cached"), CacheWriteTokens: num.Draw(t, "written")}
 		}
 		for _, w := range []bodyAppender{a, l} {
 			want, err := json.Marshal(w)
