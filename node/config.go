@@ -46,6 +46,12 @@ type Config struct {
 	// only through FollowFeed. For a simulation that owns every
 	// interleaving; production leaves it false.
 	Stepped bool
+	// FaultPoint, if set, is called at the custody shell's fault points,
+	// where a simulation may crash the node mid-step: "freeze" (before a
+	// partition's keys are taken out for a handover), "install" (before
+	// a handed-over partition is put in the table), "restore". Nil in
+	// production.
+	FaultPoint func(where string)
 	// Dial opens peer connections. Nil means a net.Dialer.
 	Dial Dialer
 	// Batch controls batching on peer connections, both directions.

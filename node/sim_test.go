@@ -270,12 +270,18 @@ func (w *simWorld) start1(m *simMember) {
 	m.inc++
 	m.boot = fmt.Sprintf("b%d", m.inc)
 	m.heard, m.heardFrom, m.seen = map[string]int64{}, map[string]int64{}, map[string]*simSeen{}
-	m.dying, m.armed, m.stallUntil = false, false, 0
+	m.dying, m.armed, m.armedAt, m.stallUntil = false, false, "", 0
 	ids := &m.ids
 	base := uint64(m.idx+1)<<56 | uint64(m.inc)<<40
 	cfg := Config{
 		Name: m.name, PeerAddr: m.addr, LimitsFor: simLimits,
 		Clock: simClock{w}, Transport: simPort{m}, Stepped: true,
+		FaultPoint: func(where string) {
+			if m.armedAt == where {
+				m.armedAt, m.dying = "", true
+				w.logf("%s crashes at %s", m.name, where)
+			}
+		},
 		Ring:                ring.Config{PartitionCount: simPartitions},
 		HotKeyRate:          -1,
 		ReplicationInterval: 100 * time.Millisecond,

@@ -23,8 +23,14 @@ func (w *simWorld) fault(g *simGhost) {
 		}
 	case r < 8:
 		if m.running() {
-			m.armed = true
-			w.logf("%s will crash at its next send", m.name)
+			switch k := w.rng.IntN(4); k {
+			case 0:
+				m.armed = true
+				w.logf("%s will crash at its next send", m.name)
+			default:
+				m.armedAt = [...]string{"", "freeze", "install", "restore"}[k]
+				w.logf("%s will crash at its next %s", m.name, m.armedAt)
+			}
 		}
 	case r < 12:
 		o := w.members[w.rng.IntN(len(w.members))]
@@ -126,7 +132,7 @@ func (w *simWorld) split(heal int64) {
 // admitted within the last window is forgiven (the crash bound).
 func (w *simWorld) crash(m *simMember, g *simGhost) {
 	m.node.Close()
-	m.node, m.dying, m.armed, m.stallUntil = nil, false, false, 0
+	m.node, m.dying, m.armed, m.armedAt, m.stallUntil = nil, false, false, "", 0
 	m.restartAt = w.mono + int64(200*time.Millisecond) + w.rng.Int64N(int64(5*time.Second))
 	delete(g.fences, m.name)
 	w.forgive(m.name, g)

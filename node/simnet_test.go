@@ -24,8 +24,8 @@ import (
 // periodic work runs when the world's clock passes it (RunDue).
 //
 // The network. Custody messages and pings are one-way: queued with a delay
-// (simMinDelay to simMaxDelay), lost, duplicated (each copy its own delay,
-// so reordered too), or cut by a one-way partition, each by the seed.
+// (simMinDelay to simMaxDelay), lost, duplicated (the copy up to
+// simDupDelay later, so reordered too), or cut by a one-way partition, each by the seed.
 // Every other call (a forwarded decision, a replication, a replica fetch)
 // is executed at once, in the caller's goroutine: it fails before reaching
 // the peer (the peer is down, stalled, cut off, or the call is lost) or
@@ -45,6 +45,7 @@ const (
 	simTick      = 10 * time.Millisecond // one step of the clock
 	simMinDelay  = time.Millisecond
 	simMaxDelay  = 60 * time.Millisecond
+	simDupDelay  = 1500 * time.Millisecond // a duplicate's longest delay
 	simJoinDelay = 100 * time.Millisecond
 	simDetect    = 2 * time.Second // also each node's deadAfter
 	simWindow    = 2 * time.Second // every key's window
@@ -81,10 +82,11 @@ type simMember struct {
 	boot       string // the boot id the member announces
 	node       *Node  // nil while down
 	feed       *simFeed
-	stallUntil int64 // mono until which the process is stalled; 0 when running
-	restartAt  int64 // mono after which a crashed process starts again, when it may
-	armed      bool  // crashes right after its next send (a fault point)
-	dying      bool  // crashed at a send: nothing more leaves it; closed after the event
+	stallUntil int64  // mono until which the process is stalled; 0 when running
+	restartAt  int64  // mono after which a crashed process starts again, when it may
+	armed      bool   // crashes right after its next send (a fault point)
+	armedAt    string // crashes at the next such Config.FaultPoint
+	dying      bool   // crashed at a send: nothing more leaves it; closed after the event
 	heard      map[string]int64
 	heardFrom  map[string]int64
 	ids        uint64 // lease ids drawn, for deterministic ids
@@ -254,7 +256,11 @@ func (p simPort) send(to *simMember, c *Call) error {
 func (w *simWorld) enqueue(msg *simMsg, copy uint64) {
 	w.seq++
 	msg.seq = w.seq
-	msg.at = w.mono + int64(simMinDelay) + int64(w.hash(msg.from.name, msg.to.name, msg.tag, 5+copy)%uint64(simMaxDelay-simMinDelay))
+	spread := uint64(simMaxDelay - simMinDelay)
+	if copy > 0 {
+		spread = uint64(simDupDelay) // a duplicate may come much later, still before failure detection
+	}
+	msg.at = w.mono + int64(simMinDelay) + int64(w.hash(msg.from.name, msg.to.name, msg.tag, 5+copy)%spread)
 	w.queue = append(w.queue, msg)
 }
 

@@ -199,6 +199,7 @@ func (t *transfer) apply() {
 			t.install(in)
 		}
 		for _, p := range rd.Restore {
+			t.n.fault("restore")
 			t.noteFetch(p)
 			t.n.restorePartition(&t.gates[p], p)
 			t.m.Restored(p)
@@ -233,6 +234,7 @@ func (t *transfer) publish(p int) {
 // the table, one blob per partition. Waiters queued on those keys are told
 // to follow their key (local.moveAll). Callers hold t.mu.
 func (t *transfer) freeze(ps []int) map[int][]byte {
+	t.n.fault("freeze")
 	want := make(map[int]bool, len(ps))
 	for _, p := range ps {
 		g := &t.gates[p]
@@ -274,6 +276,7 @@ func (t *transfer) freeze(ps []int) map[int][]byte {
 // install puts a partition's snapshot into the table and admits for it
 // from now on. Callers hold t.mu.
 func (t *transfer) install(in custody.Install) {
+	t.n.fault("install")
 	g := &t.gates[in.Part]
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -320,6 +323,13 @@ func (t *transfer) noteFetch(p int) {
 		return
 	}
 	t.gates[p].fetch.Store(&fetchHint{backups: backups, until: t.n.cfg.Now().Add(t.n.cfg.HandoffHorizon)})
+}
+
+// fault passes a fault point (Config.FaultPoint).
+func (n *Node) fault(where string) {
+	if n.cfg.FaultPoint != nil {
+		n.cfg.FaultPoint(where)
+	}
 }
 
 // send delivers messages, one batch per peer, each on its own goroutine.
