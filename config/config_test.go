@@ -502,6 +502,7 @@ func FuzzParse(f *testing.F) {
 		designYAML, "", "limits:\n  tenants:\n    a: &b {rpm: 5}\n    c: {<<: *b}\n",
 		"keys: {a: ${X:-b}}", "$${", "${", "a: *b", "limits: {window: 1e400s}", "pools: {'*': {}}",
 		"\xef\xbb\xbflimits: {}", "? [a]\n: b\n", "limits: !!binary aGVsbG8=",
+		"prices: {m: {input: '2.50', output: 1e1}}\nlimits: {default: {budget: {usd: 0.1, period: 1h, time_zone: UTC}}}\nweights: {a: 2}\nfair_share: false",
 	} {
 		f.Add([]byte(s))
 	}
