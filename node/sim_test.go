@@ -185,13 +185,14 @@ func runSim(seed uint64, steps int, verbose bool) (res simResult) {
 	}
 	w.lossPct = []int{0, 0, 1, 5}[w.rng.IntN(4)]
 	w.dupPct = []int{0, 2, 5}[w.rng.IntN(3)]
+	w.replicateEvery = []time.Duration{100 * time.Millisecond, time.Second}[w.rng.IntN(2)]
 	count := 3 + w.rng.IntN(3)
 	for i := range count {
 		m := &simMember{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), addr: fmt.Sprintf("10.0.0.%d:7000", i+1)}
 		w.members = append(w.members, m)
 		w.byAddr[m.addr] = m
 	}
-	w.logf("seed %d: %d members, loss %d%%, duplication %d%%", seed, count, w.lossPct, w.dupPct)
+	w.logf("seed %d: %d members, loss %d%%, duplication %d%%, replication every %v", seed, count, w.lossPct, w.dupPct, w.replicateEvery)
 	g := &simGhost{settled: map[uint64]int{}, newlySettled: map[uint64]int{}, fences: map[string]int64{}}
 	w.ghost = g
 	defer func() {
@@ -209,7 +210,11 @@ func runSim(seed uint64, steps int, verbose bool) (res simResult) {
 	for step := 0; step < steps; step++ {
 		w.step(g)
 		w.reap(g)
-		if f := w.check(g); f != "" {
+		f := w.failure
+		if f == "" {
+			f = w.check(g)
+		}
+		if f != "" {
 			w.logf("FAIL: %s", f)
 			res.failure = f
 			return res
@@ -240,8 +245,12 @@ func (w *simWorld) tick() {
 			m.stallUntil = 0
 			w.logf("%s wakes", m.name)
 			if w.rng.IntN(2) == 0 {
-				// A request its HTTP server read before its heartbeat runs.
+				// A request its HTTP server read before its heartbeat
+				// runs, checked at once: the heartbeat may fence it next.
 				w.acquireAt(m, w.ghost)
+				if f := w.check(w.ghost); f != "" && w.failure == "" {
+					w.failure = "at the wake of " + m.name + ": " + f
+				}
 			}
 		}
 	}
@@ -271,6 +280,9 @@ func (w *simWorld) start1(m *simMember) {
 	m.boot = fmt.Sprintf("b%d", m.inc)
 	m.heard, m.heardFrom, m.seen = map[string]int64{}, map[string]int64{}, map[string]*simSeen{}
 	m.dying, m.armed, m.armedAt, m.stallUntil = false, false, "", 0
+	if m.inc > 1 && w.rng.IntN(3) == 0 {
+		m.armedAt = "install" // a restart takes partitions over: crash in the middle of one
+	}
 	ids := &m.ids
 	base := uint64(m.idx+1)<<56 | uint64(m.inc)<<40
 	cfg := Config{
@@ -284,7 +296,7 @@ func (w *simWorld) start1(m *simMember) {
 		},
 		Ring:                ring.Config{PartitionCount: simPartitions},
 		HotKeyRate:          -1,
-		ReplicationInterval: 100 * time.Millisecond,
+		ReplicationInterval: w.replicateEvery,
 		Policy:              limiter.Policy{IDs: func() uint64 { return base | atomic.AddUint64(ids, 1) }},
 	}
 	n, err := New(cfg)

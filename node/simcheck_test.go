@@ -135,13 +135,14 @@ func (w *simWorld) crash(m *simMember, g *simGhost) {
 	m.node, m.dying, m.armed, m.armedAt, m.stallUntil = nil, false, false, "", 0
 	m.restartAt = w.mono + int64(200*time.Millisecond) + w.rng.Int64N(int64(5*time.Second))
 	delete(g.fences, m.name)
-	w.forgive(m.name, g)
+	w.forgive(m, g)
 }
 
-// forgive marks what name admitted within the last window as forgiven.
-func (w *simWorld) forgive(name string, g *simGhost) {
+// forgive marks what m admitted within the window before now as forgiven
+// (the crash bound).
+func (w *simWorld) forgive(m *simMember, g *simGhost) {
 	for i := len(g.admitted) - 1; i >= 0 && g.admitted[i].at > w.mono-int64(simWindow); i-- {
-		if ad := g.admitted[i]; ad.by == name && !ad.forgiven {
+		if ad := g.admitted[i]; ad.by == m.name && !ad.forgiven {
 			ad.forgiven = true
 			g.forgiven++
 		}
@@ -163,7 +164,7 @@ func (w *simWorld) reap(g *simGhost) {
 		if f := m.node.fences.Load(); f > g.fences[m.name] {
 			g.fences[m.name] = f
 			w.logf("%s fenced itself", m.name)
-			w.forgive(m.name, g)
+			w.forgive(m, g)
 		}
 	}
 }

@@ -60,8 +60,12 @@ type simWorld struct {
 	mono    int64 // ns since start; the driver's goroutine writes it between events only
 	members []*simMember
 	byAddr  map[string]*simMember
-	verbose bool // trace every custody message delivered
-	ghost   *simGhost
+	verbose bool   // trace every custody message delivered
+	failure string // an invariant broken in the middle of an event
+	// replicateEvery is every node's ReplicationInterval: what a crash
+	// may lose.
+	replicateEvery time.Duration
+	ghost          *simGhost
 
 	mu      sync.Mutex          // guards the fields below (replication calls run on goroutines)
 	cut     map[[2]string]int64 // from, to → mono the cut heals at
@@ -447,7 +451,7 @@ func (w *simWorld) observe() {
 					// Declared dead while its process lives: its
 					// custody may be restored elsewhere meanwhile.
 					w.logf("%s declares %s dead", m.name, o.name)
-					w.forgive(o.name, w.ghost)
+					w.forgive(o, w.ghost)
 				}
 				s.shown, s.boot, s.pending, changed = truth, o.boot, -1, true
 			}
