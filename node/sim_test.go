@@ -244,6 +244,16 @@ func (w *simWorld) tick() {
 		if m.stallUntil != 0 && w.mono >= m.stallUntil {
 			m.stallUntil = 0
 			w.logf("%s wakes", m.name)
+			if !w.strict("views") {
+				// Its suspicions start over from what it probes now,
+				// rather than declare dead at once, on timers that ran
+				// out in its sleep, members that rejoined meanwhile.
+				for _, s := range m.seen {
+					if s.pending >= 0 {
+						s.pending = w.mono
+					}
+				}
+			}
 			if w.rng.IntN(2) == 0 {
 				// A request its HTTP server read before its heartbeat
 				// runs, checked at once: the heartbeat may fence it next.

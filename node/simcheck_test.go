@@ -126,6 +126,12 @@ func (w *simWorld) split(heal int64) {
 	}
 	w.mu.Unlock()
 	w.logf("split for %v: %v", time.Duration(heal-w.mono), side)
+	if m := w.members[w.rng.IntN(len(w.members))]; m.node != nil && w.rng.IntN(2) == 0 {
+		// Half the splits restart a member while they last, or just after.
+		w.logf("%s crashes in the split", m.name)
+		w.crash(m, w.ghost)
+		m.restartAt = w.mono + int64(2*time.Second) + w.rng.Int64N(int64(3*time.Second))
+	}
 }
 
 // crash ends m's process: its node closes, its memory is gone, and what it
