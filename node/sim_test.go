@@ -153,11 +153,21 @@ type simAdmission struct {
 	forgiven bool // its decider crashed or fenced within the window after (the crash bound)
 }
 
+// simSettle is one settle a client was told succeeded.
+type simSettle struct {
+	lease    uint64
+	keyIdx   int
+	by       string
+	at       int64 // mono
+	forgiven bool  // its settler crashed, or was declared dead, within the window after: the settle may be lost
+}
+
 // simGhost is the record the invariants are checked against.
 type simGhost struct {
 	admitted     []*simAdmission
 	open         []*simAdmission // leases not settled yet (a repeat may follow a settle)
-	settled      map[uint64]int
+	settled      map[uint64]int  // each lease's settles not forgiven
+	settles      []*simSettle
 	newlySettled map[uint64]int   // the leases settled during the event
 	fences       map[string]int64 // each member's fences seen so far (its current node's)
 	forgiven     int
@@ -167,6 +177,18 @@ var simKeys = [...]string{"t:a", "t:b", "t:c", "t:d"}
 
 // simPartitions is the simulated ring's partition count.
 const simPartitions = 31
+
+// simPartitionOf is each of simKeys' partition.
+var simPartitionOf = func() (ps [len(simKeys)]int) {
+	r, err := ring.New(ring.Config{PartitionCount: simPartitions}, []ring.Member{{Name: "n1"}})
+	if err != nil {
+		panic(err)
+	}
+	for i, key := range simKeys {
+		ps[i] = r.Partition(key)
+	}
+	return ps
+}()
 
 func simLimits(string) limiter.Limits {
 	return limiter.Limits{Requests: simLimit, Window: simWindow}
@@ -300,7 +322,7 @@ func (w *simWorld) start1(m *simMember) {
 		Clock: simClock{w}, Transport: simPort{m}, Stepped: true,
 		FaultPoint: func(where string) {
 			if m.armedAt == where {
-				m.armedAt, m.dying = "", true
+				m.armedAt, m.dying, m.heldAtDeath = "", true, simHeld(m)
 				w.logf("%s crashes at %s", m.name, where)
 			}
 		},
@@ -389,6 +411,7 @@ func (w *simWorld) settle(g *simGhost) {
 		return
 	}
 	g.settled[ad.lease]++
+	g.settles = append(g.settles, &simSettle{lease: ad.lease, keyIdx: ad.keyIdx, by: a.Owner, at: w.mono})
 	g.newlySettled[ad.lease] = g.settled[ad.lease]
 	w.logf("%s settles %s lease %x (%d)", a.Owner, ad.key, ad.lease, g.settled[ad.lease])
 }

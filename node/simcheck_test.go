@@ -137,22 +137,47 @@ func (w *simWorld) split(heal int64) {
 // crash ends m's process: its node closes, its memory is gone, and what it
 // admitted within the last window is forgiven (the crash bound).
 func (w *simWorld) crash(m *simMember, g *simGhost) {
+	w.forgive(m, g) // while its routes still say what it held
 	m.node.Close()
-	m.node, m.dying, m.armed, m.armedAt, m.stallUntil = nil, false, false, "", 0
+	m.node, m.dying, m.armed, m.armedAt, m.stallUntil, m.heldAtDeath = nil, false, false, "", 0, nil
 	m.restartAt = w.mono + int64(200*time.Millisecond) + w.rng.Int64N(int64(5*time.Second))
 	delete(g.fences, m.name)
-	w.forgive(m, g)
 }
 
-// forgive marks what m admitted within the window before now as forgiven
-// (the crash bound).
+// forgive marks as forgiven (the crash bound) what m admitted within the
+// window before now, and what anyone admitted in it for the keys of the
+// partitions m holds now: state that came to m by a handover may die with
+// it before m copied it to its backups.
 func (w *simWorld) forgive(m *simMember, g *simGhost) {
+	held := simHeld(m)
+	if m.heldAtDeath != nil {
+		held = m.heldAtDeath
+	}
 	for i := len(g.admitted) - 1; i >= 0 && g.admitted[i].at > w.mono-int64(simWindow); i-- {
-		if ad := g.admitted[i]; ad.by == m.name && !ad.forgiven {
+		if ad := g.admitted[i]; (ad.by == m.name || held[simPartitionOf[ad.keyIdx]]) && !ad.forgiven {
 			ad.forgiven = true
 			g.forgiven++
 		}
 	}
+	for i := len(g.settles) - 1; i >= 0 && g.settles[i].at > w.mono-int64(simWindow); i-- {
+		if st := g.settles[i]; (st.by == m.name || held[simPartitionOf[st.keyIdx]]) && !st.forgiven {
+			st.forgiven = true // lost with m: the client may settle again
+			g.settled[st.lease]--
+		}
+	}
+}
+
+// simHeld is the partitions m holds now (routed to it).
+func simHeld(m *simMember) *[simPartitions]bool {
+	var held [simPartitions]bool
+	if m.node != nil {
+		if t := m.node.tr.Load(); t != nil {
+			for p := range t.gates {
+				held[p] = t.gates[p].hop.Load().mode == custody.RouteLocal
+			}
+		}
+	}
+	return &held
 }
 
 // reap ends the processes that crashed at a send during the event, and

@@ -48,8 +48,8 @@ const (
 	simDupDelay  = 1500 * time.Millisecond // a duplicate's longest delay
 	simJoinDelay = 100 * time.Millisecond
 	simDetect    = 2 * time.Second // also each node's deadAfter
-	simWindow    = 2 * time.Second // every key's window
-	simLimit     = 6               // every key's requests per window
+	simWindow    = 8 * time.Second // every key's window: longer than failure detection, so what a lost handover dropped still counts when the partition is restored
+	simLimit     = 16              // every key's requests per window
 )
 
 // simWorld is the simulated cluster.
@@ -91,10 +91,13 @@ type simMember struct {
 	armed      bool   // crashes right after its next send (a fault point)
 	armedAt    string // crashes at the next such Config.FaultPoint
 	dying      bool   // crashed at a send: nothing more leaves it; closed after the event
-	heard      map[string]int64
-	heardFrom  map[string]int64
-	ids        uint64 // lease ids drawn, for deterministic ids
-	seen       map[string]*simSeen
+	// heldAtDeath is what it held when it died at a fault point: the rest
+	// of the step still runs (and may freeze), but its memory is gone.
+	heldAtDeath *[simPartitions]bool
+	heard       map[string]int64
+	heardFrom   map[string]int64
+	ids         uint64 // lease ids drawn, for deterministic ids
+	seen        map[string]*simSeen
 }
 
 // simSeen is one member's view of another: whether it shows it, and
@@ -186,7 +189,7 @@ func (p simPort) Call(ctx context.Context, addr string, c *Call) (Answer, error)
 	w.mu.Lock()
 	down := from.dying || !to.running() || w.isCut(from.name, to.name) || w.simFate(from.name, to.name, c, 1) < w.lossPct
 	if from.armed && !down {
-		from.armed, from.dying = false, true // the call leaves; the process dies right after
+		from.armed, from.dying, from.heldAtDeath = false, true, simHeld(from) // the call leaves; the process dies right after
 	}
 	w.mu.Unlock()
 	if down {
@@ -250,7 +253,7 @@ func (p simPort) send(to *simMember, c *Call) error {
 		}
 	}
 	if from.armed {
-		from.armed, from.dying = false, true
+		from.armed, from.dying, from.heldAtDeath = false, true, simHeld(from)
 	}
 	return nil
 }
