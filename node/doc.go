@@ -19,7 +19,11 @@
 //     preload installed into restored partitions;
 //   - allot.go: asking for, serving, refilling and giving back slices;
 //   - serve.go: the calls peers forward here; call.go: the vocabulary the
-//     node's callers use (Call, Answer, the ops), from node/peer.
+//     node's callers use (Call, Answer, the ops), from node/peer;
+//   - clock.go: the Clock every timer and deadline of the decision and
+//     custody paths reads; with Config.Transport, Config.Stepped and a
+//     Membership feed (JoinFeed) it lets sim_test.go run real Nodes under
+//     a simulated network and clock.
 //
 // Below it (imports point down; none imports node):
 //

@@ -24,33 +24,42 @@ import (
 //
 //   - the clock steps simTick: messages due are delivered, views move,
 //     every running node's periodic work runs (custody ticks, heartbeats,
-//     replication rounds, sweeps);
+//     replication rounds every 100 ms or 1 s by seed, sweeps);
 //   - acquires and settles through Do at a random running member (a
-//     decision there, or forwarded to the custodian);
-//   - faults: a crash (the process and its memory gone), a crash at the
-//     member's next send (a fault point: the message leaves, nothing after
-//     it does), a restart under a new boot id, a one-way cut, a split into
-//     two sides, healing every cut, a stall of 0.1 to 5 s (the process
-//     runs nothing and reads nothing meanwhile; calls to it fail, one-way
-//     messages wait for it), and, by seed, loss (0-5%) and duplication
-//     (0-5%) of messages and calls, with delays that reorder.
+//     decision there, or forwarded to the custodian); a settle is
+//     sometimes repeated, as a client retrying;
+//   - faults: a crash (the process and its memory gone); a crash at the
+//     member's next send (the message leaves, nothing after it does) or
+//     its next freeze, install or restore (Config.FaultPoint); a restart
+//     under a new boot id (half the splits restart a member during them;
+//     a third of the restarts crash at their first install); a one-way
+//     cut; a split into two sides; a stall of 0.1 to 5 s (the process runs
+//     and reads nothing; calls to it fail, one-way messages wait for it,
+//     and it may decide a request before its heartbeat runs); and, by
+//     seed, loss (0-5%) and duplication (0-5%, the copy up to 1.5 s late)
+//     of messages and calls, with delays that reorder. Cuts heal after 0.5
+//     to 6.5 s; a new cut or stall waits 2 s after the last heal (see
+//     -sim.strict).
 //
-// Invariants, checked after every event against the ghost: a record of
-// every admission a client was told of (key, when, by whom), and of every
-// settle that succeeded:
+// Invariants, checked after every event (and at once after a decision at
+// a waking member) against the ghost: a record of every admission a client
+// was told of (key, when, by whom) and every settle it was told succeeded:
 //
 //   - single decider: for every partition, at most one running member has
 //     it routed here (custody.RouteLocal) while holding the majority's
 //     mandate, unfenced;
-//   - limit: for every key and every window-long interval ending now, the
-//     admissions clients were told of number at most the limit, except
-//     those the crash bound forgives: a member that crashed, was declared
-//     dead by another while it ran (a stall or a cut that looks like a
-//     crash), or fenced itself (its fence's debts are not charged back in
-//     this simulation: no router), forgives what it admitted in the
-//     window before;
-//   - settle once: a lease is settled successfully at most once, however
-//     often a client repeats the settle.
+//   - limit: for every key, the admissions clients were told of within
+//     the window (8 s, longer than failure detection) ending now are at
+//     most the limit (16), except those the crash bound forgives: a member
+//     that crashed, was declared dead by another while it ran (a stall or
+//     a cut looks like a crash), or fenced itself forgives what it admitted
+//     in the window before, and, when it crashed or was declared dead,
+//     what anyone admitted in it for the partitions it held (state handed
+//     to it and not yet replicated dies with it). Fence debts are not
+//     charged back: the simulation has no router;
+//   - settle once: a lease settles successfully at most once, however
+//     often a client repeats the settle, except a settle the crash bound
+//     forgives as above (lost with its partition's custodian).
 //
 // A failing seed prints its replay command and the trace's last lines:
 //
