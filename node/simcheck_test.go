@@ -126,12 +126,33 @@ func (w *simWorld) split(heal int64) {
 	}
 	w.mu.Unlock()
 	w.logf("split for %v: %v", time.Duration(heal-w.mono), side)
-	if m := w.members[w.rng.IntN(len(w.members))]; m.node != nil && w.rng.IntN(2) == 0 {
-		// Half the splits restart a member while they last, or just after.
+	var minority []*simMember // the smaller side's members
+	for _, m := range w.members {
+		if side[m.name] == (2*simCount(side) < len(w.members)) {
+			minority = append(minority, m)
+		}
+	}
+	if len(minority) == 0 || len(minority) == len(w.members) {
+		return
+	}
+	if m := minority[w.rng.IntN(len(minority))]; m.node != nil && w.rng.IntN(2) == 0 {
+		// Half the splits restart a member of the smaller side while
+		// they last, or just after.
 		w.logf("%s crashes in the split", m.name)
 		w.crash(m, w.ghost)
 		m.restartAt = w.mono + int64(2*time.Second) + w.rng.Int64N(int64(3*time.Second))
 	}
+}
+
+// simCount is how many of side's members are on the true side.
+func simCount(side map[string]bool) int {
+	n := 0
+	for _, on := range side {
+		if on {
+			n++
+		}
+	}
+	return n
 }
 
 // crash ends m's process: its node closes, its memory is gone, and what it
