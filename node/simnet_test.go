@@ -434,7 +434,7 @@ func (w *simWorld) observe() {
 				s = &simSeen{pending: -1}
 				m.seen[o.name] = s
 			}
-			truth := w.reachable(m, o)
+			truth := w.reachable(m, o) || (o.boot != s.boot && w.gossiped(m, o))
 			if truth == s.shown && (!truth || o.boot == s.boot) {
 				s.pending = -1
 				continue
@@ -463,6 +463,25 @@ func (w *simWorld) observe() {
 			m.feed.push(w.viewOf(m), "change")
 		}
 	}
+}
+
+// gossiped reports whether a member m reaches shows o's current
+// incarnation: memberlist disseminates a new incarnation's alive message,
+// so m learns of it even while it cannot probe o itself (o stalled, or cut
+// off from m), and drops it only by its own failure detection after.
+func (w *simWorld) gossiped(m, o *simMember) bool {
+	if w.strict("views") {
+		return false
+	}
+	for _, r := range w.members {
+		if r == m || r == o || !r.running() || !w.reachable(m, r) {
+			continue
+		}
+		if s := r.seen[o.name]; s != nil && s.shown && s.boot == o.boot {
+			return true
+		}
+	}
+	return false
 }
 
 // viewOf is the membership m's seen shows.
