@@ -217,13 +217,17 @@ func runSim(seed uint64, steps int, verbose bool) (res simResult) {
 	w.lossPct = []int{0, 0, 1, 5}[w.rng.IntN(4)]
 	w.dupPct = []int{0, 2, 5}[w.rng.IntN(3)]
 	w.replicateEvery = []time.Duration{100 * time.Millisecond, time.Second}[w.rng.IntN(2)]
+	w.maxSkew = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}[w.rng.IntN(3)]
 	count := 3 + w.rng.IntN(3)
 	for i := range count {
 		m := &simMember{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), addr: fmt.Sprintf("10.0.0.%d:7000", i+1)}
+		if w.maxSkew > 0 {
+			m.skew = time.Duration(w.rng.Int64N(int64(2*w.maxSkew)+1)) - w.maxSkew
+		}
 		w.members = append(w.members, m)
 		w.byAddr[m.addr] = m
 	}
-	w.logf("seed %d: %d members, loss %d%%, duplication %d%%, replication every %v", seed, count, w.lossPct, w.dupPct, w.replicateEvery)
+	w.logf("seed %d: %d members, loss %d%%, duplication %d%%, replication every %v, clocks skewed up to ±%v", seed, count, w.lossPct, w.dupPct, w.replicateEvery, w.maxSkew)
 	g := &simGhost{settled: map[uint64]int{}, newlySettled: map[uint64]int{}, fences: map[string]int64{}}
 	w.ghost = g
 	defer func() {
@@ -328,7 +332,7 @@ func (w *simWorld) start1(m *simMember) {
 	base := uint64(m.idx+1)<<56 | uint64(m.inc)<<40
 	cfg := Config{
 		Name: m.name, PeerAddr: m.addr, LimitsFor: simLimits,
-		Clock: simClock{w}, Transport: simPort{m}, Stepped: true,
+		Clock: simClock{w, m.skew}, Transport: simPort{m}, Stepped: true,
 		FaultPoint: func(where string) {
 			if m.armedAt == where {
 				m.armedAt, m.dying, m.heldAtDeath = "", true, simHeld(m)

@@ -248,7 +248,11 @@ func (w *simWorld) check(g *simGhost) string {
 	}
 	clear(g.newlySettled)
 	var counts [len(simKeys)]int
-	for i := len(g.admitted) - 1; i >= 0 && g.admitted[i].at > w.mono-int64(simWindow); i-- {
+	// With skewed clocks a key's window moves with the host deciding it: a
+	// handover to a host ahead by up to 2×maxSkew expires its admissions
+	// that much sooner (the skew bound). The window checked is shorter by it.
+	window := int64(simWindow - 2*w.maxSkew)
+	for i := len(g.admitted) - 1; i >= 0 && g.admitted[i].at > w.mono-window; i-- {
 		if ad := g.admitted[i]; !ad.forgiven {
 			counts[ad.keyIdx]++
 		}

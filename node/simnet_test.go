@@ -65,7 +65,9 @@ type simWorld struct {
 	// replicateEvery is every node's ReplicationInterval: what a crash
 	// may lose.
 	replicateEvery time.Duration
-	ghost          *simGhost
+	// maxSkew bounds every host's clock skew (±), by seed.
+	maxSkew time.Duration
+	ghost   *simGhost
 
 	mu      sync.Mutex          // guards the fields below (replication calls run on goroutines)
 	cut     map[[2]string]int64 // from, to → mono the cut heals at
@@ -86,11 +88,12 @@ type simMember struct {
 	boot       string // the boot id the member announces
 	node       *Node  // nil while down
 	feed       *simFeed
-	stallUntil int64  // mono until which the process is stalled; 0 when running
-	restartAt  int64  // mono after which a crashed process starts again, when it may
-	armed      bool   // crashes right after its next send (a fault point)
-	armedAt    string // crashes at the next such Config.FaultPoint
-	dying      bool   // crashed at a send: nothing more leaves it; closed after the event
+	stallUntil int64         // mono until which the process is stalled; 0 when running
+	restartAt  int64         // mono after which a crashed process starts again, when it may
+	skew       time.Duration // its host's wall clock minus the world's (a restart keeps it)
+	armed      bool          // crashes right after its next send (a fault point)
+	armedAt    string        // crashes at the next such Config.FaultPoint
+	dying      bool          // crashed at a send: nothing more leaves it; closed after the event
 	// heldAtDeath is what it held when it died at a fault point: the rest
 	// of the step still runs (and may freeze), but its memory is gone.
 	heldAtDeath *[simPartitions]bool
@@ -142,9 +145,12 @@ func (m *simMember) running() bool {
 // simClock is a member's Clock: the world's. A timer fires at once: a
 // wait in the simulation (for a partition, a first ring) gives up at once,
 // which its caller handles as it handles the wait running out.
-type simClock struct{ w *simWorld }
+type simClock struct {
+	w    *simWorld
+	skew time.Duration // how far this host's wall clock is ahead of the world's
+}
 
-func (c simClock) Now() time.Time { return c.w.now() }
+func (c simClock) Now() time.Time { return c.w.now().Add(c.skew) }
 func (c simClock) Mono() int64    { return c.w.mono }
 func (c simClock) NewTimer(time.Duration) Timer {
 	ch := make(chan time.Time, 1)
@@ -337,7 +343,7 @@ func (p simPort) Heartbeat(addr string) {
 func (p simPort) HeardAt(addr string) time.Time {
 	p.m.w.mu.Lock()
 	defer p.m.w.mu.Unlock()
-	return p.m.w.start.Add(time.Duration(p.m.heard[addr]))
+	return p.m.w.start.Add(time.Duration(p.m.heard[addr]) + p.m.skew) // on its own clock
 }
 
 func (p simPort) HeardFrom(addr string) time.Time {
@@ -347,7 +353,7 @@ func (p simPort) HeardFrom(addr string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	return p.m.w.start.Add(time.Duration(at))
+	return p.m.w.start.Add(time.Duration(at) + p.m.skew)
 }
 
 func (p simPort) Up(addr string) bool {
