@@ -37,9 +37,9 @@ import (
 //     and reads nothing; calls to it fail, one-way messages wait for it,
 //     and it may decide a request before its heartbeat runs); and, by
 //     seed, loss (0-5%) and duplication (0-5%, the copy up to 1.5 s late)
-//     of messages and calls, with delays that reorder. Cuts heal after 0.5
-//     to 6.5 s; a new cut or stall waits 2 s after the last heal (see
-//     -sim.strict).
+//     of messages and calls, with delays that reorder, and hosts' clocks
+//     skewed by up to ±100 or ±500 ms. Cuts heal after 0.5 to 6.5 s; a new
+//     cut or stall waits 2 s after the last heal (see -sim.strict).
 //
 // Invariants, checked after every event (and at once after a decision at
 // a waking member) against the ghost: a record of every admission a client
@@ -50,7 +50,9 @@ import (
 //     mandate, unfenced;
 //   - limit: for every key, the admissions clients were told of within
 //     the window (8 s, longer than failure detection) ending now are at
-//     most the limit (16), except those the crash bound forgives: a member
+//     most the limit (16) (the window less twice the clocks' skew: a
+//     handover to a host ahead expires admissions that much sooner),
+//     except those the crash bound forgives: a member
 //     that crashed, was declared dead by another while it ran (a stall or
 //     a cut looks like a crash), or fenced itself forgives what it admitted
 //     in the window before, and, when it crashed or was declared dead,
