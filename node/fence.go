@@ -120,19 +120,9 @@ func (n *Node) heartbeat() {
 	}
 	start := n.mono()
 	defer func() { n.lastBeat = n.mono() }()
-	if dead := n.deadAfter.Load(); dead > 0 {
-		// A stall since the last heartbeat, or a silence of the majority
-		// that began before it (a cut, then a stall shorter than dead):
-		// either may have let the others declare this member dead. The
-		// silence is measured up to the last heartbeat before now, so
-		// answers that waited out a stall in the socket do not hide it.
-		gap := start - n.lastBeat
-		if !n.fenced.Load() {
-			gap = max(gap, start-n.majorityAt.Load())
-		}
-		if gap > dead && n.stalled(time.Duration(gap)) {
-			return
-		}
+	dead := n.deadAfter.Load()
+	if gap := start - n.lastBeat; dead > 0 && gap > dead && n.stalled(time.Duration(gap)) {
+		return // a stall since the last heartbeat
 	}
 	end, silent := n.mandateNow()
 	for _, addr := range silent {
@@ -151,6 +141,17 @@ func (n *Node) heartbeat() {
 		wg.Wait()
 		cancel()
 		end, _ = n.mandateNow()
+	}
+	// A majority heard again after a silence longer than dead (a cut, then
+	// a stall shorter than dead: the others may have declared this member
+	// dead meanwhile) fences it rather than renew its mandate. The silence
+	// is measured from the last heartbeat that heard a majority, so
+	// answers that waited out a stall in the socket do not hide it. A
+	// member already fenced (a cut's minority view) waits to rejoin as a
+	// new member instead, and a cut it merely sits out fences it once, by
+	// its view.
+	if gap := n.mono() - n.majorityAt.Load(); dead > 0 && end > n.mono() && !n.fenced.Load() && gap > dead && n.stalled(time.Duration(gap)) {
+		return
 	}
 	n.mandateUntil.Store(end)
 	if from := end - int64(n.mandateTerm()); end > 0 && from > n.majorityAt.Load() {
