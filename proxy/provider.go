@@ -189,17 +189,17 @@ const maxTextBuf = 64 << 10
 // usageSeen is what an answer has shown of its usage so far. Providers fill
 // it from answers and stream events; the exchange settles with usage.
 type usageSeen struct {
-	countText  func(string) int64 // counts completion text; see textCounter
-	prompt     int64              // reported prompt tokens; valid when promptSet
-	promptSet  bool
+	countText func(string) int64 // counts completion text; see textCounter
+	prompt    int64              // reported prompt tokens; valid when promptSet
+	promptSet bool
 	// cached and cacheWrite are the reported parts of the prompt read
 	// from and written to the provider's prompt cache: what a budget
 	// charges at their prices (limiter.Usage).
 	cached, cacheWrite int64
 	completion         int64 // reported completion tokens; final when final
-	final      bool
-	text       strings.Builder // completion text not counted yet
-	counted    int64           // tokens of the completion text counted so far
+	final              bool
+	text               strings.Builder // completion text not counted yet
+	counted            int64           // tokens of the completion text counted so far
 }
 
 // addText records completion text, counting it in pieces so memory stays
