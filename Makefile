@@ -42,7 +42,7 @@ test: check build
 	$(BIN)/testreport -go $(GO) -- -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -run 'TestCustodySim$$' ./node/custody/   # 10,000 seeds (a tenth of them under -race above)
 	$(GO) test -count=1 -run 'TestSim$$' ./node/   # the production-code simulation: 2,000 seeds (100 under -race above), ~40 s
-	$(GO) test -count=1 -run 'Allocs$$' ./api/   # allocation counts, which -race above skips
+	$(GO) test -count=1 -run 'Allocs$$' ./api/ ./frontdoor/   # allocation counts, which -race above skips
 
 ## sim: the handoff simulation with 200,000 seeds, then the production-code
 ## simulation (node/sim_test.go) with 100,000; a failing seed prints how to

@@ -96,6 +96,9 @@ func TestFastPathFollowsTheCallersSampling(t *testing.T) {
 // handlers it calls do: the hook costs nothing (api's Allocs tests bound
 // those).
 func TestTracingOffAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
 	d := benchDoor(t, Config{})
 	var resp http1.Response
 	req := http1.Request{Path: []byte("/v1/acquire"), Body: []byte(`{"tenant":"t1","prompt_tokens":100,"max_tokens":100}`)}

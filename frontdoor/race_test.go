@@ -1,0 +1,5 @@
+//go:build race
+
+package frontdoor
+
+const raceEnabled = true
